@@ -1,0 +1,380 @@
+/*
+ * libhurray: the sans-IO protocol core.
+ *
+ * An hr_session is one Hurray connection seen as a pure state machine, in
+ * the style of nghttp2 and ngtcp2: it consumes bytes and timestamps and
+ * produces bytes, events and timer deadlines.  It never touches a socket,
+ * a clock or a thread.  The engine (<hurray/engine.h>) drives sessions over
+ * real sockets; tests and unusual hosts may drive them directly.
+ *
+ * Data path: tensor bytes are never copied through the session.
+ *  - Sending: hr_session_pull() returns iovecs that point at the 24-byte
+ *    frame prefix the session wrote and straight into the tensor's memory;
+ *    the host writev()s them and reports hr_session_consumed().
+ *  - Receiving: hr_session_recv_target() tells the host where the next
+ *    payload bytes belong (inside the destination tensor), so it can
+ *    recv() straight into place and report hr_session_recv_placed();
+ *    everything else goes through hr_session_recv().
+ *
+ * State machines: session (AWAIT_HELLO -> ESTABLISHED -> DRAINING ->
+ * CLOSED), and per stream: a GET, a PUT, a LIST, each on either side.
+ *
+ * Threading: a session is single-threaded: every call, and every callback
+ * it makes, happens on the thread that drives it.  Work submitted through
+ * hr_session_callbacks.submit_work (transcoding) runs elsewhere; its
+ * completion comes back through hr_session_work_done() on the driving
+ * thread.
+ *
+ * Re-entrancy: callbacks must not call hr_session_recv/pull/del on the same
+ * session (HR_ERR_IN_CALLBACK); the request/answer functions marked "may
+ * be called from callbacks" are fine.
+ */
+#ifndef HURRAY_SESSION_H
+#define HURRAY_SESSION_H
+
+#include <hurray/common.h>
+#include <hurray/tensor.h>
+#include <hurray/wire.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hr_session hr_session;
+
+/* Host I/O vector (same layout as struct iovec, without its header). */
+typedef struct hr_iov {
+  const void *base;
+  size_t len;
+} hr_iov;
+
+enum hr_role { HR_ROLE_CLIENT = 0, HR_ROLE_SERVER = 1 };
+
+/* ------------------------------------------------------------------------ */
+/* Settings                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define HR_SETTINGS_VERSION 1
+
+/*
+ * Session settings.  Fill with hr_settings_default(), then change fields.
+ * Copied at hr_session_new(); pointers inside must stay valid only for the
+ * duration of that call.  Fields are only ever appended.
+ */
+typedef struct hr_settings {
+  int version;                 /* HR_SETTINGS_VERSION */
+  uint32_t max_message_size;   /* largest payload we accept (16 MiB) */
+  uint32_t frame_data_size;    /* data bytes per TENSOR_DATA we send (4 MiB;
+                                  capped by the peer's max_message_size) */
+  uint64_t send_budget;        /* max bytes of frames queued but not yet
+                                  consumed by the host, per session (8 MiB;
+                                  control messages are always let through) */
+  uint32_t max_streams;        /* concurrent streams per connection (256) */
+  uint64_t handshake_timeout;  /* ns; 10 s */
+  uint64_t idle_timeout;       /* ns; 300 s (0: none) */
+  uint64_t read_timeout;       /* ns a peer may stall inside a message; 30 s */
+  uint64_t keepalive_interval; /* ns of idleness before a PING (client);
+                                  30 s (0: none) */
+  uint32_t capabilities;       /* HR_CAP_* we advertise */
+  uint16_t max_shards;         /* server: MAX_SHARDS advertised (64) */
+  uint64_t transcode_mem_limit;/* server: bytes one transcode may
+                                  materialise at once (1 GiB) */
+  uint64_t transcode_chunk;    /* server: bytes per transcode work item
+                                  (4 MiB) */
+  uint32_t transcode_window;   /* server: work items in flight per stream (4) */
+  int strict_composites;       /* client: reject torn composites (1) */
+  const uint8_t *devices;      /* device tags we support (NULL: CPU only) */
+  uint16_t device_count;
+  const uint8_t *auth_token;   /* client: AUTH_TOKEN extension (NULL: none) */
+  uint16_t auth_token_len;
+  const char *peer_name;       /* PEER_NAME ("libhurray/<version>") */
+} hr_settings;
+
+/* Fills `s` with the defaults documented above. */
+HR_EXTERN void hr_settings_default(hr_settings *s);
+
+/* ------------------------------------------------------------------------ */
+/* Transfer records                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* What happened in one finished transfer (GET or PUT), for --stats. */
+typedef struct hr_transfer_record {
+  int status;              /* 0, or a library error (HR_ERR_REMOTE: see
+                              wire_error) */
+  uint32_t wire_error;     /* the wire code sent or received, 0 if none */
+  int wire_error_sent;     /* 1 when we sent it, 0 when the peer did */
+  char message[256];       /* the peer's or our error text (UTF-8) */
+  uint8_t data_plane;      /* HR_PLANE_* that carried the bytes */
+  uint8_t layout;          /* layout tag delivered */
+  int transcoded;          /* 1 when the server transcoded */
+  uint8_t device;          /* device tag delivered */
+  char fallback[128];      /* "" or why a fallback happened */
+  uint32_t shards;         /* shards received (1 when unsharded) */
+  uint32_t lanes;          /* connections used */
+  uint64_t bytes;          /* tensor bytes moved */
+  hr_tstamp started;       /* request sent / received */
+  hr_tstamp finished;      /* last byte in place */
+} hr_transfer_record;
+
+/* ------------------------------------------------------------------------ */
+/* Server side: the tensor provider                                          */
+/* ------------------------------------------------------------------------ */
+
+/* One GET the server must answer.  Valid from on_get until it is answered
+ * with hr_get_answer() or hr_get_fail() (exactly one of them, once), or
+ * until the stream is cancelled (then on_get_cancel is called and the
+ * handle must not be used afterwards). */
+typedef struct hr_srv_get hr_srv_get;
+
+/* What the client asked, as hr_srv_get_info() reports it. */
+typedef struct hr_get_info {
+  const uint8_t *key;
+  uint16_t key_len;
+  const hr_request *request; /* the decoded TENSOR_REQUEST */
+  uint32_t stream_id;
+} hr_get_info;
+
+HR_EXTERN const hr_get_info *hr_srv_get_info(const hr_srv_get *g);
+
+/* Answers a GET with a tensor (a reference is taken; the caller keeps its
+ * own).  The session picks the layout, device, shards and transcoding.
+ * May be called from callbacks and later from the driving thread.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (already answered). */
+HR_EXTERN int hr_get_answer(hr_srv_get *g, hr_tensor *t);
+/* Refuses a GET with a wire error (NOT_FOUND, UNAUTHORIZED, ...) and a
+ * message (UTF-8, NULL: none).  Same rules as hr_get_answer(). */
+HR_EXTERN int hr_get_fail(hr_srv_get *g, uint32_t wire_error,
+                          const char *message);
+
+/* A PUT under way. */
+typedef struct hr_srv_put hr_srv_put;
+
+typedef struct hr_put_info {
+  const uint8_t *key;
+  uint16_t key_len;
+  uint32_t flags;             /* HR_PUT_REPLACE */
+  const hr_descriptor *desc;  /* the head's descriptor */
+  uint32_t stream_id;
+} hr_put_info;
+
+HR_EXTERN const hr_put_info *hr_srv_put_info(const hr_srv_put *p);
+
+/*
+ * The provider: how a server finds, stores and lists tensors.  All
+ * callbacks run on the driving thread.  NULL members mean "not supported"
+ * (the matching capability is not advertised).
+ */
+typedef struct hr_provider {
+  size_t size; /* sizeof(hr_provider) */
+  void *user_data;
+  /* A GET arrived.  Answer now or later (hr_get_answer / hr_get_fail).
+   * Return 0, or HR_ERR_CALLBACK_FAILURE to kill the session. */
+  int (*on_get)(hr_session *s, hr_srv_get *g, void *user_data);
+  /* A GET that was not answered yet was cancelled or its connection
+   * closed: forget `g`. */
+  void (*on_get_cancel)(hr_session *s, hr_srv_get *g, void *user_data);
+  /* A PUT's descriptor arrived and passed validation.  Accept by returning
+   * 0 with *wire_error left 0 (the session allocates the landing tensor),
+   * or refuse with a wire error (ALREADY_EXISTS, PUT_REJECTED,
+   * RESOURCE_EXHAUSTED, DEVICE_UNAVAILABLE, UNAUTHORIZED). */
+  int (*on_put_begin)(hr_session *s, const hr_put_info *info,
+                      uint32_t *wire_error, void *user_data);
+  /* Every byte arrived and validated: commit atomically (the tensor
+   * becomes visible only now).  A reference to `t` is lent; take one to
+   * keep it.  Return 0 to ACK, or set *wire_error to refuse. */
+  int (*on_put_commit)(hr_session *s, const hr_put_info *info, hr_tensor *t,
+                       uint32_t *wire_error, void *user_data);
+  /* A PUT ended before its commit (torn, cancelled, refused): nothing was
+   * stored. */
+  void (*on_put_abort)(hr_session *s, const hr_put_info *info,
+                       void *user_data);
+  /* LIST: write entries with `emit` (in ascending key order, keys >
+   * start_after with the prefix) until it returns non-zero (page full);
+   * set *more when entries remain. */
+  int (*on_list)(hr_session *s, const hr_list_request *req,
+                 int (*emit)(void *emit_ctx, const hr_list_entry *e),
+                 void *emit_ctx, int *more, void *user_data);
+} hr_provider;
+
+/* ------------------------------------------------------------------------ */
+/* Client side                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Completion of a GET: `t` is the received tensor (a reference the
+ * callback now owns; NULL on failure), `rec` the transfer record (valid
+ * during the callback). */
+typedef void (*hr_get_cb)(hr_session *s, uint32_t stream_id, hr_tensor *t,
+                          const hr_transfer_record *rec, void *user_data);
+
+/* Where received bytes land. */
+typedef struct hr_get_dest {
+  /* Application buffer for the tensor's (or, with shards, the parent's)
+   * bytes, or NULL to let the session allocate with min_alignment_log2.
+   * Must be large enough for the delivered layout's total bytes; it is
+   * checked against the descriptor before any byte lands (too small:
+   * the stream is refused with RESOURCE_EXHAUSTED locally). */
+  void *buffer;
+  uint64_t capacity;
+  hr_release_fn release; /* called when the returned tensor dies */
+  void *release_ctx;
+} hr_get_dest;
+
+typedef struct hr_get_opts {
+  const uint8_t *key;
+  uint16_t key_len;
+  uint32_t flags; /* HR_REQ_ALLOW_TRANSCODE | PARALLEL_OK | REGION */
+  const hr_layout_entry *layouts;
+  uint16_t layout_count;
+  uint8_t preferred_device;
+  uint8_t min_alignment_log2;
+  uint16_t max_shards;
+  uint8_t region_rank;
+  const uint64_t *region_offset;
+  const uint64_t *region_shape;
+  const hr_get_dest *dest; /* NULL: allocate */
+} hr_get_opts;
+
+/*
+ * Queues a GET.  `opts` is copied.  *stream_id receives the stream id
+ * (may be NULL).  The completion callback is called exactly once (also on
+ * failure, cancel and session teardown).  May be called from callbacks.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (not a client, or
+ * GOAWAY received / closing), HR_ERR_LIMIT (max_streams), HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_session_get(hr_session *s, const hr_get_opts *opts,
+                             hr_get_cb cb, void *user_data,
+                             uint32_t *stream_id);
+
+/* Completion of a PUT or LIST or PING. */
+typedef void (*hr_put_cb)(hr_session *s, uint32_t stream_id,
+                          const hr_transfer_record *rec, void *user_data);
+typedef void (*hr_list_cb)(hr_session *s, int status, uint32_t wire_error,
+                           const hr_list_response *resp, void *user_data);
+typedef void (*hr_ping_cb)(hr_session *s, int status, uint64_t rtt_ns,
+                           void *user_data);
+
+/* Queues a PUT of `t` under key (REPLACE in flags).  A reference to `t` is
+ * held until completion.  Same rules and returns as hr_session_get(). */
+HR_EXTERN int hr_session_put(hr_session *s, const uint8_t *key,
+                             uint16_t key_len, uint32_t flags, hr_tensor *t,
+                             hr_put_cb cb, void *user_data,
+                             uint32_t *stream_id);
+
+/* Queues a LIST.  `resp` in the callback is valid during the call only. */
+HR_EXTERN int hr_session_list(hr_session *s, const uint8_t *prefix,
+                              uint16_t prefix_len, const uint8_t *start_after,
+                              uint16_t start_after_len, uint16_t max_entries,
+                              hr_list_cb cb, void *user_data);
+
+/* Sends a PING; the callback gets the round trip. */
+HR_EXTERN int hr_session_ping(hr_session *s, hr_ping_cb cb, void *user_data);
+
+/* Cancels a GET or PUT (every stream of a parallel block).  The
+ * completion callback then reports HR_ERR_REMOTE/CANCELLED or the result
+ * if it raced.  Returns 0, HR_ERR_NOT_FOUND. */
+HR_EXTERN int hr_session_cancel(hr_session *s, uint32_t stream_id);
+
+/* ------------------------------------------------------------------------ */
+/* The session object                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Work the session wants run off the driving thread (transcoding). */
+typedef struct hr_work hr_work;
+struct hr_work {
+  void (*run)(hr_work *w);  /* on a worker thread; touches no session */
+  void (*done)(hr_work *w); /* called by hr_session_work_done() */
+  hr_work *next_;           /* free for the host's queue */
+};
+
+typedef struct hr_session_callbacks {
+  size_t size; /* sizeof(hr_session_callbacks) */
+  /* Run w->run() somewhere, then call hr_session_work_done(s, w) on the
+   * driving thread.  NULL: run inline (synchronously) at submission. */
+  int (*submit_work)(hr_session *s, hr_work *w, void *user_data);
+  /* The handshake completed (both HELLOs). */
+  void (*on_established)(hr_session *s, const hr_hello *peer,
+                         void *user_data);
+  /* A GOAWAY arrived. */
+  void (*on_goaway)(hr_session *s, const hr_goaway *g, void *user_data);
+  /* A connection-level error was sent or received; the session closes. */
+  void (*on_error)(hr_session *s, uint32_t wire_error, int sent,
+                   const char *message, void *user_data);
+  /* A transfer finished (server side too), for logs and metrics. */
+  void (*on_transfer)(hr_session *s, const hr_transfer_record *rec,
+                      void *user_data);
+} hr_session_callbacks;
+
+/*
+ * Creates a session.  `settings` and `cbs` are copied; `provider` (server
+ * only; NULL for a client) is copied too.  The client's CLIENT_HELLO is
+ * queued at once (pull it).  Returns 0, HR_ERR_INVALID_ARGUMENT,
+ * HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_session_new(hr_session **out, int role,
+                             const hr_settings *settings,
+                             const hr_session_callbacks *cbs,
+                             const hr_provider *provider, void *user_data,
+                             hr_tstamp now, const hr_mem *mem);
+
+/* Frees the session; every pending completion is called with
+ * HR_ERR_CLOSED first.  From a callback, the free is deferred to the end
+ * of the outermost call.  NULL is a no-op. */
+HR_EXTERN void hr_session_del(hr_session *s);
+
+/*
+ * Feeds received bytes.  Returns the bytes consumed (all of them unless a
+ * callback paused), or a fatal error (HR_ERR_NOMEM, HR_ERR_CALLBACK_
+ * FAILURE).  Protocol errors by the peer are not returned: the session
+ * queues the ERROR it must send and moves to closing (want_read becomes 0).
+ */
+HR_EXTERN int64_t hr_session_recv(hr_session *s, const uint8_t *in,
+                                  size_t len, hr_tstamp now);
+
+/* Zero-copy receive: when the next `*len` (> 0) bytes of input belong in
+ * place at `*dst`, returns 1; the host may read them straight there and
+ * report hr_session_recv_placed().  Returns 0 otherwise. */
+HR_EXTERN int hr_session_recv_target(hr_session *s, void **dst, size_t *len);
+HR_EXTERN int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now);
+
+/*
+ * Output: fills up to `max` iovecs with bytes to send, in order, and
+ * returns how many (0: nothing to send now).  The iovecs stay valid until
+ * the next hr_session_consumed() or hr_session_del().  Scheduling is fair:
+ * streams take turns one frame at a time, and control messages go first.
+ */
+HR_EXTERN int hr_session_pull(hr_session *s, hr_iov *iov, int max,
+                              hr_tstamp now);
+/* Reports that the first `n` bytes of the last pull were written. */
+HR_EXTERN void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now);
+
+/* nghttp2 rule: both 0 means the connection should be closed. */
+HR_EXTERN int hr_session_want_read(const hr_session *s);
+HR_EXTERN int hr_session_want_write(const hr_session *s);
+
+/* The next timer deadline, or HR_TSTAMP_NEVER. */
+HR_EXTERN hr_tstamp hr_session_get_expiry(const hr_session *s);
+/* Runs what is due at `now` (timeouts, keepalive). */
+HR_EXTERN int hr_session_handle_expiry(hr_session *s, hr_tstamp now);
+
+/* The peer closed or the transport failed: fails every open stream with
+ * HR_ERR_CLOSED (completion callbacks run) and frees per-stream state. */
+HR_EXTERN void hr_session_terminate(hr_session *s, hr_tstamp now);
+
+/* Starts a graceful shutdown: GOAWAY (NO_ERROR) with the last stream id
+ * accepted; active streams finish, new ones are refused. */
+HR_EXTERN int hr_session_shutdown(hr_session *s, hr_tstamp now);
+
+/* Reports a finished work item (see submit_work). */
+HR_EXTERN void hr_session_work_done(hr_session *s, hr_work *w, hr_tstamp now);
+
+HR_EXTERN void *hr_session_user_data(const hr_session *s);
+HR_EXTERN int hr_session_role(const hr_session *s);
+/* The peer's HELLO after the handshake, else NULL. */
+HR_EXTERN const hr_hello *hr_session_peer_hello(const hr_session *s);
+/* Active streams. */
+HR_EXTERN size_t hr_session_stream_count(const hr_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HURRAY_SESSION_H */
