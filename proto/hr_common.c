@@ -5,19 +5,19 @@
 
 static void *libc_malloc(size_t n, void *ud) {
   (void)ud;
-  return malloc(n);
+  return malloc(n); /* lint-ok: the default allocator */
 }
 static void libc_free(void *p, void *ud) {
   (void)ud;
-  free(p);
+  free(p); /* lint-ok */
 }
 static void *libc_calloc(size_t m, size_t n, void *ud) {
   (void)ud;
-  return calloc(m, n);
+  return calloc(m, n); /* lint-ok */
 }
 static void *libc_realloc(void *p, size_t n, void *ud) {
   (void)ud;
-  return realloc(p, n);
+  return realloc(p, n); /* lint-ok */
 }
 
 static const hr_mem default_mem = {NULL, libc_malloc, libc_free, libc_calloc,
