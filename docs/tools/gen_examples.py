@@ -463,6 +463,10 @@ BLOCKS = {
     "hello": render_msgs(HELLO_MSGS),
     "get": render_msgs(GET_MSGS),
     "get-two-frames": render_msgs(GET_TWO_FRAMES_MSGS),
+    "raw": "# hello exchange\n" + raw_hex(HELLO_MSGS)
+           + "\n# GET, one frame\n" + raw_hex(GET_MSGS)
+           + "\n# GET, the two-frame variant (replaces the TENSOR_DATA above)\n"
+           + raw_hex(GET_TWO_FRAMES_MSGS),
 }
 
 FILES = {
