@@ -447,8 +447,9 @@ static int check_params_values(vctx *v) {
   case HR_LAYOUT_COMPOSITE:
     return check_composite_head(v);
   default:
-    /* ROW_MAJOR, COLUMN_MAJOR, PANEL: nothing to check; STRIDED: checked
-     * with the buffer size; unregistered extensions: opaque. */
+    /* ROW_MAJOR, COLUMN_MAJOR, PANEL: nothing to check; STRIDED: its
+     * span is checked by compute_sizes(); unregistered extensions:
+     * opaque. */
     return 0;
   }
 }
