@@ -42,16 +42,23 @@ fi
 each=$(( (total + ${#targets[@]} - 1) / ${#targets[@]} ))
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+logs=$build/fuzz-logs
+mkdir -p "$logs"
 status=0
 for t in "${targets[@]}"; do
   corpus=$build/fuzz-corpus/$t
   artifacts=$build/fuzz-artifacts/$t
   mkdir -p "$corpus" "$artifacts"
-  echo "== $t: ${each}s"
+  echo "== $t: ${each}s (log: $logs/$t.log)"
   # The first folder collects new inputs; the seeds are read only.
-  if ! "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
+  if "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
       -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-      -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}"; then
+      -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}" \
+      >"$logs/$t.log" 2>&1; then
+    grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' \
+      "$logs/$t.log" || true
+  else
+    tail -n 60 "$logs/$t.log" >&2
     echo "fuzz/run.sh: $t FAILED; reproducer(s) in $artifacts" >&2
     status=1
   fi

@@ -218,7 +218,7 @@ static char *read_file(const char *path, size_t *len) {
 
 static void run_file(void **state) {
   vec_file_state *fs = *state;
-  size_t len;
+  size_t len = 0;
   char *text = read_file(fs->path, &len);
   if (text == NULL)
     fail_msg("%s: cannot read: %s", fs->path, strerror(errno));

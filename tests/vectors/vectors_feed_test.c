@@ -2,9 +2,10 @@
  * Feeds every wire-v1 test vector (valid and invalid, single messages and
  * sequences) to the frame reader, hr_reader, at every split point: whole,
  * [0,k) + [k,len) for each k in 1..len-1, one byte at a time, and a few
- * pseudo-random chunkings with a fixed seed.  The events, with TENSOR_DATA
- * pieces reassembled into frames, must be the same for every split, and
- * must match what the message headers predict: each message whole, each
+ * pseudo-random chunkings with a fixed seed; the whole feed and the
+ * two-way splits again with the caller placing frame data itself
+ * (zero-copy).  The events, with TENSOR_DATA pieces reassembled into
+ * frames, must be the same for every split, and must match what the message headers predict: each message whole, each
  * frame with its sub-header fields and bytes, and for a header-level fault
  * the header check's error (fatal on stream 0 and for MESSAGE_TOO_LARGE).
  */
@@ -159,10 +160,46 @@ static int take_event(ev_log *l, const hr_reader_event *ev, vec_buf *diag) {
   }
 }
 
-/* Feeds p[0..len) cut at cuts[0..ncuts) (ascending, inside (0, len)). */
+/* Zero-copy receive: after a data piece that did not end its frame, the
+ * caller places what it has of the rest itself (hr_reader_data_pending()
+ * and hr_reader_skip_data()), as an engine recv()ing into the destination
+ * would.  Returns the bytes taken from `in`, or -1. */
+static int64_t place_data(hr_reader *r, ev_log *l, const uint8_t *in,
+                          size_t left, vec_buf *diag) {
+  ev_rec *f = &l->r[l->n - 1];
+  uint8_t bi = 0;
+  uint64_t off = 0;
+  uint64_t pending = hr_reader_data_pending(r, &bi, &off);
+  if (pending != f->frame_len - f->len || bi != f->buffer_index ||
+      off != f->frame_offset + f->len) {
+    vec_buf_printf(diag, "hr_reader_data_pending: %llu bytes for buffer %u "
+                         "at %llu; the frame has %llu left at %llu\n",
+                   (unsigned long long)pending, bi, (unsigned long long)off,
+                   (unsigned long long)(f->frame_len - f->len),
+                   (unsigned long long)(f->frame_offset + f->len));
+    return -1;
+  }
+  if (hr_reader_skip_data(r, pending + 1) != HR_ERR_INVALID_ARGUMENT) {
+    vec_buf_printf(diag, "hr_reader_skip_data took more than pending\n");
+    return -1;
+  }
+  size_t n = pending < left ? (size_t)pending : left;
+  if (hr_reader_skip_data(r, n) != 0) {
+    vec_buf_printf(diag, "hr_reader_skip_data refused %zu pending bytes\n",
+                   n);
+    return -1;
+  }
+  rec_append(f, in, n);
+  if (f->len == f->frame_len)
+    l->frame_open = 0;
+  return (int64_t)n;
+}
+
+/* Feeds p[0..len) cut at cuts[0..ncuts) (ascending, inside (0, len)),
+ * placing frame data itself when `zero_copy` is set. */
 static int feed(const uint8_t *p, size_t len, const size_t *cuts,
-                size_t ncuts, const hr_reader_settings *set, ev_log *l,
-                vec_buf *diag) {
+                size_t ncuts, const hr_reader_settings *set, int zero_copy,
+                ev_log *l, vec_buf *diag) {
   hr_reader *r = NULL;
   int rc = hr_reader_new(&r, set, NULL);
   if (rc != 0) {
@@ -204,6 +241,16 @@ static int feed(const uint8_t *p, size_t len, const size_t *cuts,
       }
       if (l->fatal)
         break;
+      if (zero_copy && ev.kind == HR_RD_DATA && !ev.last && left > 0) {
+        int64_t placed = place_data(r, l, in, left, diag);
+        if (placed < 0) {
+          res = -1;
+          break;
+        }
+        in += placed;
+        left -= (size_t)placed;
+        used += placed;
+      }
       idle = used == 0 ? idle + 1 : 0;
       if (idle > 4) {
         vec_buf_printf(diag, "hr_reader_feed: no progress\n");
@@ -392,7 +439,7 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
 
   int res = 0;
   ev_log whole = {0}, want = {0};
-  if (feed(p, len, NULL, 0, &set, &whole, diag) != 0) {
+  if (feed(p, len, NULL, 0, &set, 0, &whole, diag) != 0) {
     vec_buf_printf(diag, "  (whole feed)\n");
     res = -1;
   }
@@ -425,23 +472,26 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
 
   /* Every two-way split, one byte at a time, and random chunkings. */
   size_t *cuts = vec_chk(malloc((len + 1) * sizeof(*cuts)));
-  for (size_t k = 1; k < len && res == 0; k++) {
-    ev_log l = {0};
-    cuts[0] = k;
-    char what[64];
-    snprintf(what, sizeof(what), "split at %zu", k);
-    if (feed(p, len, cuts, 1, &set, &l, diag) != 0 ||
-        compare_logs(&whole, &l, SIZE_MAX, what, diag) != 0) {
-      vec_buf_printf(diag, "  (%s)\n", what);
-      res = -1;
+  for (int zc = 0; zc < 2; zc++) {
+    for (size_t k = zc ? 0 : 1; k < len && res == 0; k++) {
+      ev_log l = {0};
+      cuts[0] = k;
+      char what[64];
+      snprintf(what, sizeof(what), "%ssplit at %zu", zc ? "zero-copy " : "",
+               k);
+      if (feed(p, len, cuts, k ? 1 : 0, &set, zc, &l, diag) != 0 ||
+          compare_logs(&whole, &l, SIZE_MAX, what, diag) != 0) {
+        vec_buf_printf(diag, "  (%s)\n", what);
+        res = -1;
+      }
+      log_free(&l);
     }
-    log_free(&l);
   }
   if (res == 0 && len > 1) {
     ev_log l = {0};
     for (size_t k = 1; k < len; k++)
       cuts[k - 1] = k;
-    if (feed(p, len, cuts, len - 1, &set, &l, diag) != 0 ||
+    if (feed(p, len, cuts, len - 1, &set, 0, &l, diag) != 0 ||
         compare_logs(&whole, &l, SIZE_MAX, "one byte at a time", diag) !=
             0) {
       vec_buf_printf(diag, "  (one byte at a time)\n");
@@ -455,7 +505,7 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
     for (size_t at = 1 + lcg(&seed) % 40; at < len; at += 1 + lcg(&seed) % 40)
       cuts[nc++] = at;
     ev_log l = {0};
-    if (feed(p, len, cuts, nc, &set, &l, diag) != 0 ||
+    if (feed(p, len, cuts, nc, &set, round % 2, &l, diag) != 0 ||
         compare_logs(&whole, &l, SIZE_MAX, "random chunks", diag) != 0) {
       vec_buf_printf(diag, "  (random chunking %d)\n", round);
       res = -1;
