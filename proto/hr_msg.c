@@ -189,8 +189,11 @@ typedef struct str_rule {
 } str_rule;
 
 #define STR_RULE(field, min_, max_, len_text)                                  \
-  {(min_), (max_), field ": length " len_text,                                 \
-   field ": the payload ends inside it", field ": invalid UTF-8"}
+  {                                                                            \
+    .min = (min_), .max = (max_), .bad_len = field ": length " len_text,       \
+    .truncated = field ": the payload ends inside it",                         \
+    .bad_utf8 = field ": invalid UTF-8"                                        \
+  }
 
 static const str_rule request_key_rule =
     STR_RULE("request.tensor_key", 1, HR_MAX_KEY, "outside 1-1024");
@@ -230,9 +233,9 @@ static int get_str(hr_cursor *c, const str_rule *r, const uint8_t **s,
 }
 
 /* A list<layout entry> of a HELLO or a request (§ 5: at most 64). */
-static int get_layout_list(hr_cursor *c, uint16_t *count,
-                           hr_layout_entry *out, hr_wire_status *st,
-                           const char *truncated, const char *too_many) {
+static int get_layout_list(hr_cursor *c, uint16_t *count, hr_layout_entry *out,
+                           hr_wire_status *st, const char *truncated,
+                           const char *too_many) {
   uint32_t off = hr_cursor_off(c);
   uint16_t n = hr_get_u16(c);
   if (c->bad)
@@ -286,8 +289,7 @@ static const uint8_t ext_senders[HR_EXT_MAX_SHARDS + 1] = {
 /* Parses the content of a known extension sent in its own direction, the
  * first of its type.  `off` is the offset of the content's first byte. */
 static int parse_known_ext(uint16_t type, const uint8_t *data, uint16_t len,
-                           uint32_t off, hr_hello_exts *x,
-                           hr_wire_status *st) {
+                           uint32_t off, hr_hello_exts *x, hr_wire_status *st) {
   switch (type) {
   case HR_EXT_AUTH_TOKEN:
     /* Opaque; only the server's check gives it meaning. */
@@ -298,15 +300,16 @@ static int parse_known_ext(uint16_t type, const uint8_t *data, uint16_t len,
     /* The content is a SESSION_TOKEN, so the same minimum applies: a
      * shorter one cannot name any session. */
     if (len < HR_SESSION_TOKEN_MIN)
-      return MALFORMED(st, off, "hello.extensions.SESSION_JOIN: token "
-                                "shorter than 16 bytes");
+      return MALFORMED(st, off,
+                       "hello.extensions.SESSION_JOIN: token "
+                       "shorter than 16 bytes");
     x->session_join = data;
     x->session_join_len = len;
     return 0;
   case HR_EXT_SESSION_TOKEN:
     if (len < HR_SESSION_TOKEN_MIN)
-      return MALFORMED(st, off, "hello.extensions.SESSION_TOKEN: shorter "
-                                "than 16 bytes");
+      return MALFORMED(st, off,
+                       "hello.extensions.SESSION_TOKEN: shorter than 16 bytes");
     x->session_token = data;
     x->session_token_len = len;
     return 0;
@@ -321,10 +324,12 @@ static int parse_known_ext(uint16_t type, const uint8_t *data, uint16_t len,
     uint16_t ep_len = hr_get_u16(&c);
     const uint8_t *ep = hr_get_bytes(&c, ep_len);
     if (c.bad)
-      return MALFORMED(st, ep_off, "hello.extensions.FABRIC_ADDRESS."
-                                   "endpoint_name: runs past the extension");
-    rv = expect_end(&c, st, "hello.extensions.FABRIC_ADDRESS: bytes left "
-                            "over after endpoint_name");
+      return MALFORMED(st, ep_off,
+                       "hello.extensions.FABRIC_ADDRESS."
+                       "endpoint_name: runs past the extension");
+    rv = expect_end(&c, st,
+                    "hello.extensions.FABRIC_ADDRESS: bytes left "
+                    "over after endpoint_name");
     if (rv)
       return rv;
     x->fabric_endpoint = ep;
@@ -338,15 +343,14 @@ static int parse_known_ext(uint16_t type, const uint8_t *data, uint16_t len,
     x->peer_name = data;
     x->peer_name_len = len;
     return 0;
-  case HR_EXT_MAX_SHARDS:
+  default:
+    /* The caller passes known types only: this is MAX_SHARDS. */
+    assert(type == HR_EXT_MAX_SHARDS);
     if (len != 2)
       return MALFORMED(st, off, "hello.extensions.MAX_SHARDS: not one u16");
     x->max_shards = (uint16_t)(data[0] | (data[1] << 8));
     if (x->max_shards == 0)
       return MALFORMED(st, off, "hello.extensions.MAX_SHARDS: zero");
-    return 0;
-  default:
-    assert(!"caller passes known extension types only");
     return 0;
   }
 }
@@ -358,8 +362,8 @@ static int get_hello_exts(hr_cursor *c, uint32_t msg_type, hr_hello *h,
   uint32_t off = hr_cursor_off(c);
   uint16_t n = hr_get_u16(c);
   if (c->bad)
-    return MALFORMED(st, off, "hello.extensions: the payload ends inside "
-                              "the count");
+    return MALFORMED(st, off,
+                     "hello.extensions: the payload ends inside the count");
   size_t start = c->pos;
   memset(&h->exts, 0, sizeof h->exts);
   for (uint16_t i = 0; i < n; i++) {
@@ -368,8 +372,8 @@ static int get_hello_exts(hr_cursor *c, uint32_t msg_type, hr_hello *h,
     uint16_t len = hr_get_u16(c);
     const uint8_t *data = hr_get_bytes(c, len);
     if (c->bad)
-      return MALFORMED(st, off, "hello.extensions: an extension runs past "
-                                "the payload");
+      return MALFORMED(st, off,
+                       "hello.extensions: an extension runs past the payload");
     /* Unknown types, misdirected ones and repeats are ignored unread
      * (§ 6, § 18 "Lists"). */
     if (type > HR_EXT_MAX_SHARDS || !(ext_senders[type] & me) ||
@@ -465,8 +469,7 @@ static int decode_request(hr_cursor *c, hr_request *r, hr_wire_status *st) {
   r->max_shards = hr_get_u16(c);
   NEED(c, st, "request.max_shards");
   if ((r->flags & HR_REQ_PARALLEL_OK) && r->max_shards == 0)
-    return MALFORMED(st, off + 2,
-                     "request.max_shards: 0 with PARALLEL_OK");
+    return MALFORMED(st, off + 2, "request.max_shards: 0 with PARALLEL_OK");
   r->region_rank = 0;
   if (r->flags & HR_REQ_REGION) {
     off = hr_cursor_off(c);
@@ -554,12 +557,12 @@ int hr_wire_decode_data_subheader(const uint8_t sub[12],
                      payload_length
                          ? "data.reserved: the payload ends inside it"
                          : "data.buffer_index: the payload ends inside it");
-  if (sub[1] | sub[2] | sub[3])
-    return MALFORMED(st, HR_HEADER_SIZE + 1, "data.reserved: not zero");
+  for (unsigned i = 1; i < 4; i++)
+    if (sub[i])
+      return MALFORMED(st, HR_HEADER_SIZE + i, "data.reserved: not zero");
   if (payload_length < HR_DATA_SUBHEADER_SIZE)
     return MALFORMED(st, HR_HEADER_SIZE + 4,
-                     "data.byte_offset_in_buffer: the payload ends inside "
-                     "it");
+                     "data.byte_offset_in_buffer: the payload ends inside it");
   if (payload_length == HR_DATA_SUBHEADER_SIZE)
     return MALFORMED(st, HR_HEADER_SIZE + HR_DATA_SUBHEADER_SIZE,
                      "data.data: empty (at least 1 byte)");
@@ -596,8 +599,7 @@ static int decode_goaway(hr_cursor *c, hr_goaway *g, hr_wire_status *st) {
   return expect_end(c, st, "goaway: bytes left over after the message");
 }
 
-static int decode_rdma(hr_cursor *c, hr_rdma_register *r,
-                       hr_wire_status *st) {
+static int decode_rdma(hr_cursor *c, hr_rdma_register *r, hr_wire_status *st) {
   r->role = hr_get_u8(c);
   NEED(c, st, "rdma_register.role");
   if (r->role > HR_RDMA_DESTINATION)
@@ -635,8 +637,7 @@ static int decode_list_request(hr_cursor *c, hr_list_request *l,
   int rv = get_str(c, &prefix_rule, &l->prefix, &l->prefix_len, st);
   if (rv)
     return rv;
-  rv = get_str(c, &start_after_rule, &l->start_after, &l->start_after_len,
-               st);
+  rv = get_str(c, &start_after_rule, &l->start_after, &l->start_after_len, st);
   if (rv)
     return rv;
   uint32_t off = hr_cursor_off(c);
@@ -644,8 +645,7 @@ static int decode_list_request(hr_cursor *c, hr_list_request *l,
   NEED(c, st, "list_request.max_entries");
   if (l->max_entries == 0 || l->max_entries > HR_MAX_LIST_ENTRIES)
     return MALFORMED(st, off, "list_request.max_entries: outside 1-1024");
-  return expect_end(c, st,
-                    "list_request: bytes left over after max_entries");
+  return expect_end(c, st, "list_request: bytes left over after max_entries");
 }
 
 /* The layouts a stored tensor can have: those a v1 descriptor may carry
@@ -687,8 +687,8 @@ static int decode_list_response(hr_cursor *c, hr_list_response *l,
     if (rv)
       return rv;
     if (prev && key_cmp(prev, prev_len, key, key_len) >= 0)
-      return MALFORMED(st, key_off, "list_response.entries.key: not "
-                                    "strictly ascending");
+      return MALFORMED(st, key_off,
+                       "list_response.entries.key: not strictly ascending");
     prev = key;
     prev_len = key_len;
     off = hr_cursor_off(c);
@@ -697,11 +697,13 @@ static int decode_list_response(hr_cursor *c, hr_list_response *l,
     uint8_t rank = hr_get_u8(c);
     NEED(c, st, "list_response.entries: fixed fields");
     if (elem > HR_ELEM_LAST)
-      return MALFORMED(st, off, "list_response.entries.element_type: not "
-                                "a v1 element type");
+      return MALFORMED(st, off,
+                       "list_response.entries.element_type: not "
+                       "a v1 element type");
     if (!is_descriptor_layout(tag))
-      return MALFORMED(st, off + 1, "list_response.entries.layout_tag: not "
-                                    "a layout a tensor can have");
+      return MALFORMED(st, off + 1,
+                       "list_response.entries.layout_tag: not "
+                       "a layout a tensor can have");
     if (rank > HR_MAX_RANK)
       return MALFORMED(st, off + 2, "list_response.entries.rank: above 32");
     hr_get_bytes(c, 8u * rank + 8u); /* shape, total_data_bytes */
@@ -710,8 +712,7 @@ static int decode_list_response(hr_cursor *c, hr_list_response *l,
   l->entry_count = n;
   l->entries_raw = c->p + start;
   l->entries_raw_len = c->pos - start;
-  return expect_end(c, st, "list_response: bytes left over after the "
-                           "entries");
+  return expect_end(c, st, "list_response: bytes left over after the entries");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -731,11 +732,10 @@ int hr_wire_decode_payload(const hr_msg_header *hdr, const uint8_t *payload,
   case HR_MSG_CLIENT_HELLO:
   case HR_MSG_SERVER_HELLO:
     return decode_hello(&c, hdr->type, &out->u.hello, st);
-  case HR_MSG_TENSOR_REQUEST:
-    return decode_request(&c, &out->u.request, st);
+  case HR_MSG_TENSOR_REQUEST: return decode_request(&c, &out->u.request, st);
   case HR_MSG_TENSOR_DESCRIPTOR:
-    return decode_desc_xport(&c, ctx, &out->u.tensor.desc,
-                             &out->u.tensor.xport, st,
+    return decode_desc_xport(&c, ctx, &out->u.tensor.desc, &out->u.tensor.xport,
+                             st,
                              "descriptor message: bytes left over after "
                              "the transport fields");
   case HR_MSG_TENSOR_DATA: {
@@ -745,17 +745,12 @@ int hr_wire_decode_payload(const hr_msg_header *hdr, const uint8_t *payload,
     out->u.data.data = payload + HR_DATA_SUBHEADER_SIZE;
     return 0;
   }
-  case HR_MSG_TENSOR_PUT:
-    return decode_put(&c, ctx, &out->u.put, st);
-  case HR_MSG_ERROR:
-    return decode_error(&c, &out->u.error, st);
-  case HR_MSG_GOAWAY:
-    return decode_goaway(&c, &out->u.goaway, st);
-  case HR_MSG_RDMA_REGISTER:
-    return decode_rdma(&c, &out->u.rdma, st);
+  case HR_MSG_TENSOR_PUT: return decode_put(&c, ctx, &out->u.put, st);
+  case HR_MSG_ERROR: return decode_error(&c, &out->u.error, st);
+  case HR_MSG_GOAWAY: return decode_goaway(&c, &out->u.goaway, st);
+  case HR_MSG_RDMA_REGISTER: return decode_rdma(&c, &out->u.rdma, st);
   case HR_MSG_PING:
-  case HR_MSG_PONG:
-    return decode_ping(&c, &out->u.ping, st);
+  case HR_MSG_PONG: return decode_ping(&c, &out->u.ping, st);
   case HR_MSG_LIST_REQUEST:
     return decode_list_request(&c, &out->u.list_request, st);
   case HR_MSG_LIST_RESPONSE:
@@ -787,18 +782,17 @@ int hr_wire_decode(const uint8_t *in, size_t len, const hr_wire_ctx *ctx,
   if (rv)
     return rv;
   if ((uint64_t)len != (uint64_t)HR_HEADER_SIZE + out->hdr.payload_length)
-    return MALFORMED(st, 8, "header.payload_length: disagrees with the "
-                            "message's size");
-  return hr_wire_decode_payload(&out->hdr, in + HR_HEADER_SIZE, ctx, out,
-                                st);
+    return MALFORMED(st, 8,
+                     "header.payload_length: disagrees with the "
+                     "message's size");
+  return hr_wire_decode_payload(&out->hdr, in + HR_HEADER_SIZE, ctx, out, st);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Iterators and builders of raw lists                                       */
 /* ------------------------------------------------------------------------ */
 
-int hr_ext_next(const uint8_t *raw, size_t raw_len, size_t *pos,
-                hr_ext *out) {
+int hr_ext_next(const uint8_t *raw, size_t raw_len, size_t *pos, hr_ext *out) {
   size_t p = *pos;
   /* Bounds are checked anyway, so a list that was never validated cannot
    * make the iterator read past its end. */
@@ -828,8 +822,7 @@ int hr_ext_put(uint8_t *out, size_t cap, uint16_t type, const void *data,
 
 /* Size of the raw list entry at raw[pos..raw_len), or 0 when it does not
  * fit (or breaks a cap the encoder enforces). */
-static size_t list_entry_span(const uint8_t *raw, size_t raw_len,
-                              size_t pos) {
+static size_t list_entry_span(const uint8_t *raw, size_t raw_len, size_t pos) {
   if (pos > raw_len || raw_len - pos < 2)
     return 0;
   size_t key_len = (size_t)(raw[pos] | (raw[pos + 1] << 8));
@@ -909,8 +902,7 @@ static uint8_t *put_layout_list(uint8_t *o, uint16_t n,
 
 /* Checks that a raw extension list holds exactly `count` whole TLVs, so
  * the count written before it agrees with it. */
-static int ext_raw_consistent(const uint8_t *raw, size_t len,
-                              uint16_t count) {
+static int ext_raw_consistent(const uint8_t *raw, size_t len, uint16_t count) {
   if (len && !raw)
     return 0;
   size_t pos = 0;
@@ -975,8 +967,7 @@ static int64_t payload_size(const hr_msg *m) {
     add_size(&n, 4 + 1 + 1 + 2);
     add_size(&n, layout_list_size(r->layout_count, r->layouts));
     if (r->flags & HR_REQ_REGION)
-      add_size(&n, r->region_rank > HR_MAX_RANK ? -1
-                                                : 1 + 16 * r->region_rank);
+      add_size(&n, r->region_rank > HR_MAX_RANK ? -1 : 1 + 16 * r->region_rank);
     return n;
   }
   case HR_MSG_TENSOR_DESCRIPTOR:
@@ -998,8 +989,7 @@ static int64_t payload_size(const hr_msg *m) {
     add_size(&n, 4);
     return n;
   case HR_MSG_GOAWAY:
-    n = str_size(m->u.goaway.message, m->u.goaway.message_len, 0,
-                 HR_MAX_TEXT);
+    n = str_size(m->u.goaway.message, m->u.goaway.message_len, 0, HR_MAX_TEXT);
     add_size(&n, 8);
     return n;
   case HR_MSG_RDMA_REGISTER:
@@ -1007,13 +997,11 @@ static int64_t payload_size(const hr_msg *m) {
       return -1;
     return 1 + 3 + 24 + 2 + (int64_t)m->u.rdma.raw_key_len;
   case HR_MSG_PING:
-  case HR_MSG_PONG:
-    return 8;
+  case HR_MSG_PONG: return 8;
   case HR_MSG_LIST_REQUEST: {
     const hr_list_request *l = &m->u.list_request;
     n = str_size(l->prefix, l->prefix_len, 0, HR_MAX_KEY);
-    add_size(&n, str_size(l->start_after, l->start_after_len, 0,
-                          HR_MAX_KEY));
+    add_size(&n, str_size(l->start_after, l->start_after_len, 0, HR_MAX_KEY));
     add_size(&n, 2);
     return n;
   }
@@ -1029,8 +1017,7 @@ static int64_t payload_size(const hr_msg *m) {
   case HR_MSG_TENSOR_PUT_ACK:
   case HR_MSG_CANCEL:
   case HR_MSG_RDMA_READY:
-  case HR_MSG_BUFFER_RELEASE:
-    return 0;
+  case HR_MSG_BUFFER_RELEASE: return 0;
   default:
     /* Private types carry payloads this codec does not know: their
      * senders write the header with hr_wire_put_header(). */
@@ -1101,12 +1088,8 @@ int64_t hr_wire_encode(const hr_msg *m, uint8_t *out, size_t cap) {
   uint8_t *o = out + HR_HEADER_SIZE;
   switch (m->hdr.type) {
   case HR_MSG_CLIENT_HELLO:
-  case HR_MSG_SERVER_HELLO:
-    o = put_hello(o, &m->u.hello);
-    break;
-  case HR_MSG_TENSOR_REQUEST:
-    o = put_request(o, &m->u.request);
-    break;
+  case HR_MSG_SERVER_HELLO: o = put_hello(o, &m->u.hello); break;
+  case HR_MSG_TENSOR_REQUEST: o = put_request(o, &m->u.request); break;
   case HR_MSG_TENSOR_DESCRIPTOR:
     o = hr__desc_encode(o, &m->u.tensor.desc);
     o = hr__xport_encode(o, &m->u.tensor.xport);
@@ -1133,13 +1116,9 @@ int64_t hr_wire_encode(const hr_msg *m, uint8_t *out, size_t cap) {
     o = hr_put_u32(o, m->u.goaway.code);
     o = put_str(o, m->u.goaway.message, m->u.goaway.message_len);
     break;
-  case HR_MSG_RDMA_REGISTER:
-    o = put_rdma(o, &m->u.rdma);
-    break;
+  case HR_MSG_RDMA_REGISTER: o = put_rdma(o, &m->u.rdma); break;
   case HR_MSG_PING:
-  case HR_MSG_PONG:
-    o = hr_put_u64(o, m->u.ping);
-    break;
+  case HR_MSG_PONG: o = hr_put_u64(o, m->u.ping); break;
   case HR_MSG_LIST_REQUEST:
     o = put_str(o, m->u.list_request.prefix, m->u.list_request.prefix_len);
     o = put_str(o, m->u.list_request.start_after,

@@ -13,12 +13,24 @@
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const msg_type_names[] = {
-    "INVALID",           "CLIENT_HELLO",   "SERVER_HELLO",
-    "TENSOR_REQUEST",    "TENSOR_DESCRIPTOR", "TENSOR_DATA",
-    "TENSOR_DATA_END",   "TENSOR_PUT",     "TENSOR_PUT_ACK",
-    "ERROR",             "CANCEL",         "GOAWAY",
-    "RDMA_REGISTER",     "RDMA_READY",     "PING",
-    "PONG",              "BUFFER_RELEASE", "LIST_REQUEST",
+    "INVALID",
+    "CLIENT_HELLO",
+    "SERVER_HELLO",
+    "TENSOR_REQUEST",
+    "TENSOR_DESCRIPTOR",
+    "TENSOR_DATA",
+    "TENSOR_DATA_END",
+    "TENSOR_PUT",
+    "TENSOR_PUT_ACK",
+    "ERROR",
+    "CANCEL",
+    "GOAWAY",
+    "RDMA_REGISTER",
+    "RDMA_READY",
+    "PING",
+    "PONG",
+    "BUFFER_RELEASE",
+    "LIST_REQUEST",
     "LIST_RESPONSE",
 };
 _Static_assert(COUNT_OF(msg_type_names) == HR_MSG_LAST_DEFINED + 1,
@@ -58,13 +70,13 @@ static const struct {
   const char *name;
   uint8_t bits;
 } elem_types[] = {
-    {"NONE", 0},           {"BOOL", 8},         {"INT8", 8},
-    {"UINT8", 8},          {"INT16", 16},       {"UINT16", 16},
-    {"INT32", 32},         {"UINT32", 32},      {"INT64", 64},
-    {"UINT64", 64},        {"FLOAT16", 16},     {"BFLOAT16", 16},
-    {"FLOAT32", 32},       {"FLOAT64", 64},     {"FLOAT8_E4M3FN", 8},
-    {"FLOAT8_E5M2", 8},    {"COMPLEX64", 64},   {"COMPLEX128", 128},
-    {"INT4", 4},           {"UINT4", 4},
+    {"NONE", 0},        {"BOOL", 8},       {"INT8", 8},
+    {"UINT8", 8},       {"INT16", 16},     {"UINT16", 16},
+    {"INT32", 32},      {"UINT32", 32},    {"INT64", 64},
+    {"UINT64", 64},     {"FLOAT16", 16},   {"BFLOAT16", 16},
+    {"FLOAT32", 32},    {"FLOAT64", 64},   {"FLOAT8_E4M3FN", 8},
+    {"FLOAT8_E5M2", 8}, {"COMPLEX64", 64}, {"COMPLEX128", 128},
+    {"INT4", 4},        {"UINT4", 4},
 };
 _Static_assert(COUNT_OF(elem_types) == HR_ELEM_LAST + 1,
                "one entry per element type");

@@ -317,6 +317,9 @@ typedef struct hr_buffer_handle {
   uint8_t memory_class;
   uint16_t device_index;
   uint8_t sync_mode;
+  /* Offsets 14-15: decoded as read so that hr_descriptor_validate() can
+   * reject non-zero values (INVALID_DESCRIPTOR); encoders write zeros. */
+  uint8_t reserved[2];
 } hr_buffer_handle;
 
 /* The per-layout parameters (§ 5, § 7.3), parsed. */
