@@ -6,7 +6,7 @@
 # reproducer is left in the artifacts folder it names.
 #
 # Environment: HURRAY_VECTORS_DIR (default <repo>/../shared/vectors),
-# HR_FUZZ_BUILD_DIR (default <repo>/build-fuzz).  With CI=true a missing
+# HR_FUZZ_BUILD_DIR (default <repo>/build/fuzz).  With CI=true a missing
 # vector folder is an error (the seeds are part of what CI checks).
 set -euo pipefail
 
@@ -16,7 +16,7 @@ if ! [[ $total =~ ^[0-9]+$ ]] || [ "$total" -lt 2 ]; then
   exit 2
 fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${HR_FUZZ_BUILD_DIR:-$root/build-fuzz}
+build=${HR_FUZZ_BUILD_DIR:-$root/build/fuzz}
 vectors=${HURRAY_VECTORS_DIR:-$root/../shared/vectors}
 targets=(fuzz_codec fuzz_reader)
 

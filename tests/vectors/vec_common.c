@@ -248,9 +248,15 @@ static void run_file(void **state) {
     }
     int kok = 1;
     const char *kind = vec_get_str(v, "kind", &kok);
-    print_error("FAIL %s / %s (%s)\n  note: %s\n  %s\n", fs->name,
-                ok ? name : "?", kok ? kind : "?", ok ? note : "?",
-                diag.s ? diag.s : "");
+    print_error("FAIL %s / %s (%s)\n  note: %s\n", fs->name,
+                ok ? name : "?", kok ? kind : "?", ok ? note : "?");
+    /* The diagnostic, one indented line per difference. */
+    for (const char *line = diag.s ? diag.s : ""; *line != '\0';) {
+      const char *nl = strchr(line, '\n');
+      int n = nl ? (int)(nl - line) : (int)strlen(line);
+      print_error("  %.*s\n", n, line);
+      line += n + (nl != NULL);
+    }
   }
   vec_buf_free(&diag);
   cJSON_Delete(root);

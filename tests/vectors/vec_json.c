@@ -518,7 +518,7 @@ static void diff_rec(const cJSON *want, const cJSON *got, char *path,
     int nw = cJSON_GetArraySize(want), ng = cJSON_GetArraySize(got);
     if (nw != ng) {
       char what[64];
-      snprintf(what, sizeof(what), "length %d, got %d", nw, ng);
+      snprintf(what, sizeof(what), "length differs (%d, got %d)", nw, ng);
       report(diag, count, path, what, want, got);
     }
     const cJSON *a = want->child, *b = got->child;
