@@ -502,11 +502,13 @@ static int decode_request(hr_cursor *c, hr_request *r, hr_wire_status *st) {
 /* TENSOR_DESCRIPTOR (§ 10), TENSOR_PUT (§ 11)                               */
 /* ------------------------------------------------------------------------ */
 
-/* The descriptor and transport fields that end both messages: framing
- * first, then every descriptor rule against the whole of it. */
-static int decode_desc_xport(hr_cursor *c, const hr_wire_ctx *ctx,
-                             hr_descriptor *d, hr_transport_fields *x,
-                             hr_wire_status *st, const char *left_over) {
+/* The descriptor and transport fields that end both messages, read and
+ * then validated together (validation needs both).  They precede anything
+ * left over in the payload, so their faults are reported first, like any
+ * other field's. */
+static int get_desc_xport(hr_cursor *c, const hr_wire_ctx *ctx,
+                          hr_descriptor *d, hr_transport_fields *x,
+                          hr_wire_status *st) {
   uint32_t base = hr_cursor_off(c);
   int rv = hr__desc_decode(c, d, st);
   if (rv)
@@ -514,10 +516,17 @@ static int decode_desc_xport(hr_cursor *c, const hr_wire_ctx *ctx,
   rv = hr__xport_decode(c, x, st);
   if (rv)
     return rv;
-  rv = expect_end(c, st, left_over);
+  return hr_descriptor_validate(d, x, ctx, base, st);
+}
+
+static int decode_tensor(hr_cursor *c, const hr_wire_ctx *ctx,
+                         hr_tensor_descriptor_msg *t, hr_wire_status *st) {
+  int rv = get_desc_xport(c, ctx, &t->desc, &t->xport, st);
   if (rv)
     return rv;
-  return hr_descriptor_validate(d, x, ctx, base, st);
+  return expect_end(c, st,
+                    "descriptor message: bytes left over after the "
+                    "transport fields");
 }
 
 static int decode_put(hr_cursor *c, const hr_wire_ctx *ctx, hr_put *p,
@@ -531,8 +540,7 @@ static int decode_put(hr_cursor *c, const hr_wire_ctx *ctx, hr_put *p,
   if (p->flags & ~(uint32_t)HR_PUT_REPLACE)
     return MALFORMED(st, off, "put.put_flags: reserved bit set");
   uint32_t desc_off = hr_cursor_off(c);
-  rv = decode_desc_xport(c, ctx, &p->desc, &p->xport, st,
-                         "put: bytes left over after the transport fields");
+  rv = get_desc_xport(c, ctx, &p->desc, &p->xport, st);
   if (rv)
     return rv;
   /* § 18 "PUT": shards are never stored.  Checked after validation so
@@ -540,7 +548,7 @@ static int decode_put(hr_cursor *c, const hr_wire_ctx *ctx, hr_put *p,
   if (p->desc.flags & HR_DESC_HAS_SHARD)
     return HR_FAIL(st, HR_WIRE_PUT_REJECTED, desc_off + 3,
                    "put.descriptor.flags: a PUT of a shard (HAS_SHARD)");
-  return 0;
+  return expect_end(c, st, "put: bytes left over after the transport fields");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -724,7 +732,8 @@ int hr_wire_decode_payload(const hr_msg_header *hdr, const uint8_t *payload,
                            hr_wire_status *st) {
   if (!ctx)
     ctx = &default_ctx;
-  out->hdr = *hdr;
+  if (&out->hdr != hdr)
+    out->hdr = *hdr;
   uint32_t n = hdr->payload_length;
   hr_cursor c;
   hr_cursor_init(&c, payload, n, HR_HEADER_SIZE);
@@ -734,10 +743,7 @@ int hr_wire_decode_payload(const hr_msg_header *hdr, const uint8_t *payload,
     return decode_hello(&c, hdr->type, &out->u.hello, st);
   case HR_MSG_TENSOR_REQUEST: return decode_request(&c, &out->u.request, st);
   case HR_MSG_TENSOR_DESCRIPTOR:
-    return decode_desc_xport(&c, ctx, &out->u.tensor.desc, &out->u.tensor.xport,
-                             st,
-                             "descriptor message: bytes left over after "
-                             "the transport fields");
+    return decode_tensor(&c, ctx, &out->u.tensor, st);
   case HR_MSG_TENSOR_DATA: {
     int rv = hr_wire_decode_data_subheader(payload, n, &out->u.data, st);
     if (rv)

@@ -333,12 +333,15 @@ static void test_descriptor_message(void **state) {
   mb_u8(&m, 0);
   mb_end(&m);
   expect_reject(&m, NULL, HR_WIRE_MALFORMED_PAYLOAD, end);
-  /* A stray byte is framing, reported before any descriptor rule. */
+  /* The descriptor comes first in byte order: its faults are reported
+   * before the bytes left over after it (composite.json comp_with_buffer
+   * depends on this). */
   m.b[12] = 2; /* descriptor_version 2 */
-  expect_reject(&m, NULL, HR_WIRE_MALFORMED_PAYLOAD, end);
+  hr_wire_status st;
+  assert_int_equal(decode_exact(m.b, m.n, NULL, &st), HR_ERR_PROTO);
+  assert_int_equal(st.code, HR_WIRE_INVALID_DESCRIPTOR);
   m.n--;
   mb_end(&m);
-  hr_wire_status st;
   assert_int_equal(decode_exact(m.b, m.n, NULL, &st), HR_ERR_PROTO);
   assert_int_equal(st.code, HR_WIRE_INVALID_DESCRIPTOR);
 }
@@ -418,6 +421,9 @@ static void test_put_message(void **state) {
   desc_f32x4(&m, HR_DESC_HAS_SHARD, HR_DEV_CPU, 0);
   mb_end(&m);
   expect_reject(&m, NULL, HR_WIRE_PUT_REJECTED, desc + 3);
+  mb_u8(&m, 0);
+  mb_end(&m);
+  expect_reject(&m, NULL, HR_WIRE_PUT_REJECTED, desc + 3);
   mb_begin(&m, HR_MSG_TENSOR_DESCRIPTOR, 7);
   desc_f32x4(&m, HR_DESC_HAS_SHARD, HR_DEV_CPU, 0);
   mb_end(&m);
@@ -430,6 +436,13 @@ static void test_put_message(void **state) {
   mb_str(&m, "k");
   mb_u32(&m, 0);
   desc_f32x4(&m, 0, HR_DEV_CPU, 0);
+  mb_end(&m);
+  expect_roundtrip(&m, NULL, &out);
+  uint32_t end = mb_off(&m);
+  mb_u8(&m, 0);
+  mb_end(&m);
+  expect_reject(&m, NULL, HR_WIRE_MALFORMED_PAYLOAD, end);
+  m.n--;
   mb_end(&m);
   expect_roundtrip(&m, NULL, &out);
   out.u.put.key_len = 0;
