@@ -80,8 +80,7 @@ static void check_descriptor(const hr_descriptor *d,
     hr_fuzz_fail("buffer count differs from the layout's");
   for (int i = 0; i < n; i++) {
     uint64_t have = d->buffers[i].size_bytes;
-    if (d->layout.tag == HR_LAYOUT_STRIDED ? have < sizes[i]
-                                           : have != sizes[i])
+    if (d->layout.tag == HR_LAYOUT_STRIDED ? have < sizes[i] : have != sizes[i])
       hr_fuzz_fail("a decoded buffer size disagrees with the layout");
   }
 }
@@ -121,7 +120,6 @@ void hr_fuzz_check_decoded(const hr_msg *m, const hr_wire_ctx *ctx) {
   case HR_MSG_TENSOR_PUT:
     check_descriptor(&m->u.put.desc, &m->u.put.xport, ctx);
     break;
-  default:
-    break;
+  default: break;
   }
 }

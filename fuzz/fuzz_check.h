@@ -15,8 +15,7 @@ void hr_fuzz_fail(const char *what) __attribute__((noreturn));
 
 /* A message that decoded must re-encode to exactly its bytes (`len` with
  * the header), and a buffer one byte short must be refused. */
-void hr_fuzz_check_roundtrip(const hr_msg *m, const uint8_t *bytes,
-                             size_t len);
+void hr_fuzz_check_roundtrip(const hr_msg *m, const uint8_t *bytes, size_t len);
 
 /* Checks a decoded message beyond the round trip: a decoded descriptor
  * validates and its buffer sizes agree with the layout; the raw lists

@@ -202,8 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ev.fatal) {
           hr_reader_event again;
           if (hr_reader_feed(r, p, left, &again) != 0 ||
-              again.kind != HR_RD_ERROR ||
-              again.status.code != ev.status.code)
+              again.kind != HR_RD_ERROR || again.status.code != ev.status.code)
             hr_fuzz_fail("a dead reader must repeat its error");
           dead = 1;
           break;

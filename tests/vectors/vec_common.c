@@ -248,8 +248,8 @@ static void run_file(void **state) {
     }
     int kok = 1;
     const char *kind = vec_get_str(v, "kind", &kok);
-    print_error("FAIL %s / %s (%s)\n  note: %s\n", fs->name,
-                ok ? name : "?", kok ? kind : "?", ok ? note : "?");
+    print_error("FAIL %s / %s (%s)\n  note: %s\n", fs->name, ok ? name : "?",
+                kok ? kind : "?", ok ? note : "?");
     /* The diagnostic, one indented line per difference. */
     for (const char *line = diag.s ? diag.s : ""; *line != '\0';) {
       const char *nl = strchr(line, '\n');
@@ -323,8 +323,10 @@ int vec_main(const char *program, vec_check_fn check) {
     if (names != NULL)
       free(names);
     if (in_ci) {
-      fprintf(stderr, "%s: CI=true: a missing or empty vector folder is a "
-                      "failure.\n", program);
+      fprintf(stderr,
+              "%s: CI=true: a missing or empty vector folder is a "
+              "failure.\n",
+              program);
       return 1;
     }
     fprintf(stderr, "%s: skipped.\n", program);
@@ -356,8 +358,8 @@ int vec_main(const char *program, vec_check_fn check) {
     free(fs[i].path);
     free(names[i]);
   }
-  printf("%s: %d files, %d vectors, %d passed, %d failed\n", program, n,
-         total, passed, total - passed);
+  printf("%s: %d files, %d vectors, %d passed, %d failed\n", program, n, total,
+         passed, total - passed);
   free(fs);
   free(tests);
   free(names);

@@ -19,8 +19,12 @@
 
 #define TWO_POW_53 (UINT64_C(1) << 53)
 
-static cJSON *jobj(void) { return vec_chk(cJSON_CreateObject()); }
-static cJSON *jarr(void) { return vec_chk(cJSON_CreateArray()); }
+static cJSON *jobj(void) {
+  return vec_chk(cJSON_CreateObject());
+}
+static cJSON *jarr(void) {
+  return vec_chk(cJSON_CreateArray());
+}
 
 static void put(cJSON *o, const char *key, cJSON *v) {
   if (!cJSON_AddItemToObject(o, key, vec_chk(v)))
@@ -225,16 +229,12 @@ static int ext_own_direction(uint32_t msg_type, uint16_t type) {
   int client = msg_type == HR_MSG_CLIENT_HELLO;
   switch (type) {
   case HR_EXT_AUTH_TOKEN:
-  case HR_EXT_SESSION_JOIN:
-    return client;
+  case HR_EXT_SESSION_JOIN: return client;
   case HR_EXT_SESSION_TOKEN:
-  case HR_EXT_MAX_SHARDS:
-    return !client;
+  case HR_EXT_MAX_SHARDS: return !client;
   case HR_EXT_FABRIC_ADDRESS:
-  case HR_EXT_PEER_NAME:
-    return 1;
-  default:
-    return 0;
+  case HR_EXT_PEER_NAME: return 1;
+  default: return 0;
   }
 }
 
@@ -322,8 +322,7 @@ static cJSON *jpayload(const hr_msg *m) {
   cJSON *o;
   switch (m->hdr.type) {
   case HR_MSG_CLIENT_HELLO:
-  case HR_MSG_SERVER_HELLO:
-    return jhello(m);
+  case HR_MSG_SERVER_HELLO: return jhello(m);
   case HR_MSG_TENSOR_REQUEST: {
     const hr_request *r = &m->u.request;
     o = jobj();
@@ -388,14 +387,12 @@ static cJSON *jpayload(const hr_msg *m) {
     o = jobj();
     put(o, "prefix",
         jstr(m->u.list_request.prefix, m->u.list_request.prefix_len));
-    put(o, "start_after", jstr(m->u.list_request.start_after,
-                               m->u.list_request.start_after_len));
+    put(o, "start_after",
+        jstr(m->u.list_request.start_after, m->u.list_request.start_after_len));
     put(o, "max_entries", ju64(m->u.list_request.max_entries));
     return o;
-  case HR_MSG_LIST_RESPONSE:
-    return jlist_response(&m->u.list_response);
-  default: /* the empty-payload messages */
-    return jobj();
+  case HR_MSG_LIST_RESPONSE: return jlist_response(&m->u.list_response);
+  default: /* the empty-payload messages */ return jobj();
   }
 }
 
@@ -410,9 +407,9 @@ cJSON *vec_msg_to_json(const hr_msg *m) {
 
 /* One opaque extension as the decoder should have parsed it: the first
  * entry of its type, when the type travels in this direction. */
-static int check_opaque_ext(const hr_msg *m, uint16_t type,
-                            const uint8_t *got, uint16_t got_len,
-                            const char *field, vec_buf *diag) {
+static int check_opaque_ext(const hr_msg *m, uint16_t type, const uint8_t *got,
+                            uint16_t got_len, const char *field,
+                            vec_buf *diag) {
   const hr_hello *h = &m->u.hello;
   size_t pos = 0;
   hr_ext e;
@@ -431,8 +428,7 @@ static int check_opaque_ext(const hr_msg *m, uint16_t type,
     }
     return 0;
   }
-  if (got_len != first->length ||
-      (first->length > 0 && got != first->data)) {
+  if (got_len != first->length || (first->length > 0 && got != first->data)) {
     vec_buf_printf(diag,
                    "hello exts.%s: expected the first entry's %u bytes at "
                    "its data, got %u bytes at another place\n",
@@ -443,13 +439,12 @@ static int check_opaque_ext(const hr_msg *m, uint16_t type,
 }
 
 int vec_check_hello_exts(const hr_msg *m, vec_buf *diag) {
-  if (m->hdr.type != HR_MSG_CLIENT_HELLO &&
-      m->hdr.type != HR_MSG_SERVER_HELLO)
+  if (m->hdr.type != HR_MSG_CLIENT_HELLO && m->hdr.type != HR_MSG_SERVER_HELLO)
     return 0;
   const hr_hello_exts *x = &m->u.hello.exts;
   int rc = 0;
-  rc |= check_opaque_ext(m, HR_EXT_AUTH_TOKEN, x->auth_token,
-                         x->auth_token_len, "auth_token", diag);
+  rc |= check_opaque_ext(m, HR_EXT_AUTH_TOKEN, x->auth_token, x->auth_token_len,
+                         "auth_token", diag);
   rc |= check_opaque_ext(m, HR_EXT_SESSION_JOIN, x->session_join,
                          x->session_join_len, "session_join", diag);
   rc |= check_opaque_ext(m, HR_EXT_SESSION_TOKEN, x->session_token,
@@ -459,8 +454,7 @@ int vec_check_hello_exts(const hr_msg *m, vec_buf *diag) {
   int has[7] = {0};
   size_t pos = 0;
   hr_ext e;
-  while (hr_ext_next(m->u.hello.ext_raw, m->u.hello.ext_raw_len, &pos, &e) ==
-         1)
+  while (hr_ext_next(m->u.hello.ext_raw, m->u.hello.ext_raw_len, &pos, &e) == 1)
     if (e.type >= 1 && e.type <= 6 && ext_own_direction(m->hdr.type, e.type))
       has[e.type] = 1;
   if (!has[HR_EXT_FABRIC_ADDRESS] && x->has_fabric_address) {

@@ -18,9 +18,8 @@
 /* Element storage sizes of wire-v1 § 4, written out here rather than taken
  * from the library under test. */
 static unsigned elem_bits(uint8_t t) {
-  static const unsigned char bits[] = {
-      0,  8,  8,  8,  16, 16, 32, 32, 64, 64,
-      16, 16, 32, 64, 8,  8,  64, 128, 4, 4};
+  static const unsigned char bits[] = {0,  8,  8,  8,  16, 16, 32, 32,  64, 64,
+                                       16, 16, 32, 64, 8,  8,  64, 128, 4,  4};
   return t < sizeof(bits) ? bits[t] : 0;
 }
 
@@ -38,8 +37,8 @@ static void free_tensor(vec_tensor *t) {
   }
 }
 
-static int open_tensor(vec_assembly *a, uint32_t stream,
-                       const hr_descriptor *d, vec_buf *diag) {
+static int open_tensor(vec_assembly *a, uint32_t stream, const hr_descriptor *d,
+                       vec_buf *diag) {
   if (d->layout.tag == HR_LAYOUT_COMPOSITE)
     a->composite = 1;
   vec_tensor *t = find_tensor(a, stream);
@@ -59,8 +58,9 @@ static int open_tensor(vec_assembly *a, uint32_t stream,
   t->desc = *d;
   for (unsigned i = 0; i < d->buffer_count && i < HR_MAX_BUFFERS; i++) {
     if (d->buffers[i].size_bytes > REF_MAX_ELEMENTS * 16) {
-      vec_buf_printf(diag, "logical: buffer %u of %llu bytes is too big for "
-                           "the reference\n",
+      vec_buf_printf(diag,
+                     "logical: buffer %u of %llu bytes is too big for "
+                     "the reference\n",
                      i, (unsigned long long)d->buffers[i].size_bytes);
       return -1;
     }
@@ -80,10 +80,10 @@ int vec_asm_on_msg(vec_assembly *a, const hr_msg *m, vec_buf *diag) {
     const hr_data *f = &m->u.data;
     if (t == NULL || f->buffer_index >= t->desc.buffer_count ||
         f->offset > t->desc.buffers[f->buffer_index].size_bytes ||
-        f->data_len >
-            t->desc.buffers[f->buffer_index].size_bytes - f->offset) {
-      vec_buf_printf(diag, "logical: frame on stream %u (buffer %u, offset "
-                           "%llu, %u bytes) has no place in a tensor\n",
+        f->data_len > t->desc.buffers[f->buffer_index].size_bytes - f->offset) {
+      vec_buf_printf(diag,
+                     "logical: frame on stream %u (buffer %u, offset "
+                     "%llu, %u bytes) has no place in a tensor\n",
                      m->hdr.stream_id, f->buffer_index,
                      (unsigned long long)f->offset, f->data_len);
       return -1;
@@ -91,8 +91,7 @@ int vec_asm_on_msg(vec_assembly *a, const hr_msg *m, vec_buf *diag) {
     memcpy(t->buf[f->buffer_index] + f->offset, f->data, f->data_len);
     return 0;
   }
-  default:
-    return 0;
+  default: return 0;
   }
 }
 
@@ -142,8 +141,7 @@ static int next_index(uint64_t *idx, const uint64_t *shape, unsigned rank) {
   return 0;
 }
 
-static int count_elements(const uint64_t *shape, unsigned rank,
-                          uint64_t *out) {
+static int count_elements(const uint64_t *shape, unsigned rank, uint64_t *out) {
   uint64_t n = 1;
   for (unsigned k = 0; k < rank; k++) {
     if (shape[k] != 0 && n > REF_MAX_ELEMENTS / shape[k])
@@ -173,8 +171,7 @@ static int read_index(const uint8_t *buf, uint64_t size, uint64_t k,
 
 /* Places values[p] at dense row-major position `pos`. */
 static int put_value(const vec_tensor *t, uint8_t *dense, uint64_t pos,
-                     uint64_t p, unsigned bits, unsigned vbuf,
-                     vec_buf *diag) {
+                     uint64_t p, unsigned bits, unsigned vbuf, vec_buf *diag) {
   if (!elem_in(t->desc.buffers[vbuf].size_bytes, p, bits)) {
     vec_buf_printf(diag, "logical: value %llu outside buffer %u\n",
                    (unsigned long long)p, vbuf);
@@ -196,8 +193,8 @@ static int densify(const vec_tensor *t, uint8_t *dense, unsigned bits,
     uint64_t idx[HR_MAX_RANK];
     for (uint64_t n = 0; n < nnz; n++) {
       for (unsigned k = 0; k < d->rank; k++) {
-        if (read_index(t->buf[0], d->buffers[0].size_bytes,
-                       n * d->rank + k, lp->index_type, &idx[k]) != 0 ||
+        if (read_index(t->buf[0], d->buffers[0].size_bytes, n * d->rank + k,
+                       lp->index_type, &idx[k]) != 0 ||
             idx[k] >= shape[k]) {
           vec_buf_printf(diag, "logical: COO index %llu bad\n",
                          (unsigned long long)n);
@@ -225,8 +222,8 @@ static int densify(const vec_tensor *t, uint8_t *dense, unsigned bits,
   for (uint64_t i = 0; i < outer; i++) {
     if (read_index(t->buf[0], d->buffers[0].size_bytes, i, lp->index_type,
                    &a) != 0 ||
-        read_index(t->buf[0], d->buffers[0].size_bytes, i + 1,
-                   lp->index_type, &b) != 0 ||
+        read_index(t->buf[0], d->buffers[0].size_bytes, i + 1, lp->index_type,
+                   &b) != 0 ||
         a > b || b > nnz) {
       vec_buf_printf(diag, "logical: bad indptr at %llu\n",
                      (unsigned long long)i);
@@ -263,9 +260,7 @@ static int dense_pos(const hr_descriptor *d, const uint64_t *idx,
   unsigned rank = d->rank;
   uint64_t p = 0, mul = 1;
   switch (d->layout.tag) {
-  case HR_LAYOUT_ROW_MAJOR:
-    p = row_major_pos(idx, shape, rank);
-    break;
+  case HR_LAYOUT_ROW_MAJOR: p = row_major_pos(idx, shape, rank); break;
   case HR_LAYOUT_COLUMN_MAJOR:
     for (unsigned k = 0; k < rank; k++) {
       p += idx[k] * mul;
@@ -308,15 +303,14 @@ static int dense_pos(const hr_descriptor *d, const uint64_t *idx,
       return -1;
     /* ext_metadata is one u32 mr (§ 5.1), read here by hand. */
     const uint8_t *e = d->layout.ext;
-    uint64_t mr = (uint64_t)e[0] | (uint64_t)e[1] << 8 |
-                  (uint64_t)e[2] << 16 | (uint64_t)e[3] << 24;
+    uint64_t mr = (uint64_t)e[0] | (uint64_t)e[1] << 8 | (uint64_t)e[2] << 16 |
+                  (uint64_t)e[3] << 24;
     if (mr == 0)
       return -1;
     p = idx[0] / mr * mr * shape[1] + idx[1] * mr + idx[0] % mr;
     break;
   }
-  default:
-    return -1;
+  default: return -1;
   }
   *pos = p;
   return 0;
@@ -331,10 +325,8 @@ static int to_row_major(const vec_tensor *t, uint8_t *out, uint64_t count,
   case HR_LAYOUT_SPARSE_COO:
   case HR_LAYOUT_SPARSE_CSR:
   case HR_LAYOUT_SPARSE_CSC:
-  case HR_LAYOUT_SPARSE_BSR:
-    return densify(t, out, bits, diag);
-  default:
-    break;
+  case HR_LAYOUT_SPARSE_BSR: return densify(t, out, bits, diag);
+  default: break;
   }
   if (count == 0)
     return 0;
@@ -348,8 +340,9 @@ static int to_row_major(const vec_tensor *t, uint8_t *out, uint64_t count,
     uint64_t pos;
     if (dense_pos(d, idx, &pos) != 0 ||
         !elem_in(d->buffers[0].size_bytes, pos, bits)) {
-      vec_buf_printf(diag, "logical: layout 0x%02x cannot place element "
-                           "%llu inside its buffer\n",
+      vec_buf_printf(diag,
+                     "logical: layout 0x%02x cannot place element "
+                     "%llu inside its buffer\n",
                      d->layout.tag, (unsigned long long)k);
       return -1;
     }
@@ -406,8 +399,9 @@ int vec_asm_check_logical(const vec_assembly *a, const cJSON *logical,
   int rc = 0;
   if (elem != d0->element_type || rank != d0->rank ||
       memcmp(shape, box_shape, rank * sizeof(uint64_t)) != 0) {
-    vec_buf_printf(diag, "logical: the vector's element type/shape do not "
-                         "match what arrived (element type %u, rank %u)\n",
+    vec_buf_printf(diag,
+                   "logical: the vector's element type/shape do not "
+                   "match what arrived (element type %u, rank %u)\n",
                    d0->element_type, d0->rank);
     return -1;
   }
@@ -442,8 +436,9 @@ int vec_asm_check_logical(const vec_assembly *a, const cJSON *logical,
               (d->flags & HR_DESC_HAS_SHARD) ? d->shard_offset[i] : 0;
           dst[i] = idx[i] + off - box_off[i];
           if (idx[i] + off < box_off[i] || dst[i] >= box_shape[i]) {
-            vec_buf_printf(diag, "logical: shard on stream %u lies outside "
-                                 "the requested box\n",
+            vec_buf_printf(diag,
+                           "logical: shard on stream %u lies outside "
+                           "the requested box\n",
                            t->stream_id);
             rc = -1;
             break;
@@ -461,8 +456,9 @@ int vec_asm_check_logical(const vec_assembly *a, const cJSON *logical,
   if (rc == 0) {
     char *got = vec_hex_encode(box, box_bytes);
     if (strcmp(got, hex) != 0) {
-      vec_buf_printf(diag, "logical: row-major bytes differ\n  expected %s\n"
-                           "  got      %s\n",
+      vec_buf_printf(diag,
+                     "logical: row-major bytes differ\n  expected %s\n"
+                     "  got      %s\n",
                      hex, got);
       rc = -1;
     }

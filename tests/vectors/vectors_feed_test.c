@@ -5,9 +5,10 @@
  * pseudo-random chunkings with a fixed seed; the whole feed and the
  * two-way splits again with the caller placing frame data itself
  * (zero-copy).  The events, with TENSOR_DATA pieces reassembled into
- * frames, must be the same for every split, and must match what the message headers predict: each message whole, each
- * frame with its sub-header fields and bytes, and for a header-level fault
- * the header check's error (fatal on stream 0 and for MESSAGE_TOO_LARGE).
+ * frames, must be the same for every split, and must match what the message
+ * headers predict: each message whole, each frame with its sub-header fields
+ * and bytes, and for a header-level fault the header check's error (fatal on
+ * stream 0 and for MESSAGE_TOO_LARGE).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,12 +113,12 @@ static int take_event(ev_log *l, const hr_reader_event *ev, vec_buf *diag) {
     }
     if (ev->hdr.type != r->hdr.type || ev->hdr.stream_id != r->hdr.stream_id ||
         ev->buffer_index != r->buffer_index ||
-        ev->frame_offset != r->frame_offset ||
-        ev->frame_len != r->frame_len ||
+        ev->frame_offset != r->frame_offset || ev->frame_len != r->frame_len ||
         ev->offset != r->frame_offset + r->len) {
-      vec_buf_printf(diag, "reader: data piece fields disagree with its "
-                           "frame (offset %llu after %zu of %u bytes at "
-                           "%llu)\n",
+      vec_buf_printf(diag,
+                     "reader: data piece fields disagree with its "
+                     "frame (offset %llu after %zu of %u bytes at "
+                     "%llu)\n",
                      (unsigned long long)ev->offset, r->len, r->frame_len,
                      (unsigned long long)r->frame_offset);
       return -1;
@@ -172,8 +173,9 @@ static int64_t place_data(hr_reader *r, ev_log *l, const uint8_t *in,
   uint64_t pending = hr_reader_data_pending(r, &bi, &off);
   if (pending != f->frame_len - f->len || bi != f->buffer_index ||
       off != f->frame_offset + f->len) {
-    vec_buf_printf(diag, "hr_reader_data_pending: %llu bytes for buffer %u "
-                         "at %llu; the frame has %llu left at %llu\n",
+    vec_buf_printf(diag,
+                   "hr_reader_data_pending: %llu bytes for buffer %u "
+                   "at %llu; the frame has %llu left at %llu\n",
                    (unsigned long long)pending, bi, (unsigned long long)off,
                    (unsigned long long)(f->frame_len - f->len),
                    (unsigned long long)(f->frame_offset + f->len));
@@ -185,8 +187,7 @@ static int64_t place_data(hr_reader *r, ev_log *l, const uint8_t *in,
   }
   size_t n = pending < left ? (size_t)pending : left;
   if (hr_reader_skip_data(r, n) != 0) {
-    vec_buf_printf(diag, "hr_reader_skip_data refused %zu pending bytes\n",
-                   n);
+    vec_buf_printf(diag, "hr_reader_skip_data refused %zu pending bytes\n", n);
     return -1;
   }
   rec_append(f, in, n);
@@ -197,9 +198,9 @@ static int64_t place_data(hr_reader *r, ev_log *l, const uint8_t *in,
 
 /* Feeds p[0..len) cut at cuts[0..ncuts) (ascending, inside (0, len)),
  * placing frame data itself when `zero_copy` is set. */
-static int feed(const uint8_t *p, size_t len, const size_t *cuts,
-                size_t ncuts, const hr_reader_settings *set, int zero_copy,
-                ev_log *l, vec_buf *diag) {
+static int feed(const uint8_t *p, size_t len, const size_t *cuts, size_t ncuts,
+                const hr_reader_settings *set, int zero_copy, ev_log *l,
+                vec_buf *diag) {
   hr_reader *r = NULL;
   int rc = hr_reader_new(&r, set, NULL);
   if (rc != 0) {
@@ -218,8 +219,9 @@ static int feed(const uint8_t *p, size_t len, const size_t *cuts,
       memset(&ev, 0, sizeof(ev));
       int64_t used = hr_reader_feed(r, in, left, &ev);
       if (used < 0 || (uint64_t)used > left) {
-        vec_buf_printf(diag, "hr_reader_feed returned %lld with %zu bytes "
-                             "offered\n",
+        vec_buf_printf(diag,
+                       "hr_reader_feed returned %lld with %zu bytes "
+                       "offered\n",
                        (long long)used, left);
         res = -1;
         break;
@@ -228,8 +230,9 @@ static int feed(const uint8_t *p, size_t len, const size_t *cuts,
       left -= (size_t)used;
       if (ev.kind == HR_RD_NONE) {
         if (left != 0) {
-          vec_buf_printf(diag, "hr_reader_feed: HR_RD_NONE with %zu bytes "
-                               "left\n",
+          vec_buf_printf(diag,
+                         "hr_reader_feed: HR_RD_NONE with %zu bytes "
+                         "left\n",
                          left);
           res = -1;
         }
@@ -277,8 +280,9 @@ static int feed(const uint8_t *p, size_t len, const size_t *cuts,
     int64_t used = hr_reader_feed(r, p, len, &ev);
     const ev_rec *last = &l->r[l->n - 1];
     if (used != 0 || ev.kind != HR_RD_ERROR || ev.status.code != last->code) {
-      vec_buf_printf(diag, "reader: after a fatal error it consumed %lld "
-                           "and reported kind %d\n",
+      vec_buf_printf(diag,
+                     "reader: after a fatal error it consumed %lld "
+                     "and reported kind %d\n",
                      (long long)used, ev.kind);
       res = -1;
     }
@@ -304,8 +308,8 @@ static void describe_rec(vec_buf *diag, const ev_rec *r) {
                    r->buffer_index, (unsigned long long)r->frame_offset,
                    r->frame_len, r->len);
   if (r->kind == EV_ERR)
-    vec_buf_printf(diag, " %s at %u%s", hr_wire_error_name(r->code),
-                   r->offset, r->fatal ? " fatal" : "");
+    vec_buf_printf(diag, " %s at %u%s", hr_wire_error_name(r->code), r->offset,
+                   r->fatal ? " fatal" : "");
 }
 
 static int rec_equal(const ev_rec *a, const ev_rec *b) {
@@ -315,16 +319,15 @@ static int rec_equal(const ev_rec *a, const ev_rec *b) {
     return 0;
   switch (a->kind) {
   case EV_ERR:
-    return a->code == b->code && a->offset == b->offset &&
-           a->fatal == b->fatal;
+    return a->code == b->code && a->offset == b->offset && a->fatal == b->fatal;
   case EV_FRAME:
     if (a->buffer_index != b->buffer_index ||
         a->frame_offset != b->frame_offset || a->frame_len != b->frame_len)
       return 0;
     /* fall through */
   default:
-    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data,
-                                                      a->len) == 0);
+    return a->len == b->len &&
+           (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
   }
 }
 
@@ -355,8 +358,8 @@ static int compare_logs(const ev_log *want, const ev_log *got, size_t n,
  * reader may deliver or reject it; the split test still holds it to one
  * answer).  Returns 1 when `want` holds every event, 0 when only a prefix.
  */
-static int predict(const vec_span *msgs, int n,
-                      const hr_reader_settings *set, ev_log *want) {
+static int predict(const vec_span *msgs, int n, const hr_reader_settings *set,
+                   ev_log *want) {
   for (int i = 0; i < n; i++) {
     hr_msg_header h;
     hr_wire_status st = {0};
@@ -419,9 +422,8 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
   }
   /* A generous limit, except for a vector about the limit itself, which is
    * the one before the HELLOs. */
-  set.max_payload = code == HR_WIRE_MESSAGE_TOO_LARGE
-                        ? HR_PREHELLO_MAX_PAYLOAD
-                        : FEED_MAX_PAYLOAD;
+  set.max_payload = code == HR_WIRE_MESSAGE_TOO_LARGE ? HR_PREHELLO_MAX_PAYLOAD
+                                                      : FEED_MAX_PAYLOAD;
 
   uint8_t *p;
   size_t len;
@@ -477,8 +479,7 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
       ev_log l = {0};
       cuts[0] = k;
       char what[64];
-      snprintf(what, sizeof(what), "%ssplit at %zu", zc ? "zero-copy " : "",
-               k);
+      snprintf(what, sizeof(what), "%ssplit at %zu", zc ? "zero-copy " : "", k);
       if (feed(p, len, cuts, k ? 1 : 0, &set, zc, &l, diag) != 0 ||
           compare_logs(&whole, &l, SIZE_MAX, what, diag) != 0) {
         vec_buf_printf(diag, "  (%s)\n", what);
@@ -492,8 +493,7 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
     for (size_t k = 1; k < len; k++)
       cuts[k - 1] = k;
     if (feed(p, len, cuts, len - 1, &set, 0, &l, diag) != 0 ||
-        compare_logs(&whole, &l, SIZE_MAX, "one byte at a time", diag) !=
-            0) {
+        compare_logs(&whole, &l, SIZE_MAX, "one byte at a time", diag) != 0) {
       vec_buf_printf(diag, "  (one byte at a time)\n");
       res = -1;
     }
@@ -521,4 +521,6 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
   return res;
 }
 
-int main(void) { return vec_main("vectors_feed_test", check_vector); }
+int main(void) {
+  return vec_main("vectors_feed_test", check_vector);
+}

@@ -40,8 +40,9 @@ static int check_reencode(const hr_msg *m, const uint8_t *p, size_t len,
                           vec_buf *diag) {
   int64_t size = hr_wire_encoded_size(m);
   if (size != (int64_t)len) {
-    vec_buf_printf(diag, "re-encode: hr_wire_encoded_size %lld, expected "
-                         "%zu\n",
+    vec_buf_printf(diag,
+                   "re-encode: hr_wire_encoded_size %lld, expected "
+                   "%zu\n",
                    (long long)size, len);
     return -1;
   }
@@ -54,17 +55,19 @@ static int check_reencode(const hr_msg *m, const uint8_t *p, size_t len,
     for (size_t i = 0; i < len; i++)
       untouched &= out[i] == 0xA5;
     if (r != HR_ERR_BUFFER_TOO_SMALL || !untouched) {
-      vec_buf_printf(diag, "re-encode into %zu bytes: returned %lld%s, "
-                           "expected HR_ERR_BUFFER_TOO_SMALL and nothing "
-                           "written\n",
+      vec_buf_printf(diag,
+                     "re-encode into %zu bytes: returned %lld%s, "
+                     "expected HR_ERR_BUFFER_TOO_SMALL and nothing "
+                     "written\n",
                      len - 1, (long long)r, untouched ? "" : " and wrote");
       rc = -1;
     }
   }
   int64_t w = hr_wire_encode(m, out, len);
   if (w != (int64_t)len) {
-    vec_buf_printf(diag, "re-encode: hr_wire_encode returned %lld, expected "
-                         "%zu\n",
+    vec_buf_printf(diag,
+                   "re-encode: hr_wire_encode returned %lld, expected "
+                   "%zu\n",
                    (long long)w, len);
     rc = -1;
   } else if (memcmp(out, p, len) != 0) {
@@ -72,8 +75,9 @@ static int check_reencode(const hr_msg *m, const uint8_t *p, size_t len,
     while (out[i] == p[i])
       i++;
     char *want = vec_hex_encode(p, len), *got = vec_hex_encode(out, len);
-    vec_buf_printf(diag, "re-encode: bytes differ from offset %zu\n"
-                         "  expected %s\n  got      %s\n",
+    vec_buf_printf(diag,
+                   "re-encode: bytes differ from offset %zu\n"
+                   "  expected %s\n  got      %s\n",
                    i, want, got);
     free(want);
     free(got);
@@ -141,8 +145,9 @@ static int expected_code(const cJSON *v, vec_buf *diag) {
   const char *name = vec_get_str(v, "expect_error", &ok);
   int code = ok ? hr_wire_error_from_name(name) : -1;
   if (code < 0)
-    vec_buf_printf(diag, "vector: expect_error %s is no error name "
-                         "(hr_wire_error_from_name)\n",
+    vec_buf_printf(diag,
+                   "vector: expect_error %s is no error name "
+                   "(hr_wire_error_from_name)\n",
                    ok ? name : "(missing)");
   return code;
 }
@@ -150,25 +155,23 @@ static int expected_code(const cJSON *v, vec_buf *diag) {
 /* A rejection must carry the expected code, a reason, and an offset inside
  * the message (or just past it, for a field cut short). */
 static int check_rejection(int rc, const hr_wire_status *st, int code,
-                           size_t msg_len, const char *where,
-                           vec_buf *diag) {
-  if (rc == HR_ERR_PROTO && st->code == (uint32_t)code &&
-      st->reason != NULL && st->offset <= msg_len)
+                           size_t msg_len, const char *where, vec_buf *diag) {
+  if (rc == HR_ERR_PROTO && st->code == (uint32_t)code && st->reason != NULL &&
+      st->offset <= msg_len)
     return 0;
   vec_buf_printf(diag, "%s: expected HR_ERR_PROTO %s, got ", where,
                  hr_wire_error_name((uint32_t)code));
   describe_status(diag, rc, st);
   if (rc == HR_ERR_PROTO && st->code == (uint32_t)code)
-    vec_buf_printf(diag, " (%s)", st->reason == NULL
-                                      ? "reason is NULL"
+    vec_buf_printf(diag, " (%s)",
+                   st->reason == NULL ? "reason is NULL"
                                       : "offset beyond the message");
   vec_buf_printf(diag, "\n");
   return -1;
 }
 
-static int check_single_invalid(const cJSON *v, const uint8_t *p,
-                                size_t len, const hr_wire_ctx *ctx,
-                                vec_buf *diag) {
+static int check_single_invalid(const cJSON *v, const uint8_t *p, size_t len,
+                                const hr_wire_ctx *ctx, vec_buf *diag) {
   int code = expected_code(v, diag);
   if (code < 0)
     return -1;
@@ -180,8 +183,7 @@ static int check_single_invalid(const cJSON *v, const uint8_t *p,
     hr_msg_header h;
     hr_wire_parse_header(p, &h);
     rc = hr_wire_check_header(&h, HR_PREHELLO_MAX_PAYLOAD, ctx, &st);
-    return check_rejection(rc, &st, code, len, "hr_wire_check_header",
-                           diag);
+    return check_rejection(rc, &st, code, len, "hr_wire_check_header", diag);
   }
   hr_msg m;
   memset(&m, 0, sizeof(m));
@@ -422,4 +424,6 @@ static int check_vector(const char *file, const cJSON *v, vec_buf *diag) {
   return rc;
 }
 
-int main(void) { return vec_main("vectors_test", check_vector); }
+int main(void) {
+  return vec_main("vectors_test", check_vector);
+}
