@@ -299,6 +299,7 @@ static int check_sequence(const cJSON *v, const uint8_t *p, size_t len,
 
   vec_assembly as = {0};
   int res = 0, failed = 0; /* failed: the codec rejected the sequence */
+  int done_at = -1;        /* the message whose event said DONE */
   const cJSON *want = valid ? decoded->child : NULL;
   hr_wire_status st = {0};
   char where[96];
@@ -335,6 +336,8 @@ static int check_sequence(const cJSON *v, const uint8_t *p, size_t len,
     hr_rx_event ev;
     memset(&ev, 0, sizeof(ev));
     rc = hr_rx_on_message(rx, &m, &ev, &st);
+    if (rc == 0 && ev.done && done_at < 0)
+      done_at = i;
     if (rc != 0) {
       snprintf(where, sizeof(where), "message %d (%s): hr_rx_on_message", i,
                hr_msg_type_name(m.hdr.type));
@@ -368,6 +371,12 @@ static int check_sequence(const cJSON *v, const uint8_t *p, size_t len,
         res = -1;
       } else if (!hr_rx_done(rx)) {
         vec_buf_printf(diag, "hr_rx_done is 0 after a complete sequence\n");
+        res = -1;
+      } else if (done_at != n - 1) {
+        vec_buf_printf(diag,
+                       "hr_rx_on_message reported DONE at message %d "
+                       "of %d\n",
+                       done_at, n);
         res = -1;
       }
     } else if (rc == 0) {
