@@ -161,6 +161,20 @@ int vec_json_u64(const cJSON *j, uint64_t *out) {
   return -1;
 }
 
+int vec_json_u64_array(const cJSON *a, uint64_t *out, unsigned max,
+                       unsigned *n) {
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > (int)max)
+    return -1;
+  unsigned i = 0;
+  const cJSON *j;
+  cJSON_ArrayForEach(j, a) {
+    if (vec_json_u64(j, &out[i++]) != 0)
+      return -1;
+  }
+  *n = i;
+  return 0;
+}
+
 uint64_t vec_get_u64(const cJSON *o, const char *key, int *ok) {
   uint64_t v = 0;
   if (vec_json_u64(cJSON_GetObjectItemCaseSensitive(o, key), &v) != 0)

@@ -55,6 +55,10 @@ uint64_t vec_get_u64(const cJSON *o, const char *key, int *ok);
 /* A JSON number or decimal string, as the vectors write integers. */
 int vec_json_u64(const cJSON *j, uint64_t *out);
 
+/* A JSON array of at most `max` such integers into out[0..*n). */
+int vec_json_u64_array(const cJSON *a, uint64_t *out, unsigned max,
+                       unsigned *n);
+
 /* The transport named by a vector ("network" / "local"). */
 int vec_transport(const cJSON *v, hr_wire_ctx *ctx);
 

@@ -352,19 +352,6 @@ static int to_row_major(const vec_tensor *t, uint8_t *out, uint64_t count,
   return 0;
 }
 
-static int json_u64_list(const cJSON *a, uint64_t *out, unsigned *n) {
-  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > (int)HR_MAX_RANK)
-    return -1;
-  unsigned i = 0;
-  const cJSON *j;
-  cJSON_ArrayForEach(j, a) {
-    if (vec_json_u64(j, &out[i++]) != 0)
-      return -1;
-  }
-  *n = i;
-  return 0;
-}
-
 int vec_asm_check_logical(const vec_assembly *a, const cJSON *logical,
                           const hr_rx_config *cfg, vec_buf *diag) {
   int ok = 1;
@@ -372,8 +359,9 @@ int vec_asm_check_logical(const vec_assembly *a, const cJSON *logical,
   const char *hex = vec_get_str(logical, "hex", &ok);
   uint64_t shape[HR_MAX_RANK];
   unsigned rank = 0;
-  if (!ok || json_u64_list(cJSON_GetObjectItemCaseSensitive(logical, "shape"),
-                           shape, &rank) != 0) {
+  if (!ok ||
+      vec_json_u64_array(cJSON_GetObjectItemCaseSensitive(logical, "shape"),
+                         shape, HR_MAX_RANK, &rank) != 0) {
     vec_buf_printf(diag, "logical: malformed `logical` field in the vector\n");
     return -1;
   }
