@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# fuzz/run.sh [seconds]: builds the libFuzzer targets (clang, in their own
+# build folder), seeds their corpora from the test vectors and runs each
+# target for its share of `seconds` (default 60 in all, split evenly).
+# Exits non-zero on any crash, leak, timeout, UB or broken invariant; the
+# reproducer is left in the artifacts folder it names.
+#
+# Environment: HURRAY_VECTORS_DIR (default <repo>/../shared/vectors),
+# HR_FUZZ_BUILD_DIR (default <repo>/build/fuzz).  With CI=true a missing
+# vector folder is an error (the seeds are part of what CI checks).
+set -euo pipefail
+
+total=${1:-60}
+if ! [[ $total =~ ^[0-9]+$ ]] || [ "$total" -lt 2 ]; then
+  echo "usage: $0 [seconds >= 2]" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${HR_FUZZ_BUILD_DIR:-$root/build/fuzz}
+vectors=${HURRAY_VECTORS_DIR:-$root/../shared/vectors}
+targets=(fuzz_codec fuzz_reader)
+
+CC=${CC:-clang} cmake -S "$root" -B "$build" -G Ninja -DHR_FUZZ=ON \
+  -DHR_BUILD_TESTS=OFF -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j2 --target "${targets[@]}"
+
+seeds=$build/fuzz-seeds
+rm -rf "$seeds"
+if compgen -G "$vectors/*.json" >/dev/null; then
+  python3 "$root/fuzz/seed_corpus.py" "$vectors" "$seeds"
+else
+  if [ "${CI:-}" = true ]; then
+    echo "fuzz/run.sh: no test vectors in $vectors (CI=true: failing)" >&2
+    exit 1
+  fi
+  echo "fuzz/run.sh: no test vectors in $vectors: fuzzing without seeds" >&2
+  mkdir -p "$seeds/codec" "$seeds/reader"
+fi
+
+# Each target gets an equal share, rounded up, so the total is >= $total.
+each=$(( (total + ${#targets[@]} - 1) / ${#targets[@]} ))
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+logs=$build/fuzz-logs
+mkdir -p "$logs"
+status=0
+for t in "${targets[@]}"; do
+  corpus=$build/fuzz-corpus/$t
+  artifacts=$build/fuzz-artifacts/$t
+  mkdir -p "$corpus" "$artifacts"
+  echo "== $t: ${each}s (log: $logs/$t.log)"
+  # The first folder collects new inputs; the seeds are read only.
+  if "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
+      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}" \
+      >"$logs/$t.log" 2>&1; then
+    grep -E '^(Done|stat::(new_units_added|peak_rss_mb))' "$logs/$t.log" ||
+      true
+  else
+    tail -n 60 "$logs/$t.log" >&2
+    echo "fuzz/run.sh: $t FAILED; reproducer(s) in $artifacts" >&2
+    status=1
+  fi
+done
+exit $status
