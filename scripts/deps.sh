@@ -4,10 +4,12 @@
 # only for packages that are missing; uses sudo when not root.
 set -euo pipefail
 what=${1:-demo}
-pkgs=(build-essential cmake ninja-build pkg-config python3
+pkgs=(build-essential cmake ninja-build pkg-config python3 libfabric-dev
       libevent-dev libssl-dev libcjson-dev)
 if [ "$what" = test ]; then
-  pkgs+=(clang libclang-rt-14-dev llvm libcmocka-dev iproute2 iperf3)
+  pkgs+=(clang libclang-rt-14-dev llvm libcmocka-dev iproute2 iperf3
+        libvulkan-dev mesa-vulkan-drivers libze-dev libamdhip64-dev
+        libfabric-dev libfabric-bin)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
