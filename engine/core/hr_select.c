@@ -38,6 +38,10 @@ typedef struct choice {
   uint32_t mr;       /* PANEL */
 } choice;
 
+static void put_reason(char *msg, size_t cap, const char *r) {
+  hr__set_msg(msg, cap, r, r ? strlen(r) : 0);
+}
+
 static unsigned elem_bytes(uint8_t e) {
   unsigned b = hr_elem_bits(e);
   return b >= 8 ? b / 8 : 1;
@@ -581,7 +585,7 @@ static int box_part(hr_session *s, const hr_request *req, hr_tensor *t,
     if (rv) {
       if (rv == HR_ERR_PROTO) {
         *wire = st.code;
-        hr__set_msg(msg, msgcap, st.reason, strlen(st.reason));
+        put_reason(msg, msgcap, st.reason);
       } else if (rv == HR_ERR_LIMIT) {
         *wire = HR_WIRE_RESOURCE_EXHAUSTED;
         hr__set_msg(msg, msgcap, "transcoding memory limit", 24);
@@ -647,7 +651,7 @@ static int composite_parts(hr_session *s, const hr_request *req,
     int rv = select_layout(s, req, t, &c, &st);
     if (rv == HR_ERR_PROTO) {
       *wire = st.code;
-      hr__set_msg(msg, msgcap, st.reason, strlen(st.reason));
+      put_reason(msg, msgcap, st.reason);
       return 1;
     }
     if (rv)
@@ -749,7 +753,7 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
   int rv = select_layout(s, req, t, &c, &st);
   if (rv == HR_ERR_PROTO) {
     *wire = st.code;
-    hr__set_msg(msg, msgcap, st.reason, strlen(st.reason));
+    put_reason(msg, msgcap, st.reason);
     return 1;
   }
   if (rv)

@@ -37,7 +37,11 @@ static const unsigned char legal[HR_CS_COUNT][HR_CS_COUNT] = {
 void hr__session_set_state(hr_session *s, int state) {
   if (s->state == state)
     return;
-  assert(legal[s->state][state]);
+  if (!legal[s->state][state]) {
+    /* Our own bug: never reached from peer input. */
+    assert(!"illegal connection state transition");
+    return;
+  }
   s->state = state;
   if (state == HR_CS_ESTABLISHED)
     hr_reader_set_max_payload(s->rd, s->set.max_message_size);
