@@ -472,8 +472,12 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   st->rec.layout = hr_tensor_descriptor(t)->layout.tag;
   for (size_t i = 0; i < st->tx.nparts; i++)
     st->rec.bytes += st->tx.parts[i].xp.total_data_bytes;
-  if (s->state == HR_CS_ESTABLISHED)
+  if (s->state == HR_CS_ESTABLISHED) {
+    rv = hr__tx_send_head(s, st);
+    if (rv)
+      goto out;
     hr__ready_add(s, st);
+  }
 out:
   if (rv && st) {
     st->cb_done = 1;
@@ -663,6 +667,9 @@ int hr__cli_established(hr_session *s) {
         return hr__fatal(s, rv);
       st->req = NULL;
     } else if (st->kind == HR_SK_CLI_PUT) {
+      int rv = hr__tx_send_head(s, st);
+      if (rv)
+        return hr__fatal(s, rv);
       hr__ready_add(s, st);
     }
   }

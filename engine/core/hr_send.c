@@ -364,6 +364,19 @@ static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
   return hr__out_msg(s, &m, 0);
 }
 
+int hr__tx_send_head(hr_session *s, hr_stream *st) {
+  hr_tx *tx = &st->tx;
+  if (tx->cur >= tx->nparts || tx->phase != HR_TXP_DESC)
+    return 0;
+  int rv = send_desc(s, st, &tx->parts[tx->cur]);
+  if (rv)
+    return rv;
+  tx->phase = HR_TXP_DATA;
+  tx->buf = 0;
+  tx->off = 0;
+  return hr__tx_pump(s, st);
+}
+
 int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
   hr_tx *tx = &st->tx;
   int framed = 0, msgs = 0, rv;

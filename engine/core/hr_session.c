@@ -299,6 +299,8 @@ static void stream_release(hr_session *s, hr_stream *st) {
   hr__mem_free(&s->mem, st->cg.store);
   hr__mem_free(&s->mem, st->cg.ended);
   hr__mem_free(&s->mem, st->list_msg);
+  hr__mem_free(&s->mem, st->req);
+  st->req = NULL;
   hr_tensor_unref(st->chunk_hold);
   st->sg.key = NULL;
   st->sg.ext_store = NULL;
