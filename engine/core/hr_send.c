@@ -242,7 +242,9 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
   if (tx->cur >= tx->nparts || tx->failed)
     return 0;
   hr_part *p = &tx->parts[tx->cur];
-  if (p->xmode == HR_XM_DIRECT || tx->phase != HR_TXP_DATA)
+  /* The current part's window fills from the answer on, before its
+   * descriptor goes, so the first chunk is ready sooner. */
+  if (p->xmode == HR_XM_DIRECT || tx->phase == HR_TXP_END)
     return 0;
   if (!tx->win) {
     tx->win_cap = s->set.transcode_window ? s->set.transcode_window : 1;

@@ -1307,9 +1307,10 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
   /* Capabilities: only what this build does, and (server) what the
    * provider supports. */
   uint32_t caps = in->capabilities;
-  uint32_t can = HR_CAP_PARALLEL_STREAMS | HR_CAP_REGION_REQUESTS;
+  uint32_t can = HR_CAP_PARALLEL_STREAMS;
 #ifdef HR_HAVE_TRANSCODE
-  can |= HR_CAP_TRANSCODING;
+  /* Regions other than slabs are cut by the transcode plans. */
+  can |= HR_CAP_TRANSCODING | HR_CAP_REGION_REQUESTS;
 #endif
   if (role == HR_ROLE_SERVER && s->has_prov) {
     if (s->prov.on_put_begin && s->prov.on_put_commit)
