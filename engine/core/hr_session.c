@@ -489,6 +489,13 @@ int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
   if (st) {
     first = st->id;
     last = st->last;
+    /* The other shards of a client GET would go on streaming. */
+    if (s->role == HR_ROLE_CLIENT && st->kind == HR_SK_CLI_GET &&
+        st->last > st->id) {
+      rv = hr__cli_cancel_others(s, st, sid);
+      if (rv)
+        return rv;
+    }
     hr__stream_fail(s, st, HR_ERR_PROTO, code, 1, text);
     if (!st->ended)
       hr__stream_end(s, st);

@@ -462,6 +462,8 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
 int hr__status_for_wire(uint32_t code);
 /* The session established: client streams queued before may go. */
 int hr__cli_established(hr_session *s);
+/* Client GET: CANCEL every used id of its block but `except`. */
+int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except);
 /* A GOAWAY arrived (client): fail streams above last. */
 void hr__cli_goaway(hr_session *s, uint32_t last);
 /* Queues a PING (keepalive: sent by the session itself). */
