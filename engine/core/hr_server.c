@@ -107,6 +107,18 @@ static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
   return 0;
 }
 
+/* Answers a GET with an ERROR that is a refusal, not a violation. */
+static int get_refuse(hr_session *s, hr_stream *st, uint32_t wire,
+                      const char *message) {
+  int rv = hr__out_error(s, st->id, wire, message);
+  if (rv)
+    return hr__fatal(s, rv);
+  hr__discard_add(s, st->id, st->last);
+  rec_finish(s, st, hr__status_for_wire(wire), wire, 1, message);
+  hr__stream_end(s, st);
+  return 0;
+}
+
 int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   if (!g || !t)
     return HR_ERR_INVALID_ARGUMENT;
@@ -129,9 +141,9 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
     goto out;
   }
   if (rv == 1) {
-    hr__answer_plan_free(s, &plan);
     st->rec.layout = plan.layout;
-    rv = hr__stream_error(s, st->id, wire, msg);
+    hr__answer_plan_free(s, &plan);
+    rv = get_refuse(s, st, wire, msg);
     goto out;
   }
   st->rec.layout = plan.layout;
@@ -189,15 +201,7 @@ int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
     return HR_ERR_STATE;
   hr__api_enter(s);
   st->sg.answered = 1;
-  int rv = hr__out_error(s, st->id, wire_error, message);
-  if (rv) {
-    hr__fatal(s, rv);
-  } else {
-    hr__discard_add(s, st->id, st->last);
-    rec_finish(s, st, hr__status_for_wire(wire_error), wire_error, 1,
-               message);
-    hr__stream_end(s, st);
-  }
+  get_refuse(s, st, wire_error, message);
   int ret = s->fatal ? s->fatal : 0;
   hr__api_leave(s);
   return ret;
