@@ -187,9 +187,18 @@ static int layout_listed(const hr_layout_entry *l, uint16_t n, uint8_t tag) {
   return 0;
 }
 
-static int accepts_device(const hr_session *s, uint8_t dev) {
-  /* This build lands bytes in host memory only; a device backend would
-   * accept its own tags here (rule 6: a tag we advertised). */
+static int we_advertised(const hr_session *s, uint8_t dev) {
+  if (!s->set.devices)
+    return dev == HR_DEV_CPU;
+  for (uint16_t i = 0; i < s->set.device_count; i++)
+    if (s->set.devices[i] == dev)
+      return 1;
+  return 0;
+}
+
+/* Whether this client can land bytes on `dev` now.  This build lands them
+ * in host memory only; a device backend would accept its own tags. */
+static int can_land(const hr_session *s, uint8_t dev) {
   (void)s;
   return dev == HR_DEV_CPU;
 }
@@ -197,7 +206,14 @@ static int accepts_device(const hr_session *s, uint8_t dev) {
 static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
                                  const hr_descriptor *d) {
   uint8_t dev = d->buffer_count ? d->buffers[0].device_tag : HR_DEV_CPU;
-  if (!accepts_device(s, dev))
+  /* Rule 6: a device (or memory class) we never advertised breaks the
+   * server's rules; one we advertised but cannot take is declined. */
+  for (unsigned k = 0; k < d->buffer_count; k++)
+    if (!we_advertised(s, d->buffers[k].device_tag) ||
+        d->buffers[k].memory_class != HR_MEM_STANDARD)
+      return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
+                              "device or memory class never advertised");
+  if (!can_land(s, dev))
     return hr__stream_error(s, sid, HR_WIRE_DEVICE_UNAVAILABLE,
                             "this client receives CPU buffers only");
   if (d->layout.tag != HR_LAYOUT_COMPOSITE &&

@@ -890,6 +890,28 @@ static int on_data(hr_session *s, const hr_reader_event *ev) {
   return 0;
 }
 
+/* A message the reader rejected from its header (or a TENSOR_DATA
+ * sub-header).  An unknown type is answered on its stream whatever the
+ * stream (§ 18: type before placement).  Otherwise placement comes first:
+ * on a never-opened id it is the never-opened rule (stream 0); on an
+ * ended one, PROTOCOL_VIOLATION on it; on an open one, the reader's code
+ * on it.  Late bytes of a stream we already refused are dropped. */
+static int on_reader_error(hr_session *s, const hr_reader_event *ev) {
+  uint32_t sid = ev->hdr.stream_id;
+  if (ev->fatal || sid == 0 || s->state == HR_CS_AWAIT_HELLO)
+    return hr__conn_error(s, ev->status.code, ev->status.reason);
+  if (ev->status.code == HR_WIRE_UNKNOWN_MESSAGE_TYPE || hr__stream_find(s, sid))
+    return hr__stream_error(s, sid, ev->status.code, ev->status.reason);
+  if (range_has(s->discard, HR_DISCARD_RANGES, s->ndiscard, s->discard_head,
+                sid))
+    return 0;
+  if (sid <= s->max_seen && was_opened(s, sid))
+    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
+                            "message on an ended stream");
+  return hr__conn_error(s, HR_WIRE_PROTOCOL_VIOLATION,
+                        "message on a stream never opened");
+}
+
 int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
                         hr_tstamp now) {
   if (!s || (!in && len))
@@ -924,12 +946,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
       rv = on_data(s, &ev);
       break;
     case HR_RD_ERROR:
-      if (ev.fatal || ev.hdr.stream_id == 0 ||
-          s->state == HR_CS_AWAIT_HELLO)
-        rv = hr__conn_error(s, ev.status.code, ev.status.reason);
-      else
-        rv = hr__stream_error(s, ev.hdr.stream_id, ev.status.code,
-                              ev.status.reason);
+      rv = on_reader_error(s, &ev);
       break;
     default:
       break;
@@ -1056,11 +1073,8 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
   if (!hr_reader_at_boundary(s->rd) && s->set.read_timeout)
     t = min_ts(t, add_ts(s->msg_started, s->set.read_timeout));
-  if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout) {
-    hr_tstamp last = s->last_rx > s->last_activity ? s->last_rx
-                                                   : s->last_activity;
-    t = min_ts(t, add_ts(last, s->set.idle_timeout));
-  }
+  if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout)
+    t = min_ts(t, add_ts(s->last_activity, s->set.idle_timeout));
   if (s->role == HR_ROLE_CLIENT && s->state != HR_CS_AWAIT_HELLO &&
       s->set.keepalive_interval) {
     if (s->keepalive_out)
@@ -1138,11 +1152,12 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
                            "keepalive: the peer stopped answering",
                            HR_ERR_TIMEOUT);
   } else {
+    /* Idle: no stream open and none opened or ended for idle_timeout
+     * (PINGs do not count, or two keepalive peers would never idle). */
     if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 &&
         s->set.idle_timeout) {
-      hr_tstamp last = s->last_rx > s->last_activity ? s->last_rx
-                                                     : s->last_activity;
-      if (now >= add_ts(last, s->set.idle_timeout) && !s->goaway_sent) {
+      if (now >= add_ts(s->last_activity, s->set.idle_timeout) &&
+          !s->goaway_sent) {
         rv = hr_session_shutdown(s, now);
         hr__session_set_state(s, HR_CS_CLOSED);
       }

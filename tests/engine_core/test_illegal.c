@@ -237,6 +237,8 @@ static void b_unknown_s3(raw *r) { put_hdr(r, 0x13, 3, 4); }
 static void b_unknown_s0(raw *r) { put_hdr(r, 0x13, 0, 4); }
 static void b_private_s3(raw *r) { put_hdr(r, 0xF0, 3, 0); }
 static void b_ping_s3(raw *r) { ping(r, HR_MSG_PING, 3); }
+static void b_ping_s1(raw *r) { ping(r, HR_MSG_PING, 1); }
+static void b_short_data(raw *r) { put_hdr(r, HR_MSG_TENSOR_DATA, 5, 12); }
 static void b_rdma_open(raw *r) { empty(r, HR_MSG_RDMA_READY, 1); }
 static void b_desc_on_get(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
@@ -371,7 +373,12 @@ static const srow srows[] = {
      HR_WIRE_UNKNOWN_MESSAGE_TYPE, 1},
     {"unagreed private type", S_EST, b_private_s3, 3,
      HR_WIRE_UNKNOWN_MESSAGE_TYPE, 0},
-    {"PING on stream 3", S_EST, b_ping_s3, 3, HR_WIRE_PROTOCOL_VIOLATION, 0},
+    {"PING on a never-opened stream", S_EST, b_ping_s3, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
+    {"PING on an open stream", S_OPEN, b_ping_s1, 1,
+     HR_WIRE_PROTOCOL_VIOLATION, 0},
+    {"PING on an ended stream", S_ENDED, b_ping_s1, 1,
+     HR_WIRE_PROTOCOL_VIOLATION, 0},
     {"RDMA_READY not negotiated", S_OPEN, b_rdma_open, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0},
     {"DESCRIPTOR on a GET stream", S_OPEN, b_desc_on_get, 1,
@@ -381,8 +388,12 @@ static const srow srows[] = {
     {"payload above max_message_size", S_EST, b_too_large, 0,
      HR_WIRE_MESSAGE_TOO_LARGE, 1},
     {"ERROR on stream 0", S_EST, b_error_s0, 0, 0, 1},
-    {"GOAWAY on stream 3", S_EST, b_goaway_s3, 3, HR_WIRE_PROTOCOL_VIOLATION,
-     0},
+    {"GOAWAY on a never-opened stream", S_EST, b_goaway_s3, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
+    {"short TENSOR_DATA on an open PUT", S_PUT, b_short_data, 5,
+     HR_WIRE_MALFORMED_PAYLOAD, 0},
+    {"short TENSOR_DATA never opened", S_EST, b_short_data, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
     {"CANCEL on stream 0", S_EST, b_cancel_s0, 0, HR_WIRE_PROTOCOL_VIOLATION,
      1},
     {"PUT of a shard", S_EST, b_put_shard, 7, HR_WIRE_PUT_REJECTED, 0},
@@ -533,8 +544,8 @@ static const crow crows[] = {
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
     {"layout neither asked nor advertised", C_GET, c_colmajor, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
-    {"CUDA buffer (rule 6)", C_GET, c_cuda, 1, HR_WIRE_DEVICE_UNAVAILABLE, 0,
-     HR_ERR_PROTO},
+    {"CUDA buffer never advertised (rule 6)", C_GET, c_cuda, 1,
+     HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
     {"frame past the buffer", C_GET, c_overrun, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
     {"peer ERROR", C_GET, c_error, 0, 0, 0, HR_ERR_REMOTE},

@@ -530,6 +530,8 @@ static void timeouts(void **state) {
   assert_int_equal(run(&p), 0);
   assert_int_equal(p.errors_c, 0);
   assert_int_equal(hr_session_get_expiry(p.c), p.now + 30 * SEC);
+  /* PINGs are not activity: the server still idles out on time. */
+  assert_int_equal(hr_session_get_expiry(p.s), 5 + 300 * SEC);
   p.now += 30 * SEC;
   assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
   assert_true(pump(&p, p.c, NULL) > 0); /* the PING is lost */
