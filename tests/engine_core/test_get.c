@@ -63,14 +63,13 @@ static void get_small_row_major(void **state) {
   }
 }
 
-
 static const uint8_t all_elems[] = {
-    HR_ELEM_BOOL,     HR_ELEM_INT8,          HR_ELEM_UINT8,
-    HR_ELEM_INT16,    HR_ELEM_UINT16,        HR_ELEM_INT32,
-    HR_ELEM_UINT32,   HR_ELEM_INT64,         HR_ELEM_UINT64,
-    HR_ELEM_FLOAT16,  HR_ELEM_BFLOAT16,      HR_ELEM_FLOAT32,
-    HR_ELEM_FLOAT64,  HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
-    HR_ELEM_COMPLEX64, HR_ELEM_COMPLEX128,   HR_ELEM_INT4,
+    HR_ELEM_BOOL,      HR_ELEM_INT8,          HR_ELEM_UINT8,
+    HR_ELEM_INT16,     HR_ELEM_UINT16,        HR_ELEM_INT32,
+    HR_ELEM_UINT32,    HR_ELEM_INT64,         HR_ELEM_UINT64,
+    HR_ELEM_FLOAT16,   HR_ELEM_BFLOAT16,      HR_ELEM_FLOAT32,
+    HR_ELEM_FLOAT64,   HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
+    HR_ELEM_COMPLEX64, HR_ELEM_COMPLEX128,    HR_ELEM_INT4,
     HR_ELEM_UINT4};
 
 /* Every element type, ROW_MAJOR, several shapes (scalar, empty, odd). */
@@ -85,8 +84,8 @@ static void get_every_element_type(void **state) {
     assert_int_equal(pair_open(&p, NULL, NULL), 0);
     for (size_t e = 0; e < sizeof all_elems; e++)
       for (size_t sh = 0; sh < 4; sh++) {
-        hr_tensor *t = row_major(all_elems[e], ranks[sh], shapes[sh],
-                                 e * 31 + sh);
+        hr_tensor *t =
+            row_major(all_elems[e], ranks[sh], shapes[sh], e * 31 + sh);
         assert_non_null(t);
         result r = {0};
         hr_get_opts o = get_opts("k");
@@ -305,8 +304,8 @@ static void get_parallel_shards(void **state) {
         shape[0] = 4100;
         shape[1] = 2100;
       }
-      hr_tensor *t = dense(HR_ELEM_FLOAT32, layouts[li], 2, shape, NULL, 0,
-                           (uint64_t)k);
+      hr_tensor *t =
+          dense(HR_ELEM_FLOAT32, layouts[li], 2, shape, NULL, 0, (uint64_t)k);
       result r = {0};
       hr_get_opts o = get_opts("k");
       o.flags = HR_REQ_PARALLEL_OK;
@@ -453,7 +452,6 @@ static void get_devices(void **state) {
   hr_tensor_unref(t);
 }
 
-
 /* Element (i, j) of a rank-2 tensor of 4-byte elements in any dense or
  * STRIDED layout (enough for these tests). */
 static uint32_t elem2(hr_tensor *t, uint64_t i, uint64_t j) {
@@ -582,8 +580,7 @@ static void get_regions(void **state) {
   assert_int_equal(r.status, 0);
   assert_int_equal(r.rec.shards, 3);
   assert_int_equal(memcmp(hr_tensor_buffer(r.t, 0),
-                          (uint8_t *)hr_tensor_buffer(big, 0) +
-                              100 * 4096 * 4,
+                          (uint8_t *)hr_tensor_buffer(big, 0) + 100 * 4096 * 4,
                           2500 * 4096 * 4),
                    0);
   const hr_descriptor *d = hr_tensor_descriptor(r.t);
@@ -795,8 +792,7 @@ static void get_torn_composite(void **state) {
       f.b[f.n++] = (uint8_t)(10 + i);
       f.b[f.n++] = (uint8_t)(20 + i);
       if (i == 0) {
-        assert_int_equal(hr_wire_encode_data_prefix(f.b + f.n, 1, 0, 2, 2),
-                         24);
+        assert_int_equal(hr_wire_encode_data_prefix(f.b + f.n, 1, 0, 2, 2), 24);
         f.n += 24;
         f.b[f.n++] = 30;
         f.b[f.n++] = 40;
