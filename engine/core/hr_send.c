@@ -274,8 +274,12 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     c->begin = tx->next_chunk;
     c->len = len;
     int rv = chunk_mem(s, len, &c->mem);
-    if (rv)
-      return rv;
+    if (rv) {
+      /* Memory pressure refuses this transfer, not the connection. */
+      tx->failed = 1;
+      return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                              "no memory for a transcoding chunk");
+    }
     tx->win_count++;
     tx->next_chunk += len;
     rv = submit(s, st, c, 0);

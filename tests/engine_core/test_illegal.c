@@ -654,8 +654,8 @@ static void failmalloc(void **state) {
     hr_test_failmem_init(&p.fm, n);
     store_put(&p.st, "t", t);
     store_put(&p.st, "c", c);
-    result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0};
-    int g1 = -1, g2 = -1, g3 = -1, g4 = -1;
+    result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0}, r5 = {0};
+    int g1 = -1, g2 = -1, g3 = -1, g4 = -1, g5 = -1;
     int rv = pair_open(&p, NULL, NULL);
     if (rv == 0) {
       hr_get_opts o = get_opts("t");
@@ -665,12 +665,20 @@ static void failmalloc(void **state) {
       g3 = hr_session_put(p.c, (const uint8_t *)"u", 1, 0, t, on_put_done, &r3,
                           NULL);
       g4 = hr_session_list(p.c, NULL, 0, NULL, 0, 10, on_list_done, &r4);
+      /* Transcoded when the kernels are linked (plans, chunks, work). */
+      o = get_opts("t");
+      hr_layout_entry cm = {HR_LAYOUT_COLUMN_MAJOR, 0, NULL};
+      o.layouts = &cm;
+      o.layout_count = 1;
+      o.flags = HR_REQ_ALLOW_TRANSCODE;
+      g5 = hr_session_get(p.c, &o, on_get_done, &r5, NULL);
       rv = run(&p);
       assert_true(rv == 0 || rv == HR_ERR_NOMEM);
       assert_true(g1 == 0 || g1 == HR_ERR_NOMEM || g1 == HR_ERR_STATE);
       assert_true(g2 == 0 || g2 == HR_ERR_NOMEM || g2 == HR_ERR_STATE);
       assert_true(g3 == 0 || g3 == HR_ERR_NOMEM || g3 == HR_ERR_STATE);
       assert_true(g4 == 0 || g4 == HR_ERR_NOMEM || g4 == HR_ERR_STATE);
+      assert_true(g5 == 0 || g5 == HR_ERR_NOMEM || g5 == HR_ERR_STATE);
       if (!p.fm.failed) {
         if (r1.status)
           print_message("r1: %d %s %s\n", r1.status,
@@ -681,6 +689,8 @@ static void failmalloc(void **state) {
         assert_true(same_tensor(r2.t, c));
         assert_int_equal(r3.status, 0);
         assert_int_equal(r4.entries, 2); /* the PUT is not ACKed yet */
+        assert_int_equal(r5.status, 0);
+        assert_int_equal(r5.t != NULL, 1);
         clean = 1;
       }
     } else {
@@ -693,10 +703,12 @@ static void failmalloc(void **state) {
     assert_int_equal(r2.calls, g2 == 0);
     assert_int_equal(r3.calls, g3 == 0);
     assert_int_equal(r4.calls, g4 == 0);
+    assert_int_equal(r5.calls, g5 == 0);
     result_clear(&r1);
     result_clear(&r2);
     result_clear(&r3);
     result_clear(&r4);
+    result_clear(&r5);
     store_clear(&p.st);
     if (p.fm.live != 0)
       fail_msg("fail at %ld: %ld blocks leaked", n, p.fm.live);
