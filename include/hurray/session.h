@@ -71,8 +71,9 @@ typedef struct hr_settings {
                                   control messages are always let through) */
   uint32_t max_streams;        /* concurrent streams per connection (256) */
   uint64_t handshake_timeout;  /* ns; 10 s */
-  uint64_t idle_timeout;       /* ns without streams and without input
-                                  before GOAWAY (NO_ERROR) and close;
+  uint64_t idle_timeout;       /* ns with no stream open, opened or
+                                  ended (PINGs do not count) before
+                                  GOAWAY (NO_ERROR) and close;
                                   300 s (0: none) */
   uint64_t read_timeout;       /* ns a peer may stall inside a message
                                   (no byte of it arriving) before ERROR
@@ -357,7 +358,8 @@ struct hr_work {
 typedef struct hr_session_callbacks {
   size_t size; /* sizeof(hr_session_callbacks) */
   /* Run w->run() somewhere, then call hr_session_work_done(s, w) on the
-   * driving thread.  NULL: run inline (synchronously) at submission. */
+   * driving thread.  NULL, or a non-zero return (the host cannot take it
+   * now): the session runs it inline (synchronously) at submission. */
   int (*submit_work)(hr_session *s, hr_work *w, void *user_data);
   /* The handshake completed (both HELLOs). */
   void (*on_established)(hr_session *s, const hr_hello *peer,
