@@ -317,6 +317,9 @@ typedef struct hr_buffer_handle {
   uint8_t memory_class;
   uint16_t device_index;
   uint8_t sync_mode;
+  /* Offsets 14-15: decoded as read so that hr_descriptor_validate() can
+   * reject non-zero values (INVALID_DESCRIPTOR); encoders write zeros. */
+  uint8_t reserved[2];
 } hr_buffer_handle;
 
 /* The per-layout parameters (§ 5, § 7.3), parsed. */
@@ -667,8 +670,12 @@ HR_EXTERN int hr_shape_elements(const uint64_t *shape, unsigned rank,
 
 /*
  * Returns the exact encoded size (header included) of `m`, or a negative
- * HR_ERR_INVALID_ARGUMENT when `m` cannot be encoded (a count above its
- * cap, a payload above 2^32-1).  Encoders do not re-validate what the
+ * HR_ERR_INVALID_ARGUMENT when `m` cannot be encoded (a count or length
+ * above its cap of § 17, a key outside 1-1024 bytes, a TENSOR_DATA without
+ * data, a NULL pointer with a non-zero length, raw extension or LIST entry
+ * bytes that do not hold exactly their count, a payload above 2^32-1, a
+ * type other than 0x01-0x12: private payloads are the caller's, written
+ * after hr_wire_put_header()).  Encoders do not re-validate what the
  * caller built beyond what keeps the output self-consistent: use
  * hr_descriptor_validate() on application data first.
  * The header's payload_length is computed; m->hdr.payload_length is ignored.
@@ -681,7 +688,9 @@ HR_EXTERN int64_t hr_wire_encode(const hr_msg *m, uint8_t *out, size_t cap);
 
 /* Writes the 12-byte header plus the 12-byte TENSOR_DATA sub-header of a
  * frame carrying `data_len` (>= 1) bytes: the frame's data then follows from
- * the application's buffer (scatter-gather, no copy).  Returns 24. */
+ * the application's buffer (scatter-gather, no copy).  Returns 24, or
+ * HR_ERR_INVALID_ARGUMENT (nothing written) when data_len is 0 or above
+ * 2^32-13 (the payload would not fit its u32 length). */
 HR_EXTERN int hr_wire_encode_data_prefix(uint8_t out[24], uint32_t stream_id,
                                          uint8_t buffer_index, uint64_t offset,
                                          uint32_t data_len);
