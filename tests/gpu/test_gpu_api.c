@@ -8,13 +8,18 @@
  * Usage: test_gpu_api [backend]   (default "sim"; exit 77 when the
  * backend is unavailable here).
  */
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#ifdef HR_NO_CMOCKA
+#include "gt_nocmocka.h"
+#else
+#include <setjmp.h>
+#include <stdarg.h>
+
 #include <cmocka.h>
+#endif
 
 #include <hurray/gpu.h>
 #include <hurray/wire.h>

@@ -12,11 +12,16 @@
  * Usage: test_gpu_contract [backend]   (default "sim"; exit 77 when the
  * backend is unavailable here).
  */
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 
+#ifdef HR_NO_CMOCKA
+#include "gt_nocmocka.h"
+#else
+#include <setjmp.h>
+#include <stdarg.h>
+
 #include <cmocka.h>
+#endif
 
 #include <hurray/handoff.h>
 
