@@ -314,6 +314,43 @@ static void test_stager(void **state) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+/* The simulated device's knobs: a per-operation delay and paced copies
+ * keep work visibly in flight. */
+static void test_sim_delays(void **state) {
+  (void)state;
+  if (strcmp(gt_backend, "sim") != 0) {
+    print_message("sim only\n");
+    return;
+  }
+  hr_gpu *g;
+  assert_int_equal(gt_open(&g, 100000000, 1u << 20), 0); /* 100 ms, 1 MB/s */
+  hr_gpu_stream *s;
+  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
+  hr_gpu_buf *a, *b;
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, 65536, &a), 0);
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_PINNED, 65536, &b), 0);
+  memset(hr_gpu_buf_host_ptr(b), 0x5a, 65536);
+  hr_gpu_event *e;
+  assert_int_equal(hr_gpu_event_new(g, 0, &e), 0);
+  struct timespec ts0, ts1;
+  clock_gettime(CLOCK_MONOTONIC, &ts0);
+  assert_int_equal(hr_gpu_copy_async(s, a, 0, b, 0, 65536), 0);
+  assert_int_equal(hr_gpu_event_record(e, s), 0);
+  assert_int_equal(hr_gpu_event_query(e), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_sync(e), 0);
+  clock_gettime(CLOCK_MONOTONIC, &ts1);
+  double ms = (double)(ts1.tv_sec - ts0.tv_sec) * 1e3 +
+              (double)(ts1.tv_nsec - ts0.tv_nsec) / 1e6;
+  /* 100 ms of delay plus 64 KiB at 1 MiB/s (about 60 ms). */
+  assert_true(ms >= 150.0);
+  assert_memory_equal(hr_gpu_buf_host_ptr(a), hr_gpu_buf_host_ptr(b), 65536);
+  hr_gpu_event_del(e);
+  hr_gpu_buf_del(a);
+  hr_gpu_buf_del(b);
+  hr_gpu_stream_del(s);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv != 0)
@@ -323,6 +360,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_copies),
       cmocka_unit_test(test_events_and_host_fns),
       cmocka_unit_test(test_stager),
+      cmocka_unit_test(test_sim_delays),
   };
   return cmocka_run_group_tests_name(gt_backend, tests, NULL, NULL);
 }

@@ -28,7 +28,7 @@
 #include "gpu_testutil.h"
 
 #define N (256u * 1024u)
-#define GATE_NS 150000000ull /* the producer's "kernel" time */
+#define GATE_NS 250000000ull /* the producer's "kernel" time */
 
 typedef struct fx {
   hr_gpu *g;
@@ -290,7 +290,7 @@ static void test_release_waits_for_consumer(void **state) {
   assert_int_equal(hr_gpu_copy_async(f->C, f->out, 0, f->dev, 0, N), 0);
   assert_int_equal(hr_handoff_release_after(h, &f->C, 1), 0);
   hr_handoff_del(h); /* the pending release keeps it alive */
-  /* The consumer's copy waits for the producer's 150 ms gate, so the
+  /* The consumer's copy waits for the producer's 250 ms gate, so the
    * release cannot have run yet. */
   assert_int_equal(__atomic_load_n(&f->releases, __ATOMIC_SEQ_CST), 0);
   assert_int_equal(hr_gpu_stream_sync(f->C), 0);
