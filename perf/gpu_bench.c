@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
   size_t chunk = 16u << 20;
   unsigned slots = 4, iters = 3;
   double target = 0.85;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -127,7 +127,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gpu_bench: unknown option %s\n", a);
       return 2;
     }
-    i++;
   }
   if (size == 0 || chunk < 4096 || iters == 0) {
     fprintf(stderr, "gpu_bench: bad size, chunk or iters\n");

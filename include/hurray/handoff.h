@@ -242,8 +242,9 @@ HR_EXTERN int hr_handoff_consume(hr_handoff *h, hr_gpu *g,
  * enqueued so far on the `n` (>= 1) streams has completed, without
  * blocking the host (the release runs from a host function on streams[0],
  * after the others were made to wait for; it therefore runs on a device
- * thread).  The handoff stays alive until then even if hr_handoff_del()
- * is called first.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE
+ * thread, and the producer's release callback must then not call into that
+ * device, as CUDA forbids driver calls from host functions).  The handoff
+ * stays alive until then even if hr_handoff_del() is called first.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE
  * (already released or pending), HR_ERR_NOMEM, HR_ERR_IO.
  */
 HR_EXTERN int hr_handoff_release_after(hr_handoff *h,
