@@ -4,8 +4,9 @@
  * The DLPack 1.1 ABI is declared here from the DLPack specification, with
  * its exact layouts (Debian's libdlpack-dev is 0.6 and predates
  * DLManagedTensorVersioned).  When another dlpack.h was included first
- * (DLPACK_MAJOR_VERSION defined) its declarations are used instead; the
- * static assertions in gpu/hr_dlpack.c hold for both.
+ * (DLPACK_MAJOR_VERSION defined) its declarations are used instead (a 1.x
+ * one: 0.x lacks the versioned struct); the static assertions in
+ * gpu/hr_dlpack.c check the layouts.
  *
  * libhurray exports a received tensor as a DLManagedTensorVersioned and
  * imports one (or a legacy DLManagedTensor), and maps the consumer-stream
@@ -47,6 +48,9 @@ extern "C" {
 #endif
 
 #ifndef DLPACK_MAJOR_VERSION
+/* The official header's include guard: a <dlpack/dlpack.h> included after
+ * this one then declares nothing twice. */
+#define DLPACK_DLPACK_H_
 #define DLPACK_MAJOR_VERSION 1
 #define DLPACK_MINOR_VERSION 1
 
