@@ -1,0 +1,501 @@
+/*
+ * The "cuda" backend: NVIDIA GPUs through the CUDA driver API of
+ * libcuda.so.1, loaded at run time.  cuda.h provides the types only; every
+ * entry point is resolved with dlsym() (by its versioned name where cuda.h
+ * maps one, e.g. cuMemAlloc -> cuMemAlloc_v2), so the library does not
+ * link against the driver and reports "unavailable" where it is missing.
+ *
+ * The device's primary context is retained while the hr_gpu is open and
+ * made current on the calling thread at every entry point (cheap), so any
+ * thread may use the device.  Streams are non-blocking CUstreams, events
+ * CUevents without timing, host functions cuLaunchHostFunc().  Copies use
+ * cuMemcpyAsync() with unified addressing, which infers the direction and
+ * handles pageable memory.  Memory and events (created with
+ * HR_GPU_EVENT_IPC) can be exported to other processes.
+ */
+#include <dlfcn.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include <hurray/wire.h>
+
+#include "hr_gpu_int.h"
+
+/* The driver entry points, in the order of `sym_names`. */
+typedef struct cu_fns {
+  CUresult (*Init)(unsigned);
+  CUresult (*DeviceGetCount)(int *);
+  CUresult (*DeviceGet)(CUdevice *, int);
+  CUresult (*DeviceGetName)(char *, int, CUdevice);
+  CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+  CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*PrimaryCtxRelease)(CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*MemFreeHost)(void *);
+  CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+  CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*EventCreate)(CUevent *, unsigned);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*EventQuery)(CUevent);
+  CUresult (*EventSynchronize)(CUevent);
+  CUresult (*LaunchHostFunc)(CUstream, CUhostFn, void *);
+  CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+  CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+  CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*IpcGetEventHandle)(CUipcEventHandle *, CUevent);
+  CUresult (*IpcOpenEventHandle)(CUevent *, CUipcEventHandle);
+} cu_fns;
+
+static const char *const sym_names[] = {
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuGetErrorString",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemAllocManaged",
+    "cuMemcpyAsync",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuLaunchHostFunc",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuIpcGetEventHandle",
+    "cuIpcOpenEventHandle",
+};
+#define NSYMS (sizeof sym_names / sizeof *sym_names)
+_Static_assert(sizeof(cu_fns) == NSYMS * sizeof(hr__gpu_fn),
+               "one slot per symbol");
+_Static_assert(sizeof(CUipcMemHandle) <= sizeof(hr_gpu_ipc_handle),
+               "IPC handle fits");
+_Static_assert(sizeof(CUipcEventHandle) <= sizeof(hr_gpu_ipc_handle),
+               "IPC handle fits");
+
+static const char *const lib_names[] = {"libcuda.so.1", NULL};
+
+typedef struct cu_dev {
+  hr_mem mem;
+  void *lib;
+  cu_fns f;
+  CUdevice dev;
+  CUcontext ctx;
+  int have_ctx;
+  int managed;
+  char name[128];
+  size_t total;
+} cu_dev;
+
+/* Streams and events: the vendor object, and whether we destroy it. */
+typedef struct cu_obj {
+  void *h; /* CUstream or CUevent */
+  int owned;
+} cu_obj;
+
+/* Marks memory opened from another process (closed, not freed). */
+static const char imported_tag = 'i';
+
+static int load(cu_fns *f, void **lib, hr_gpu_probe_info *why) {
+  *lib = hr__gpu_dlopen(lib_names, why);
+  if (!*lib)
+    return HR_ERR_UNSUPPORTED;
+  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+}
+
+static const char *errname(const cu_fns *f, CUresult r) {
+  const char *s = NULL;
+  if (f->GetErrorString && f->GetErrorString(r, &s) == CUDA_SUCCESS && s)
+    return s;
+  return "unknown CUDA error";
+}
+
+static int map_err(CUresult r) {
+  switch (r) {
+  case CUDA_SUCCESS: return 0;
+  case CUDA_ERROR_OUT_OF_MEMORY: return HR_ERR_NOMEM;
+  case CUDA_ERROR_NOT_READY: return HR_ERR_WOULDBLOCK;
+  case CUDA_ERROR_NOT_SUPPORTED: return HR_ERR_UNSUPPORTED;
+  case CUDA_ERROR_INVALID_VALUE:
+  case CUDA_ERROR_INVALID_HANDLE: return HR_ERR_INVALID_ARGUMENT;
+  default: return HR_ERR_IO;
+  }
+}
+
+/* Makes the device's context current; every entry point starts here. */
+static int cur(cu_dev *d) { return map_err(d->f.CtxSetCurrent(d->ctx)); }
+
+static int init_count(cu_fns *f, int *n, hr_gpu_probe_info *why) {
+  CUresult r = f->Init(0);
+  if (r == CUDA_SUCCESS)
+    r = f->DeviceGetCount(n);
+  if (r != CUDA_SUCCESS)
+    return hr__gpu_unavailable(why, "cuda: %s", errname(f, r));
+  return 0;
+}
+
+static int cu_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
+  (void)cfg;
+  cu_fns f;
+  void *lib;
+  memset(&f, 0, sizeof f);
+  int rv = load(&f, &lib, info);
+  int n = 0;
+  if (rv == 0)
+    rv = init_count(&f, &n, info);
+  if (rv == 0)
+    info->device_count = (unsigned)n;
+  /* libcuda is not unloaded once initialised: the driver does not
+   * support re-initialisation within a process. */
+  if (lib && rv != 0)
+    dlclose(lib);
+  return rv;
+}
+
+static void cu_close(void *dev) {
+  cu_dev *d = dev;
+  if (d->have_ctx)
+    d->f.PrimaryCtxRelease(d->dev);
+  hr_mem mem = d->mem;
+  hr__mem_free(&mem, d);
+}
+
+static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
+                   hr_gpu_probe_info *why) {
+  cu_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
+  if (!d)
+    return HR_ERR_NOMEM;
+  d->mem = *mem;
+  int n = 0;
+  int rv = load(&d->f, &d->lib, why);
+  if (rv == 0)
+    rv = init_count(&d->f, &n, why);
+  if (rv == 0 && cfg->ordinal >= (unsigned)n)
+    rv = hr__gpu_unavailable(why, "cuda: no device %u (%d found)",
+                             cfg->ordinal, n);
+  CUresult r = CUDA_SUCCESS;
+  if (rv == 0 && (r = d->f.DeviceGet(&d->dev, (int)cfg->ordinal)) == 0 &&
+      (r = d->f.PrimaryCtxRetain(&d->ctx, d->dev)) == 0)
+    d->have_ctx = 1;
+  if (rv == 0 && r != CUDA_SUCCESS)
+    rv = hr__gpu_unavailable(why, "cuda: %s", errname(&d->f, r));
+  if (rv == 0) {
+    int uva = 0;
+    d->f.DeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
+                            d->dev);
+    d->f.DeviceGetAttribute(&d->managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
+                            d->dev);
+    if (!uva)
+      rv = hr__gpu_unavailable(why, "cuda: device without unified "
+                               "addressing");
+  }
+  if (rv == 0) {
+    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, d->dev) != 0)
+      hr__gpu_copy_name(d->name, sizeof d->name, "CUDA device");
+    d->f.DeviceTotalMem(&d->total, d->dev);
+    rv = cur(d);
+  }
+  if (rv != 0) {
+    /* A loaded driver stays loaded (see cu_probe). */
+    if (d->lib && !d->have_ctx && !d->f.Init)
+      dlclose(d->lib);
+    cu_close(d);
+    return rv;
+  }
+  *dev = d;
+  return 0;
+}
+
+static int cu_query(void *dev, hr_gpu_caps *caps) {
+  cu_dev *d = dev;
+  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
+                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
+                (d->managed ? HR_GPU_CAP_UNIFIED : 0);
+  caps->total_memory = d->total;
+  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
+  return 0;
+}
+
+static int cu_mem_alloc(void *dev, int kind, uint64_t size,
+                        hr_gpu_mem_info *out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  CUdeviceptr p = 0;
+  void *h = NULL;
+  switch (kind) {
+  case HR_GPU_MEM_PINNED:
+    rv = map_err(d->f.MemHostAlloc(
+        &h, (size_t)size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    /* Under unified addressing the host pointer is the device address. */
+    out->host_ptr = h;
+    out->device_ptr = h;
+    break;
+  case HR_GPU_MEM_UNIFIED:
+    rv = map_err(d->f.MemAllocManaged(&p, (size_t)size, CU_MEM_ATTACH_GLOBAL));
+    out->device_ptr = (void *)(uintptr_t)p;
+    out->host_ptr = out->device_ptr;
+    break;
+  default:
+    rv = map_err(d->f.MemAlloc(&p, (size_t)size));
+    out->device_ptr = (void *)(uintptr_t)p;
+    break;
+  }
+  return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
+}
+
+static int cu_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                            hr_gpu_mem_info *out) {
+  (void)dev;
+  (void)size;
+  out->host_ptr = ptr;
+  return 0;
+}
+
+static void cu_mem_free(void *dev, const hr_gpu_mem_info *m) {
+  cu_dev *d = dev;
+  if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
+    return;
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)m->device_ptr;
+  if (m->handle == &imported_tag)
+    d->f.IpcCloseMemHandle(p);
+  else if (m->kind == HR_GPU_MEM_PINNED)
+    d->f.MemFreeHost(m->host_ptr);
+  else
+    d->f.MemFree(p);
+}
+
+static int new_obj(cu_dev *d, void *h, int owned, void **out) {
+  cu_obj *o = hr__mem_calloc(&d->mem, 1, sizeof *o);
+  if (!o)
+    return HR_ERR_NOMEM;
+  o->h = h;
+  o->owned = owned;
+  *out = o;
+  return 0;
+}
+
+static int cu_stream_new(void *dev, void **out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  CUstream s = NULL;
+  if (rv == 0)
+    rv = map_err(d->f.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  if (rv == 0 && (rv = new_obj(d, s, 1, out)) != 0)
+    d->f.StreamDestroy(s);
+  return rv;
+}
+
+static void cu_stream_del(void *dev, void *sp) {
+  cu_dev *d = dev;
+  cu_obj *s = sp;
+  if (s->owned && cur(d) == 0) {
+    d->f.StreamSynchronize(s->h);
+    d->f.StreamDestroy(s->h);
+  }
+  hr__mem_free(&d->mem, s);
+}
+
+static int cu_stream_sync(void *dev, void *sp) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.StreamSynchronize(((cu_obj *)sp)->h));
+}
+
+static int cu_event_new(void *dev, unsigned flags, void **out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  CUevent e = NULL;
+  unsigned f = CU_EVENT_DISABLE_TIMING;
+  if (flags & HR_GPU_EVENT_IPC)
+    f |= CU_EVENT_INTERPROCESS;
+  if (rv == 0)
+    rv = map_err(d->f.EventCreate(&e, f));
+  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+    d->f.EventDestroy(e);
+  return rv;
+}
+
+static void cu_event_del(void *dev, void *ep) {
+  cu_dev *d = dev;
+  cu_obj *e = ep;
+  /* Waits already enqueued on the event stay valid after destruction:
+   * the driver keeps what they need. */
+  if (e->owned && cur(d) == 0)
+    d->f.EventDestroy(e->h);
+  hr__mem_free(&d->mem, e);
+}
+
+static int cu_event_record(void *dev, void *ep, void *sp) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv
+            : map_err(d->f.EventRecord(((cu_obj *)ep)->h, ((cu_obj *)sp)->h));
+}
+
+static int cu_stream_wait_event(void *dev, void *sp, void *ep) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv
+            : map_err(d->f.StreamWaitEvent(((cu_obj *)sp)->h,
+                                           ((cu_obj *)ep)->h, 0));
+}
+
+static int cu_event_query(void *dev, void *ep) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.EventQuery(((cu_obj *)ep)->h));
+}
+
+static int cu_event_sync(void *dev, void *ep) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.EventSynchronize(((cu_obj *)ep)->h));
+}
+
+static CUdeviceptr addr(const hr_gpu_mem_info *m, uint64_t off) {
+  char *base = m->device_ptr ? m->device_ptr : m->host_ptr;
+  return (CUdeviceptr)(uintptr_t)(base + off);
+}
+
+static int cu_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
+                   uint64_t dst_off, const hr_gpu_mem_info *src,
+                   uint64_t src_off, uint64_t len) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  return map_err(d->f.MemcpyAsync(addr(dst, dst_off), addr(src, src_off),
+                                  (size_t)len, ((cu_obj *)sp)->h));
+}
+
+static int cu_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.LaunchHostFunc(((cu_obj *)sp)->h, fn, arg));
+}
+
+static void *cu_native(void *dev, int what, void *obj) {
+  (void)dev;
+  (void)what;
+  return ((cu_obj *)obj)->h;
+}
+
+static int cu_wrap_native(void *dev, int what, void *native, void **out) {
+  (void)what;
+  return new_obj(dev, native, 0, out);
+}
+
+static int cu_ipc_mem_export(void *dev, const hr_gpu_mem_info *m,
+                             hr_gpu_ipc_handle *h) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  CUipcMemHandle ih;
+  if (rv == 0)
+    rv = map_err(
+        d->f.IpcGetMemHandle(&ih, (CUdeviceptr)(uintptr_t)m->device_ptr));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int cu_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
+                             uint64_t size, hr_gpu_mem_info *out) {
+  cu_dev *d = dev;
+  (void)size;
+  int rv = cur(d);
+  CUipcMemHandle ih;
+  memcpy(&ih, h->bytes, sizeof ih);
+  CUdeviceptr p = 0;
+  if (rv == 0)
+    rv = map_err(d->f.IpcOpenMemHandle(&p, ih,
+                                       CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  if (rv == 0) {
+    out->device_ptr = (void *)(uintptr_t)p;
+    out->handle = (void *)&imported_tag;
+  }
+  return rv;
+}
+
+static int cu_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  CUipcEventHandle ih;
+  if (rv == 0)
+    rv = map_err(d->f.IpcGetEventHandle(&ih, ((cu_obj *)ep)->h));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int cu_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
+                               void **out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  CUipcEventHandle ih;
+  memcpy(&ih, h->bytes, sizeof ih);
+  CUevent e = NULL;
+  if (rv == 0)
+    rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
+  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+    d->f.EventDestroy(e);
+  return rv;
+}
+
+const hr_gpu_ops hr__gpu_cuda_ops = {
+    .size = sizeof(hr_gpu_ops),
+    .name = "cuda",
+    .device_tag = HR_DEV_CUDA,
+    .probe = cu_probe,
+    .open = cu_open,
+    .close = cu_close,
+    .query = cu_query,
+    .mem_alloc = cu_mem_alloc,
+    .mem_wrap_host = cu_mem_wrap_host,
+    .mem_free = cu_mem_free,
+    .stream_new = cu_stream_new,
+    .stream_del = cu_stream_del,
+    .stream_sync = cu_stream_sync,
+    .event_new = cu_event_new,
+    .event_del = cu_event_del,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait_event,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .copy = cu_copy,
+    .host_fn = cu_host_fn,
+    .native = cu_native,
+    .wrap_native = cu_wrap_native,
+    .ipc_mem_export = cu_ipc_mem_export,
+    .ipc_mem_import = cu_ipc_mem_import,
+    .ipc_event_export = cu_ipc_event_export,
+    .ipc_event_import = cu_ipc_event_import,
+};

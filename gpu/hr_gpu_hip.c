@@ -1,0 +1,523 @@
+/*
+ * The "hip" backend: AMD GPUs through the HIP runtime of libamdhip64.so,
+ * loaded at run time.  hip_runtime_api.h provides the types only; every
+ * entry point is resolved with dlsym(), so the library does not link
+ * against ROCm and reports "unavailable" where it is missing.
+ *
+ * The HIP runtime keeps a current device per thread: every entry point
+ * selects the hr_gpu's device first.  Streams are non-blocking, events
+ * have timing disabled, host functions are hipLaunchHostFunc(), copies
+ * hipMemcpyAsync(hipMemcpyDefault) (unified addressing infers the
+ * direction).  Memory and events (HR_GPU_EVENT_IPC) can be exported.
+ */
+#include <dlfcn.h>
+#include <string.h>
+
+#include <hip/hip_runtime_api.h>
+
+#include <hurray/wire.h>
+
+#include "hr_gpu_int.h"
+
+typedef struct hip_fns {
+  hipError_t (*Init)(unsigned);
+  hipError_t (*GetDeviceCount)(int *);
+  hipError_t (*SetDevice)(int);
+  hipError_t (*DeviceGet)(hipDevice_t *, int);
+  hipError_t (*DeviceGetName)(char *, int, hipDevice_t);
+  hipError_t (*DeviceTotalMem)(size_t *, hipDevice_t);
+  hipError_t (*DeviceGetAttribute)(int *, hipDeviceAttribute_t, int);
+  const char *(*GetErrorString)(hipError_t);
+  hipError_t (*Malloc)(void **, size_t);
+  hipError_t (*Free)(void *);
+  hipError_t (*HostMalloc)(void **, size_t, unsigned);
+  hipError_t (*HostFree)(void *);
+  hipError_t (*MallocManaged)(void **, size_t, unsigned);
+  hipError_t (*MemcpyAsync)(void *, const void *, size_t, hipMemcpyKind,
+                            hipStream_t);
+  hipError_t (*StreamCreateWithFlags)(hipStream_t *, unsigned);
+  hipError_t (*StreamDestroy)(hipStream_t);
+  hipError_t (*StreamSynchronize)(hipStream_t);
+  hipError_t (*EventCreateWithFlags)(hipEvent_t *, unsigned);
+  hipError_t (*EventDestroy)(hipEvent_t);
+  hipError_t (*EventRecord)(hipEvent_t, hipStream_t);
+  hipError_t (*StreamWaitEvent)(hipStream_t, hipEvent_t, unsigned);
+  hipError_t (*EventQuery)(hipEvent_t);
+  hipError_t (*EventSynchronize)(hipEvent_t);
+  hipError_t (*IpcGetMemHandle)(hipIpcMemHandle_t *, void *);
+  hipError_t (*IpcOpenMemHandle)(void **, hipIpcMemHandle_t, unsigned);
+  hipError_t (*IpcCloseMemHandle)(void *);
+  hipError_t (*IpcGetEventHandle)(hipIpcEventHandle_t *, hipEvent_t);
+  hipError_t (*IpcOpenEventHandle)(hipEvent_t *, hipIpcEventHandle_t);
+} hip_fns;
+
+static const char *const sym_names[] = {
+    "hipInit",
+    "hipGetDeviceCount",
+    "hipSetDevice",
+    "hipDeviceGet",
+    "hipDeviceGetName",
+    "hipDeviceTotalMem",
+    "hipDeviceGetAttribute",
+    "hipGetErrorString",
+    "hipMalloc",
+    "hipFree",
+    "hipHostMalloc",
+    "hipHostFree",
+    "hipMallocManaged",
+    "hipMemcpyAsync",
+    "hipStreamCreateWithFlags",
+    "hipStreamDestroy",
+    "hipStreamSynchronize",
+    "hipEventCreateWithFlags",
+    "hipEventDestroy",
+    "hipEventRecord",
+    "hipStreamWaitEvent",
+    "hipEventQuery",
+    "hipEventSynchronize",
+    "hipIpcGetMemHandle",
+    "hipIpcOpenMemHandle",
+    "hipIpcCloseMemHandle",
+    "hipIpcGetEventHandle",
+    "hipIpcOpenEventHandle",
+};
+#define NSYMS (sizeof sym_names / sizeof *sym_names)
+_Static_assert(sizeof(hip_fns) == NSYMS * sizeof(hr__gpu_fn),
+               "one slot per symbol");
+_Static_assert(sizeof(hipIpcMemHandle_t) <= sizeof(hr_gpu_ipc_handle),
+               "IPC handle fits");
+_Static_assert(sizeof(hipIpcEventHandle_t) <= sizeof(hr_gpu_ipc_handle),
+               "IPC handle fits");
+
+static const char *const lib_names[] = {"libamdhip64.so", "libamdhip64.so.6",
+                                        "libamdhip64.so.5", NULL};
+
+/* Host functions: hipLaunchHostFunc() where the runtime has it (ROCm 5.3
+ * and later), else the older hipStreamAddCallback(), whose callback has
+ * the same stream semantics but another signature. */
+typedef hipError_t (*launch_host_fn)(hipStream_t, hipHostFn_t, void *);
+typedef hipError_t (*add_callback_fn)(hipStream_t, hipStreamCallback_t,
+                                      void *, unsigned);
+
+typedef struct hip_dev {
+  hr_mem mem;
+  void *lib;
+  hip_fns f;
+  launch_host_fn launch_host_func;
+  add_callback_fn add_callback;
+  int ordinal;
+  int managed;
+  char name[128];
+  size_t total;
+} hip_dev;
+
+typedef struct hip_obj {
+  void *h; /* hipStream_t or hipEvent_t */
+  int owned;
+} hip_obj;
+
+static const char imported_tag = 'i';
+
+static int load(hip_fns *f, void **lib, hr_gpu_probe_info *why) {
+  *lib = hr__gpu_dlopen(lib_names, why);
+  if (!*lib)
+    return HR_ERR_UNSUPPORTED;
+  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+}
+
+/* Resolves one of the two host-function entry points. */
+static int load_host_fn(hip_dev *d, hr_gpu_probe_info *why) {
+  void *p = dlsym(d->lib, "hipLaunchHostFunc");
+  if (p) {
+    memcpy(&d->launch_host_func, &p, sizeof p);
+    return 0;
+  }
+  p = dlsym(d->lib, "hipStreamAddCallback");
+  if (p) {
+    memcpy(&d->add_callback, &p, sizeof p);
+    return 0;
+  }
+  return hr__gpu_unavailable(why, "hip: runtime has no host callbacks");
+}
+
+static const char *errname(const hip_fns *f, hipError_t r) {
+  const char *s = f->GetErrorString ? f->GetErrorString(r) : NULL;
+  return s ? s : "unknown HIP error";
+}
+
+static int map_err(hipError_t r) {
+  switch (r) {
+  case hipSuccess: return 0;
+  case hipErrorOutOfMemory: return HR_ERR_NOMEM;
+  case hipErrorNotReady: return HR_ERR_WOULDBLOCK;
+  case hipErrorNotSupported: return HR_ERR_UNSUPPORTED;
+  case hipErrorInvalidValue:
+  case hipErrorInvalidHandle: return HR_ERR_INVALID_ARGUMENT;
+  default: return HR_ERR_IO;
+  }
+}
+
+/* Selects the device on the calling thread; every entry point starts
+ * here. */
+static int cur(hip_dev *d) { return map_err(d->f.SetDevice(d->ordinal)); }
+
+static int init_count(hip_fns *f, int *n, hr_gpu_probe_info *why) {
+  hipError_t r = f->Init(0);
+  if (r == hipSuccess)
+    r = f->GetDeviceCount(n);
+  if (r != hipSuccess)
+    return hr__gpu_unavailable(why, "hip: %s", errname(f, r));
+  return 0;
+}
+
+static int hip_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
+  (void)cfg;
+  hip_fns f;
+  void *lib;
+  memset(&f, 0, sizeof f);
+  int rv = load(&f, &lib, info);
+  int n = 0;
+  if (rv == 0)
+    rv = init_count(&f, &n, info);
+  if (rv == 0)
+    info->device_count = (unsigned)n;
+  /* The runtime is not unloaded once initialised (it keeps threads). */
+  if (lib && !f.Init)
+    dlclose(lib);
+  return rv;
+}
+
+static void hip_close(void *dev) {
+  hip_dev *d = dev;
+  hr_mem mem = d->mem;
+  hr__mem_free(&mem, d);
+}
+
+static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
+                    hr_gpu_probe_info *why) {
+  hip_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
+  if (!d)
+    return HR_ERR_NOMEM;
+  d->mem = *mem;
+  d->ordinal = (int)cfg->ordinal;
+  int n = 0;
+  int rv = load(&d->f, &d->lib, why);
+  if (rv == 0)
+    rv = load_host_fn(d, why);
+  if (rv == 0)
+    rv = init_count(&d->f, &n, why);
+  if (rv == 0 && cfg->ordinal >= (unsigned)n)
+    rv = hr__gpu_unavailable(why, "hip: no device %u (%d found)", cfg->ordinal,
+                             n);
+  hipDevice_t hd = 0;
+  if (rv == 0 && (rv = cur(d)) == 0 &&
+      (rv = map_err(d->f.DeviceGet(&hd, d->ordinal))) == 0) {
+    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, hd) != hipSuccess)
+      hr__gpu_copy_name(d->name, sizeof d->name, "HIP device");
+    d->f.DeviceTotalMem(&d->total, hd);
+    d->f.DeviceGetAttribute(&d->managed, hipDeviceAttributeManagedMemory,
+                            d->ordinal);
+  }
+  if (rv != 0) {
+    if (d->lib && !d->f.Init)
+      dlclose(d->lib);
+    hip_close(d);
+    return rv;
+  }
+  *dev = d;
+  return 0;
+}
+
+static int hip_query(void *dev, hr_gpu_caps *caps) {
+  hip_dev *d = dev;
+  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
+                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
+                (d->managed ? HR_GPU_CAP_UNIFIED : 0);
+  caps->total_memory = d->total;
+  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
+  return 0;
+}
+
+static int hip_mem_alloc(void *dev, int kind, uint64_t size,
+                         hr_gpu_mem_info *out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  void *p = NULL;
+  switch (kind) {
+  case HR_GPU_MEM_PINNED:
+    rv = map_err(d->f.HostMalloc(&p, (size_t)size,
+                                 hipHostMallocPortable | hipHostMallocMapped));
+    out->host_ptr = p;
+    out->device_ptr = p;
+    break;
+  case HR_GPU_MEM_UNIFIED:
+    rv = map_err(d->f.MallocManaged(&p, (size_t)size, hipMemAttachGlobal));
+    out->host_ptr = p;
+    out->device_ptr = p;
+    break;
+  default:
+    rv = map_err(d->f.Malloc(&p, (size_t)size));
+    out->device_ptr = p;
+    break;
+  }
+  return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
+}
+
+static int hip_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                             hr_gpu_mem_info *out) {
+  (void)dev;
+  (void)size;
+  out->host_ptr = ptr;
+  return 0;
+}
+
+static void hip_mem_free(void *dev, const hr_gpu_mem_info *m) {
+  hip_dev *d = dev;
+  if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
+    return;
+  if (m->handle == &imported_tag)
+    d->f.IpcCloseMemHandle(m->device_ptr);
+  else if (m->kind == HR_GPU_MEM_PINNED)
+    d->f.HostFree(m->host_ptr);
+  else
+    d->f.Free(m->device_ptr);
+}
+
+static int new_obj(hip_dev *d, void *h, int owned, void **out) {
+  hip_obj *o = hr__mem_calloc(&d->mem, 1, sizeof *o);
+  if (!o)
+    return HR_ERR_NOMEM;
+  o->h = h;
+  o->owned = owned;
+  *out = o;
+  return 0;
+}
+
+static int hip_stream_new(void *dev, void **out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  hipStream_t s = NULL;
+  if (rv == 0)
+    rv = map_err(d->f.StreamCreateWithFlags(&s, hipStreamNonBlocking));
+  if (rv == 0 && (rv = new_obj(d, s, 1, out)) != 0)
+    d->f.StreamDestroy(s);
+  return rv;
+}
+
+static void hip_stream_del(void *dev, void *sp) {
+  hip_dev *d = dev;
+  hip_obj *s = sp;
+  if (s->owned && cur(d) == 0) {
+    d->f.StreamSynchronize(s->h);
+    d->f.StreamDestroy(s->h);
+  }
+  hr__mem_free(&d->mem, s);
+}
+
+static int hip_stream_sync(void *dev, void *sp) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.StreamSynchronize(((hip_obj *)sp)->h));
+}
+
+static int hip_event_new(void *dev, unsigned flags, void **out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  hipEvent_t e = NULL;
+  unsigned f = hipEventDisableTiming;
+  if (flags & HR_GPU_EVENT_IPC)
+    f |= hipEventInterprocess;
+  if (rv == 0)
+    rv = map_err(d->f.EventCreateWithFlags(&e, f));
+  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+    d->f.EventDestroy(e);
+  return rv;
+}
+
+static void hip_event_del(void *dev, void *ep) {
+  hip_dev *d = dev;
+  hip_obj *e = ep;
+  if (e->owned && cur(d) == 0)
+    d->f.EventDestroy(e->h);
+  hr__mem_free(&d->mem, e);
+}
+
+static int hip_event_record(void *dev, void *ep, void *sp) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv
+            : map_err(d->f.EventRecord(((hip_obj *)ep)->h, ((hip_obj *)sp)->h));
+}
+
+static int hip_stream_wait_event(void *dev, void *sp, void *ep) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv
+            : map_err(d->f.StreamWaitEvent(((hip_obj *)sp)->h,
+                                           ((hip_obj *)ep)->h, 0));
+}
+
+static int hip_event_query(void *dev, void *ep) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.EventQuery(((hip_obj *)ep)->h));
+}
+
+static int hip_event_sync(void *dev, void *ep) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  return rv ? rv : map_err(d->f.EventSynchronize(((hip_obj *)ep)->h));
+}
+
+static char *addr(const hr_gpu_mem_info *m, uint64_t off) {
+  char *base = m->device_ptr ? m->device_ptr : m->host_ptr;
+  return base + off;
+}
+
+static int hip_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
+                    uint64_t dst_off, const hr_gpu_mem_info *src,
+                    uint64_t src_off, uint64_t len) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  return map_err(d->f.MemcpyAsync(addr(dst, dst_off), addr(src, src_off),
+                                  (size_t)len, hipMemcpyDefault,
+                                  ((hip_obj *)sp)->h));
+}
+
+/* hipStreamAddCallback's callback: runs the host function and frees its
+ * record. */
+typedef struct cb_rec {
+  hr_mem mem;
+  hr_gpu_host_fn fn;
+  void *arg;
+} cb_rec;
+
+static void run_callback(hipStream_t s, hipError_t status, void *p) {
+  (void)s;
+  (void)status;
+  cb_rec *c = p;
+  hr_mem mem = c->mem;
+  c->fn(c->arg);
+  hr__mem_free(&mem, c);
+}
+
+static int hip_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  hipStream_t s = ((hip_obj *)sp)->h;
+  if (d->launch_host_func)
+    return map_err(d->launch_host_func(s, fn, arg));
+  cb_rec *c = hr__mem_malloc(&d->mem, sizeof *c);
+  if (!c)
+    return HR_ERR_NOMEM;
+  c->mem = d->mem;
+  c->fn = fn;
+  c->arg = arg;
+  rv = map_err(d->add_callback(s, run_callback, c, 0));
+  if (rv != 0)
+    hr__mem_free(&d->mem, c);
+  return rv;
+}
+
+static void *hip_native(void *dev, int what, void *obj) {
+  (void)dev;
+  (void)what;
+  return ((hip_obj *)obj)->h;
+}
+
+static int hip_wrap_native(void *dev, int what, void *native, void **out) {
+  (void)what;
+  return new_obj(dev, native, 0, out);
+}
+
+static int hip_ipc_mem_export(void *dev, const hr_gpu_mem_info *m,
+                              hr_gpu_ipc_handle *h) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  hipIpcMemHandle_t ih;
+  if (rv == 0)
+    rv = map_err(d->f.IpcGetMemHandle(&ih, m->device_ptr));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int hip_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
+                              uint64_t size, hr_gpu_mem_info *out) {
+  hip_dev *d = dev;
+  (void)size;
+  int rv = cur(d);
+  hipIpcMemHandle_t ih;
+  memcpy(&ih, h->bytes, sizeof ih);
+  void *p = NULL;
+  if (rv == 0)
+    rv = map_err(d->f.IpcOpenMemHandle(&p, ih, hipIpcMemLazyEnablePeerAccess));
+  if (rv == 0) {
+    out->device_ptr = p;
+    out->handle = (void *)&imported_tag;
+  }
+  return rv;
+}
+
+static int hip_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  hipIpcEventHandle_t ih;
+  if (rv == 0)
+    rv = map_err(d->f.IpcGetEventHandle(&ih, ((hip_obj *)ep)->h));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int hip_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
+                                void **out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  hipIpcEventHandle_t ih;
+  memcpy(&ih, h->bytes, sizeof ih);
+  hipEvent_t e = NULL;
+  if (rv == 0)
+    rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
+  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+    d->f.EventDestroy(e);
+  return rv;
+}
+
+const hr_gpu_ops hr__gpu_hip_ops = {
+    .size = sizeof(hr_gpu_ops),
+    .name = "hip",
+    .device_tag = HR_DEV_ROCM,
+    .probe = hip_probe,
+    .open = hip_open,
+    .close = hip_close,
+    .query = hip_query,
+    .mem_alloc = hip_mem_alloc,
+    .mem_wrap_host = hip_mem_wrap_host,
+    .mem_free = hip_mem_free,
+    .stream_new = hip_stream_new,
+    .stream_del = hip_stream_del,
+    .stream_sync = hip_stream_sync,
+    .event_new = hip_event_new,
+    .event_del = hip_event_del,
+    .event_record = hip_event_record,
+    .stream_wait_event = hip_stream_wait_event,
+    .event_query = hip_event_query,
+    .event_sync = hip_event_sync,
+    .copy = hip_copy,
+    .host_fn = hip_host_fn,
+    .native = hip_native,
+    .wrap_native = hip_wrap_native,
+    .ipc_mem_export = hip_ipc_mem_export,
+    .ipc_mem_import = hip_ipc_mem_import,
+    .ipc_event_export = hip_ipc_event_export,
+    .ipc_event_import = hip_ipc_event_import,
+};

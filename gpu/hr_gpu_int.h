@@ -1,0 +1,64 @@
+/*
+ * Internals of the device layer (gpu/): the built-in backends' ops tables
+ * and helpers they share.  Backends see only `void *` objects; the public
+ * wrappers in hr_gpu.c check arguments and count live objects first.
+ */
+#ifndef HR_GPU_INT_H
+#define HR_GPU_INT_H
+
+#include <stdarg.h>
+
+#include <hurray/gpu.h>
+
+#include "hr_internal.h"
+
+/* The built-in backends.  cpu and sim are always built; the vendor ones
+ * exist when their headers were found (HR_GPU_HAVE_* from CMake). */
+extern const hr_gpu_ops hr__gpu_cpu_ops;
+extern const hr_gpu_ops hr__gpu_sim_ops;
+#ifdef HR_GPU_HAVE_CUDA
+extern const hr_gpu_ops hr__gpu_cuda_ops;
+#endif
+#ifdef HR_GPU_HAVE_HIP
+extern const hr_gpu_ops hr__gpu_hip_ops;
+#endif
+#ifdef HR_GPU_HAVE_ZE
+extern const hr_gpu_ops hr__gpu_ze_ops;
+#endif
+#ifdef HR_GPU_HAVE_VULKAN
+extern const hr_gpu_ops hr__gpu_vk_ops;
+#endif
+
+/* Writes a printf-style reason into info->reason (info may be NULL) and
+ * marks it unavailable.  Returns HR_ERR_UNSUPPORTED for tail calls. */
+int hr__gpu_unavailable(hr_gpu_probe_info *info, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/*
+ * dlopen()s the first loadable of the NULL-terminated `names` (RTLD_NOW |
+ * RTLD_LOCAL).  Returns the handle, or NULL with the loader's message for
+ * the first name in `why`.
+ */
+void *hr__gpu_dlopen(const char *const *names, hr_gpu_probe_info *why);
+
+/*
+ * Resolves `n` symbols into the function pointers at `slots` (an array of
+ * generic function pointers, filled in order).  Returns 0, or
+ * HR_ERR_UNSUPPORTED naming the first missing symbol in `why`.
+ */
+typedef void (*hr__gpu_fn)(void);
+int hr__gpu_dlsym_all(void *lib, const char *const *names, hr__gpu_fn *slots,
+                      size_t n, hr_gpu_probe_info *why);
+
+/* Monotonic clock in nanoseconds (the device layer may read clocks). */
+uint64_t hr__gpu_now_ns(void);
+/* Sleeps `ns` nanoseconds (restarting after signals). */
+void hr__gpu_sleep_ns(uint64_t ns);
+
+/* Copies a NUL-terminated name into a fixed buffer, truncating. */
+void hr__gpu_copy_name(char *dst, size_t cap, const char *src);
+
+#endif /* HR_GPU_INT_H */

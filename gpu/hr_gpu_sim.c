@@ -1,0 +1,470 @@
+/*
+ * The "sim" backend: a simulated asynchronous device, always built.
+ *
+ * Device memory is host memory, but only worker threads touch it while
+ * work is queued: each stream is one thread executing its queue of
+ * operations in order, each copy or host function after a configurable
+ * delay, copies optionally paced in 4 KiB pieces.  An event record is a
+ * completion point ("point") that the stream's thread marks done when it
+ * reaches it; a stream waiting on an event blocks its thread until that
+ * point is done, so stream-wait-event really orders work.  A consumer
+ * that skips the wait can therefore really read stale or half-written
+ * bytes, which is what the ADR-018 tests need to show.
+ *
+ * Copies move bytes with relaxed atomic accesses: a deliberately racy
+ * reader (the tests' "wrong consumer") is then a benign race that
+ * ThreadSanitizer does not report, while everything the contract orders is
+ * ordered through the device mutex.
+ *
+ * One mutex and one condition variable per device guard every queue,
+ * point and counter: the simulation favours obvious correctness over
+ * throughput.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include <hurray/wire.h>
+
+#include "hr_gpu_int.h"
+
+/* A completion point: one recording of an event.  Freed when the last of
+ * the event, the record op and the wait ops that refer to it lets go. */
+typedef struct sim_point {
+  int done;
+  int refs;
+} sim_point;
+
+enum sim_op_kind { OP_COPY, OP_HOST_FN, OP_RECORD, OP_WAIT };
+
+typedef struct sim_op {
+  struct sim_op *next;
+  int kind;
+  char *dst;
+  const char *src;
+  uint64_t len;
+  hr_gpu_host_fn fn;
+  void *arg;
+  sim_point *point; /* RECORD: marked done; WAIT: waited for */
+} sim_op;
+
+typedef struct sim_dev sim_dev;
+
+typedef struct sim_stream {
+  sim_dev *d;
+  struct sim_stream *target; /* wrappers: the stream they stand for */
+  pthread_t thread;
+  sim_op *head, *tail;
+  uint64_t enqueued, completed; /* op counts */
+  int stop;
+} sim_stream;
+
+typedef struct sim_event {
+  struct sim_event *target; /* wrappers: the event they stand for */
+  sim_point *last;          /* latest recording, or NULL */
+} sim_event;
+
+struct sim_dev {
+  hr_mem mem;
+  uint64_t op_delay_ns;
+  uint64_t bytes_per_sec;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+#define SIM_PIECE 4096u
+
+/* ---- helpers (called with d->mu held where noted) ---------------------- */
+
+/* Drops a reference to a point; d->mu held. */
+static void point_unref(sim_dev *d, sim_point *p) {
+  if (p && --p->refs == 0)
+    hr__mem_free(&d->mem, p);
+}
+
+/* Copies with relaxed atomics, in words where both sides allow it. */
+static void atomic_copy(char *dst, const char *src, size_t n) {
+  size_t i = 0;
+  if ((((uintptr_t)dst ^ (uintptr_t)src) & 7u) == 0) {
+    for (; i < n && ((uintptr_t)(dst + i) & 7u); i++)
+      __atomic_store_n(dst + i, __atomic_load_n(src + i, __ATOMIC_RELAXED),
+                       __ATOMIC_RELAXED);
+    for (; i + 8 <= n; i += 8)
+      __atomic_store_n((uint64_t *)(void *)(dst + i),
+                       __atomic_load_n((const uint64_t *)(const void *)(src + i),
+                                       __ATOMIC_RELAXED),
+                       __ATOMIC_RELAXED);
+  }
+  for (; i < n; i++)
+    __atomic_store_n(dst + i, __atomic_load_n(src + i, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
+}
+
+/* Executes a copy, paced when the device is configured so.  Overlapping
+ * ranges are copied through forward order only when dst < src, as
+ * memmove would; the simulation does not need more. */
+static void exec_copy(sim_dev *d, sim_op *op) {
+  uint64_t done = 0;
+  while (done < op->len) {
+    uint64_t n = op->len - done;
+    if (d->bytes_per_sec && n > SIM_PIECE)
+      n = SIM_PIECE;
+    atomic_copy(op->dst + done, op->src + done, (size_t)n);
+    done += n;
+    if (d->bytes_per_sec && done < op->len)
+      hr__gpu_sleep_ns(n * 1000000000u / d->bytes_per_sec);
+  }
+}
+
+static void *stream_main(void *arg) {
+  sim_stream *s = arg;
+  sim_dev *d = s->d;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (!s->head && !s->stop)
+      pthread_cond_wait(&d->cv, &d->mu);
+    if (!s->head)
+      break;
+    sim_op *op = s->head;
+    if (op->kind == OP_WAIT) {
+      while (!op->point->done)
+        pthread_cond_wait(&d->cv, &d->mu);
+    } else if (op->kind == OP_COPY || op->kind == OP_HOST_FN) {
+      pthread_mutex_unlock(&d->mu);
+      if (d->op_delay_ns)
+        hr__gpu_sleep_ns(d->op_delay_ns);
+      if (op->kind == OP_COPY)
+        exec_copy(d, op);
+      else
+        op->fn(op->arg);
+      pthread_mutex_lock(&d->mu);
+    } else {
+      op->point->done = 1;
+    }
+    s->head = op->next;
+    if (!s->head)
+      s->tail = NULL;
+    point_unref(d, op->point);
+    hr__mem_free(&d->mem, op);
+    s->completed++;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* Appends an op; d->mu held. */
+static void enqueue(sim_stream *s, sim_op *op) {
+  op->next = NULL;
+  if (s->tail)
+    s->tail->next = op;
+  else
+    s->head = op;
+  s->tail = op;
+  s->enqueued++;
+  pthread_cond_broadcast(&s->d->cv);
+}
+
+static sim_stream *real_stream(void *s) {
+  sim_stream *st = s;
+  return st->target ? st->target : st;
+}
+
+static sim_event *real_event(void *e) {
+  sim_event *ev = e;
+  return ev->target ? ev->target : ev;
+}
+
+/* ---- ops --------------------------------------------------------------- */
+
+static int sim_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
+  (void)cfg;
+  info->device_count = 1;
+  return 0;
+}
+
+static int sim_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
+                    hr_gpu_probe_info *why) {
+  if (cfg->ordinal != 0)
+    return hr__gpu_unavailable(why, "sim: no device %u", cfg->ordinal);
+  sim_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
+  if (!d)
+    return HR_ERR_NOMEM;
+  d->mem = *mem;
+  d->op_delay_ns = cfg->sim_op_delay_ns;
+  d->bytes_per_sec = cfg->sim_bytes_per_sec;
+  if (pthread_mutex_init(&d->mu, NULL) != 0)
+    goto fail;
+  if (pthread_cond_init(&d->cv, NULL) != 0) {
+    pthread_mutex_destroy(&d->mu);
+    goto fail;
+  }
+  *dev = d;
+  return 0;
+fail:
+  hr__mem_free(mem, d);
+  return HR_ERR_IO;
+}
+
+static void sim_close(void *dev) {
+  sim_dev *d = dev;
+  pthread_cond_destroy(&d->cv);
+  pthread_mutex_destroy(&d->mu);
+  hr_mem mem = d->mem;
+  hr__mem_free(&mem, d);
+}
+
+static int sim_query(void *dev, hr_gpu_caps *caps) {
+  (void)dev;
+  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_UNIFIED |
+                HR_GPU_CAP_DEVICE_PTR | HR_GPU_CAP_HOST_MAPPED;
+  hr__gpu_copy_name(caps->name, sizeof caps->name, "simulated device");
+  return 0;
+}
+
+static int sim_mem_alloc(void *dev, int kind, uint64_t size,
+                         hr_gpu_mem_info *out) {
+  sim_dev *d = dev;
+  (void)kind;
+  if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  /* Zeroed so that a never-written buffer reads deterministically. */
+  void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);
+  if (!p)
+    return HR_ERR_NOMEM;
+  out->handle = p;
+  out->device_ptr = p;
+  out->host_ptr = p;
+  return 0;
+}
+
+static int sim_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                             hr_gpu_mem_info *out) {
+  (void)dev;
+  (void)size;
+  out->handle = NULL;
+  out->host_ptr = ptr;
+  return 0;
+}
+
+static void sim_mem_free(void *dev, const hr_gpu_mem_info *m) {
+  sim_dev *d = dev;
+  if (m->handle)
+    hr__mem_free(&d->mem, m->handle);
+}
+
+static int sim_stream_new(void *dev, void **out) {
+  sim_dev *d = dev;
+  sim_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+  if (!s)
+    return HR_ERR_NOMEM;
+  s->d = d;
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    hr__mem_free(&d->mem, s);
+    return HR_ERR_IO;
+  }
+  *out = s;
+  return 0;
+}
+
+static int sim_stream_sync(void *dev, void *sp) {
+  sim_dev *d = dev;
+  sim_stream *s = real_stream(sp);
+  pthread_mutex_lock(&d->mu);
+  uint64_t target = s->enqueued;
+  while (s->completed < target)
+    pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static void sim_stream_del(void *dev, void *sp) {
+  sim_dev *d = dev;
+  sim_stream *s = sp;
+  if (!s->target) {
+    pthread_mutex_lock(&d->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(s->thread, NULL);
+  }
+  hr__mem_free(&d->mem, s);
+}
+
+static int sim_event_new(void *dev, unsigned flags, void **out) {
+  sim_dev *d = dev;
+  (void)flags;
+  sim_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
+  if (!e)
+    return HR_ERR_NOMEM;
+  *out = e;
+  return 0;
+}
+
+static void sim_event_del(void *dev, void *ep) {
+  sim_dev *d = dev;
+  sim_event *e = ep;
+  pthread_mutex_lock(&d->mu);
+  if (!e->target)
+    point_unref(d, e->last);
+  pthread_mutex_unlock(&d->mu);
+  hr__mem_free(&d->mem, e);
+}
+
+static sim_op *new_op(sim_dev *d, int kind) {
+  sim_op *op = hr__mem_calloc(&d->mem, 1, sizeof *op);
+  if (op)
+    op->kind = kind;
+  return op;
+}
+
+static int sim_event_record(void *dev, void *ep, void *sp) {
+  sim_dev *d = dev;
+  sim_event *e = real_event(ep);
+  sim_op *op = new_op(d, OP_RECORD);
+  sim_point *p = hr__mem_calloc(&d->mem, 1, sizeof *p);
+  if (!op || !p) {
+    hr__mem_free(&d->mem, op);
+    hr__mem_free(&d->mem, p);
+    return HR_ERR_NOMEM;
+  }
+  pthread_mutex_lock(&d->mu);
+  p->refs = 2; /* the event and the op */
+  point_unref(d, e->last);
+  e->last = p;
+  op->point = p;
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static int sim_stream_wait_event(void *dev, void *sp, void *ep) {
+  sim_dev *d = dev;
+  sim_event *e = real_event(ep);
+  sim_op *op = new_op(d, OP_WAIT);
+  if (!op)
+    return HR_ERR_NOMEM;
+  pthread_mutex_lock(&d->mu);
+  if (!e->last) { /* never recorded: nothing to wait for */
+    pthread_mutex_unlock(&d->mu);
+    hr__mem_free(&d->mem, op);
+    return 0;
+  }
+  op->point = e->last;
+  e->last->refs++;
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static int sim_event_query(void *dev, void *ep) {
+  sim_dev *d = dev;
+  sim_event *e = real_event(ep);
+  pthread_mutex_lock(&d->mu);
+  int done = !e->last || e->last->done;
+  pthread_mutex_unlock(&d->mu);
+  return done ? 0 : HR_ERR_WOULDBLOCK;
+}
+
+static int sim_event_sync(void *dev, void *ep) {
+  sim_dev *d = dev;
+  sim_event *e = real_event(ep);
+  pthread_mutex_lock(&d->mu);
+  sim_point *p = e->last;
+  if (p) {
+    p->refs++;
+    while (!p->done)
+      pthread_cond_wait(&d->cv, &d->mu);
+    point_unref(d, p);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static char *mem_addr(const hr_gpu_mem_info *m, uint64_t off) {
+  char *base = m->device_ptr ? m->device_ptr : m->host_ptr;
+  return base + off;
+}
+
+static int sim_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
+                    uint64_t dst_off, const hr_gpu_mem_info *src,
+                    uint64_t src_off, uint64_t len) {
+  sim_dev *d = dev;
+  sim_op *op = new_op(d, OP_COPY);
+  if (!op)
+    return HR_ERR_NOMEM;
+  op->dst = mem_addr(dst, dst_off);
+  op->src = mem_addr(src, src_off);
+  op->len = len;
+  pthread_mutex_lock(&d->mu);
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static int sim_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
+  sim_dev *d = dev;
+  sim_op *op = new_op(d, OP_HOST_FN);
+  if (!op)
+    return HR_ERR_NOMEM;
+  op->fn = fn;
+  op->arg = arg;
+  pthread_mutex_lock(&d->mu);
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static void *sim_native(void *dev, int what, void *obj) {
+  (void)dev;
+  if (what == HR_GPU_OBJ_STREAM)
+    return real_stream(obj);
+  return real_event(obj);
+}
+
+static int sim_wrap_native(void *dev, int what, void *native, void **out) {
+  sim_dev *d = dev;
+  if (what == HR_GPU_OBJ_STREAM) {
+    sim_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+    if (!s)
+      return HR_ERR_NOMEM;
+    s->d = d;
+    s->target = real_stream(native);
+    *out = s;
+  } else {
+    sim_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
+    if (!e)
+      return HR_ERR_NOMEM;
+    e->target = real_event(native);
+    *out = e;
+  }
+  return 0;
+}
+
+const hr_gpu_ops hr__gpu_sim_ops = {
+    .size = sizeof(hr_gpu_ops),
+    .name = "sim",
+    /* Its buffers are device buffers (not CPU ones), so every sync_mode
+     * applies to them; the tag comes from the extension range so that no
+     * real driver ever mistakes them for its own. */
+    .device_tag = HR_GPU_DEV_SIM,
+    .probe = sim_probe,
+    .open = sim_open,
+    .close = sim_close,
+    .query = sim_query,
+    .mem_alloc = sim_mem_alloc,
+    .mem_wrap_host = sim_mem_wrap_host,
+    .mem_free = sim_mem_free,
+    .stream_new = sim_stream_new,
+    .stream_del = sim_stream_del,
+    .stream_sync = sim_stream_sync,
+    .event_new = sim_event_new,
+    .event_del = sim_event_del,
+    .event_record = sim_event_record,
+    .stream_wait_event = sim_stream_wait_event,
+    .event_query = sim_event_query,
+    .event_sync = sim_event_sync,
+    .copy = sim_copy,
+    .host_fn = sim_host_fn,
+    .native = sim_native,
+    .wrap_native = sim_wrap_native,
+};

@@ -1,0 +1,1113 @@
+/*
+ * The "vulkan" backend: any Vulkan 1.2 device with timeline semaphores,
+ * through libvulkan.so.1 loaded at run time (vulkan.h provides the types;
+ * every entry point comes from vkGetInstanceProcAddr/vkGetDeviceProcAddr).
+ *
+ * Vulkan has queues, not streams, and a device may have a single queue
+ * (Mesa's lavapipe has one).  A stream here is therefore a worker thread
+ * that turns its operations into queue submissions, in order:
+ *
+ *  - every submission of a stream signals the stream's own timeline
+ *    semaphore with the next value and waits for the previous one, so the
+ *    stream's work executes in order and its memory effects are visible
+ *    to what follows (semaphore waits are memory dependencies);
+ *  - an event is a completion point (timeline semaphore, value): recording
+ *    it captures the stream's last signalled value when the worker reaches
+ *    the record;
+ *  - waiting on an event adds (semaphore, value) to the waits of the
+ *    stream's next submission: a device-side wait.  The worker first waits
+ *    until the point has been captured, so the signal it waits for has
+ *    always been submitted already: no wait-before-signal, which a single
+ *    queue could not resolve;
+ *  - host functions run on the worker once the stream's previous
+ *    submissions (and pending waits) have completed.
+ *
+ * Copies are vkCmdCopyBuffer between VkBuffers.  Pinned memory is a
+ * host-visible, host-coherent buffer kept mapped; device memory prefers a
+ * DEVICE_LOCAL type and is mapped when that type is host-visible too (as
+ * on integrated GPUs and lavapipe).  Wrapped pageable memory is staged
+ * through a temporary host-visible buffer: a host-to-device copy reads its
+ * source at enqueue time, a device-to-host copy is completed by the worker.
+ *
+ * One mutex and condition variable per device guard the queues of
+ * operations, the event points and the stream counters; a second mutex
+ * serialises vkQueueSubmit (a VkQueue is externally synchronised).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <hurray/wire.h>
+
+#include "hr_gpu_int.h"
+
+/* ---- entry points ------------------------------------------------------ */
+
+#define VK_GLOBAL_FNS(X) X(vkCreateInstance) X(vkEnumerateInstanceVersion)
+
+#define VK_INSTANCE_FNS(X)                                                     \
+  X(vkDestroyInstance)                                                         \
+  X(vkEnumeratePhysicalDevices)                                                \
+  X(vkGetPhysicalDeviceProperties)                                             \
+  X(vkGetPhysicalDeviceFeatures2)                                              \
+  X(vkGetPhysicalDeviceQueueFamilyProperties)                                  \
+  X(vkGetPhysicalDeviceMemoryProperties)                                       \
+  X(vkCreateDevice)                                                            \
+  X(vkGetDeviceProcAddr)
+
+#define VK_DEVICE_FNS(X)                                                       \
+  X(vkDestroyDevice)                                                           \
+  X(vkGetDeviceQueue)                                                          \
+  X(vkDeviceWaitIdle)                                                          \
+  X(vkCreateBuffer)                                                            \
+  X(vkDestroyBuffer)                                                           \
+  X(vkGetBufferMemoryRequirements)                                             \
+  X(vkAllocateMemory)                                                          \
+  X(vkFreeMemory)                                                              \
+  X(vkBindBufferMemory)                                                        \
+  X(vkMapMemory)                                                               \
+  X(vkUnmapMemory)                                                             \
+  X(vkCreateCommandPool)                                                       \
+  X(vkDestroyCommandPool)                                                      \
+  X(vkAllocateCommandBuffers)                                                  \
+  X(vkFreeCommandBuffers)                                                      \
+  X(vkBeginCommandBuffer)                                                      \
+  X(vkEndCommandBuffer)                                                        \
+  X(vkCmdCopyBuffer)                                                           \
+  X(vkQueueSubmit)                                                             \
+  X(vkCreateSemaphore)                                                         \
+  X(vkDestroySemaphore)                                                        \
+  X(vkWaitSemaphores)                                                          \
+  X(vkGetSemaphoreCounterValue)
+
+#define DECL(name) PFN_##name name;
+typedef struct vk_fns {
+  PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+  VK_GLOBAL_FNS(DECL)
+  VK_INSTANCE_FNS(DECL)
+  VK_DEVICE_FNS(DECL)
+} vk_fns;
+#undef DECL
+
+/* ---- objects ----------------------------------------------------------- */
+
+typedef struct vk_dev vk_dev;
+
+/* One allocation (hr_gpu_mem_info.handle). */
+typedef struct vk_mem {
+  VkBuffer buf;         /* VK_NULL_HANDLE for wrapped host memory */
+  VkDeviceMemory mem;
+  void *map;            /* host mapping, or NULL */
+} vk_mem;
+
+/* A stream's timeline semaphore, shared with the event points recorded
+ * on it and the waits that refer to it, so that it outlives them all
+ * (a deleted stream's events stay valid, as in CUDA). */
+typedef struct vk_tl {
+  VkSemaphore sem;
+  int refs; /* under d->mu */
+} vk_tl;
+
+/* A completion point: one recording of an event. */
+typedef struct vk_point {
+  int assigned; /* the record was reached: tl/value are known */
+  vk_tl *tl;    /* a reference, once assigned */
+  uint64_t value;
+  int refs;
+} vk_point;
+
+enum { OP_COPY, OP_HOST_FN, OP_RECORD, OP_WAIT };
+
+typedef struct vk_op {
+  struct vk_op *next;
+  int kind;
+  VkBuffer dst, src;        /* COPY: device-side buffers */
+  uint64_t dst_off, src_off, len;
+  vk_mem *staging;          /* COPY: freed once the copy completed */
+  void *host_dst;           /* COPY into wrapped memory: final memcpy */
+  char *hh_dst;             /* COPY host to host */
+  const char *hh_src;
+  hr_gpu_host_fn fn;        /* HOST_FN */
+  void *arg;
+  vk_point *point;          /* RECORD / WAIT */
+} vk_op;
+
+/* Work submitted and not yet known complete. */
+typedef struct vk_inflight {
+  struct vk_inflight *next;
+  uint64_t value;
+  VkCommandBuffer cmd;
+  vk_mem *staging;
+} vk_inflight;
+
+#define MAX_WAITS 16
+
+typedef struct vk_stream {
+  vk_dev *d;
+  struct vk_stream *target; /* wrappers: the stream they stand for */
+  pthread_t thread;
+  vk_op *head, *tail;
+  uint64_t enqueued, completed; /* op counts, under d->mu */
+  int stop;
+  /* Worker-only state (no lock). */
+  VkCommandPool pool;
+  vk_tl *tl;
+  uint64_t submitted; /* last value a submission will signal; under d->mu */
+  vk_tl *wait_tl[MAX_WAITS]; /* references */
+  uint64_t wait_val[MAX_WAITS];
+  unsigned nwaits;
+  vk_inflight *inflight;
+  int failed; /* a submission failed: later syncs report HR_ERR_IO */
+} vk_stream;
+
+typedef struct vk_event {
+  struct vk_event *target; /* wrappers */
+  vk_point *last;
+} vk_event;
+
+struct vk_dev {
+  hr_mem mem;
+  void *lib;
+  vk_fns f;
+  VkInstance inst;
+  VkPhysicalDevice phys;
+  VkDevice dev;
+  VkQueue queue;
+  uint32_t family;
+  uint32_t type_device, type_host, type_unified; /* UINT32_MAX: none */
+  int device_mapped; /* type_device is host-visible and coherent */
+  char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
+  uint64_t total_memory;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_mutex_t qmu;
+};
+
+static const char *const lib_names[] = {"libvulkan.so.1", "libvulkan.so",
+                                        NULL};
+
+/* ---- loading and device choice ---------------------------------------- */
+
+static int load(vk_fns *f, void **lib, hr_gpu_probe_info *why) {
+  *lib = hr__gpu_dlopen(lib_names, why);
+  if (!*lib)
+    return HR_ERR_UNSUPPORTED;
+  static const char *const n[] = {"vkGetInstanceProcAddr"};
+  int rv = hr__gpu_dlsym_all(*lib, n, (hr__gpu_fn *)&f->vkGetInstanceProcAddr,
+                             1, why);
+  if (rv != 0)
+    return rv;
+#define GET(name)                                                              \
+  f->name = (PFN_##name)f->vkGetInstanceProcAddr(VK_NULL_HANDLE, #name);     \
+  if (!f->name)                                                                \
+    return hr__gpu_unavailable(why, "vulkan: loader lacks " #name);
+  VK_GLOBAL_FNS(GET)
+#undef GET
+  return 0;
+}
+
+static int make_instance(vk_fns *f, VkInstance *inst, hr_gpu_probe_info *why) {
+  uint32_t ver = 0;
+  if (f->vkEnumerateInstanceVersion(&ver) != VK_SUCCESS ||
+      ver < VK_API_VERSION_1_2)
+    return hr__gpu_unavailable(why, "vulkan: instance below 1.2");
+  VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                           .pApplicationName = "libhurray",
+                           .apiVersion = VK_API_VERSION_1_2};
+  VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                             .pApplicationInfo = &app};
+  VkResult r = f->vkCreateInstance(&ci, NULL, inst);
+  if (r != VK_SUCCESS)
+    return hr__gpu_unavailable(why, "vulkan: vkCreateInstance: %d", (int)r);
+#define GET(name)                                                              \
+  f->name = (PFN_##name)f->vkGetInstanceProcAddr(*inst, #name);              \
+  if (!f->name)                                                                \
+    return hr__gpu_unavailable(why, "vulkan: instance lacks " #name);
+  VK_INSTANCE_FNS(GET)
+#undef GET
+  return 0;
+}
+
+/* A usable device: Vulkan 1.2, timeline semaphores, a transfer-capable
+ * queue family (graphics and compute families are transfer-capable). */
+static int usable(vk_fns *f, VkPhysicalDevice pd, uint32_t *family) {
+  VkPhysicalDeviceProperties props;
+  f->vkGetPhysicalDeviceProperties(pd, &props);
+  if (props.apiVersion < VK_API_VERSION_1_2)
+    return 0;
+  VkPhysicalDeviceTimelineSemaphoreFeatures tf = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES};
+  VkPhysicalDeviceFeatures2 f2 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &tf};
+  f->vkGetPhysicalDeviceFeatures2(pd, &f2);
+  if (!tf.timelineSemaphore)
+    return 0;
+  uint32_t n = 0;
+  f->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+  VkQueueFamilyProperties qf[32];
+  if (n > 32)
+    n = 32;
+  f->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, qf);
+  /* Prefer a compute family (the issue's "compute-capable queues"), then
+   * anything that can transfer. */
+  const VkQueueFlags want[] = {VK_QUEUE_COMPUTE_BIT,
+                               VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_TRANSFER_BIT};
+  for (int w = 0; w < 2; w++)
+    for (uint32_t i = 0; i < n; i++)
+      if (qf[i].queueCount && (qf[i].queueFlags & want[w])) {
+        *family = i;
+        return 1;
+      }
+  return 0;
+}
+
+/* Lists the usable physical devices (at most `cap`). */
+static uint32_t list_devices(vk_fns *f, VkInstance inst, VkPhysicalDevice *out,
+                             uint32_t *families, uint32_t cap) {
+  uint32_t n = 0;
+  if (f->vkEnumeratePhysicalDevices(inst, &n, NULL) != VK_SUCCESS || !n)
+    return 0;
+  VkPhysicalDevice all[16];
+  if (n > 16)
+    n = 16;
+  if (f->vkEnumeratePhysicalDevices(inst, &n, all) < 0)
+    return 0;
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n && k < cap; i++) {
+    uint32_t fam;
+    if (usable(f, all[i], &fam)) {
+      out[k] = all[i];
+      families[k++] = fam;
+    }
+  }
+  return k;
+}
+
+static int vk_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
+  (void)cfg;
+  vk_fns f;
+  void *lib;
+  memset(&f, 0, sizeof f);
+  int rv = load(&f, &lib, info);
+  if (rv == 0) {
+    VkInstance inst = VK_NULL_HANDLE;
+    rv = make_instance(&f, &inst, info);
+    if (rv == 0) {
+      VkPhysicalDevice pd[16];
+      uint32_t fam[16];
+      info->device_count = list_devices(&f, inst, pd, fam, 16);
+    }
+    if (inst && f.vkDestroyInstance)
+      f.vkDestroyInstance(inst, NULL);
+  }
+  if (lib)
+    dlclose(lib);
+  return rv;
+}
+
+/* Memory type with all of `want`, preferring those that also have
+ * `prefer`; UINT32_MAX when none. */
+static uint32_t find_type(const VkPhysicalDeviceMemoryProperties *mp,
+                          uint32_t bits, VkMemoryPropertyFlags want,
+                          VkMemoryPropertyFlags prefer) {
+  uint32_t fallback = UINT32_MAX;
+  for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
+    VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
+    if (!(bits & (1u << i)) || (fl & want) != want)
+      continue;
+    if ((fl & prefer) == prefer)
+      return i;
+    if (fallback == UINT32_MAX)
+      fallback = i;
+  }
+  return fallback;
+}
+
+#define HOST_FLAGS                                                             \
+  (VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+
+static void vk_close(void *dev);
+
+static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
+                   hr_gpu_probe_info *why) {
+  vk_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
+  if (!d)
+    return HR_ERR_NOMEM;
+  d->mem = *mem;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  pthread_mutex_init(&d->qmu, NULL);
+  int rv = load(&d->f, &d->lib, why);
+  if (rv == 0)
+    rv = make_instance(&d->f, &d->inst, why);
+  if (rv != 0)
+    goto fail;
+  VkPhysicalDevice pd[16];
+  uint32_t fam[16];
+  uint32_t n = list_devices(&d->f, d->inst, pd, fam, 16);
+  if (cfg->ordinal >= n) {
+    rv = hr__gpu_unavailable(why, "vulkan: no usable device %u (%u found)",
+                             cfg->ordinal, n);
+    goto fail;
+  }
+  d->phys = pd[cfg->ordinal];
+  d->family = fam[cfg->ordinal];
+  float prio = 1.0f;
+  VkDeviceQueueCreateInfo qci = {
+      .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+      .queueFamilyIndex = d->family,
+      .queueCount = 1,
+      .pQueuePriorities = &prio};
+  VkPhysicalDeviceVulkan12Features f12 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+      .timelineSemaphore = VK_TRUE};
+  VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                            .pNext = &f12,
+                            .queueCreateInfoCount = 1,
+                            .pQueueCreateInfos = &qci};
+  VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
+  if (r != VK_SUCCESS) {
+    rv = hr__gpu_unavailable(why, "vulkan: vkCreateDevice: %d", (int)r);
+    goto fail;
+  }
+#define GET(name)                                                              \
+  d->f.name = (PFN_##name)d->f.vkGetDeviceProcAddr(d->dev, #name);           \
+  if (!d->f.name) {                                                            \
+    rv = hr__gpu_unavailable(why, "vulkan: device lacks " #name);             \
+    goto fail;                                                                 \
+  }
+  VK_DEVICE_FNS(GET)
+#undef GET
+  d->f.vkGetDeviceQueue(d->dev, d->family, 0, &d->queue);
+  VkPhysicalDeviceProperties props;
+  d->f.vkGetPhysicalDeviceProperties(d->phys, &props);
+  hr__gpu_copy_name(d->name, sizeof d->name, props.deviceName);
+  VkPhysicalDeviceMemoryProperties mp;
+  d->f.vkGetPhysicalDeviceMemoryProperties(d->phys, &mp);
+  d->type_device = find_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+  d->type_host = find_type(&mp, ~0u, HOST_FLAGS,
+                           VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  d->type_unified =
+      find_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | HOST_FLAGS, 0);
+  if (d->type_device == UINT32_MAX)
+    d->type_device = d->type_host;
+  if (d->type_device == UINT32_MAX || d->type_host == UINT32_MAX) {
+    rv = hr__gpu_unavailable(why, "vulkan: no usable memory types");
+    goto fail;
+  }
+  d->device_mapped =
+      (mp.memoryTypes[d->type_device].propertyFlags & HOST_FLAGS) ==
+      HOST_FLAGS;
+  for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
+    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      d->total_memory += mp.memoryHeaps[i].size;
+  *dev = d;
+  return 0;
+fail:
+  vk_close(d);
+  return rv;
+}
+
+static void vk_close(void *dev) {
+  vk_dev *d = dev;
+  if (d->dev) {
+    d->f.vkDeviceWaitIdle(d->dev);
+    d->f.vkDestroyDevice(d->dev, NULL);
+  }
+  if (d->inst)
+    d->f.vkDestroyInstance(d->inst, NULL);
+  if (d->lib)
+    dlclose(d->lib);
+  pthread_mutex_destroy(&d->qmu);
+  pthread_cond_destroy(&d->cv);
+  pthread_mutex_destroy(&d->mu);
+  hr_mem mem = d->mem;
+  hr__mem_free(&mem, d);
+}
+
+static int vk_query(void *dev, hr_gpu_caps *caps) {
+  vk_dev *d = dev;
+  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED |
+                (d->type_unified != UINT32_MAX ? HR_GPU_CAP_UNIFIED : 0) |
+                (d->device_mapped ? HR_GPU_CAP_HOST_MAPPED : 0);
+  caps->total_memory = d->total_memory;
+  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
+  return 0;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static void mem_destroy(vk_dev *d, vk_mem *m) {
+  if (!m)
+    return;
+  if (m->map)
+    d->f.vkUnmapMemory(d->dev, m->mem);
+  if (m->buf)
+    d->f.vkDestroyBuffer(d->dev, m->buf, NULL);
+  if (m->mem)
+    d->f.vkFreeMemory(d->dev, m->mem, NULL);
+  hr__mem_free(&d->mem, m);
+}
+
+/* A buffer of `size` bytes in memory type `type`, mapped when `map`. */
+static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
+                      vk_mem **out) {
+  vk_mem *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  if (!m)
+    return HR_ERR_NOMEM;
+  VkBufferCreateInfo bci = {
+      .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+      .size = size,
+      .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+               VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+      .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  int rv = HR_ERR_NOMEM;
+  if (d->f.vkCreateBuffer(d->dev, &bci, NULL, &m->buf) != VK_SUCCESS)
+    goto fail;
+  VkMemoryRequirements req;
+  d->f.vkGetBufferMemoryRequirements(d->dev, m->buf, &req);
+  if (!(req.memoryTypeBits & (1u << type))) {
+    rv = HR_ERR_UNSUPPORTED;
+    goto fail;
+  }
+  VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                              .allocationSize = req.size,
+                              .memoryTypeIndex = type};
+  if (d->f.vkAllocateMemory(d->dev, &mai, NULL, &m->mem) != VK_SUCCESS)
+    goto fail;
+  rv = HR_ERR_IO;
+  if (d->f.vkBindBufferMemory(d->dev, m->buf, m->mem, 0) != VK_SUCCESS)
+    goto fail;
+  if (map && d->f.vkMapMemory(d->dev, m->mem, 0, VK_WHOLE_SIZE, 0, &m->map) !=
+                 VK_SUCCESS)
+    goto fail;
+  *out = m;
+  return 0;
+fail:
+  mem_destroy(d, m);
+  return rv;
+}
+
+static int vk_mem_alloc(void *dev, int kind, uint64_t size,
+                        hr_gpu_mem_info *out) {
+  vk_dev *d = dev;
+  uint32_t type = kind == HR_GPU_MEM_PINNED    ? d->type_host
+                  : kind == HR_GPU_MEM_UNIFIED ? d->type_unified
+                                               : d->type_device;
+  int map = kind != HR_GPU_MEM_DEVICE || d->device_mapped;
+  vk_mem *m;
+  int rv = mem_create(d, type, map, size, &m);
+  if (rv != 0)
+    return rv;
+  out->handle = m;
+  out->host_ptr = m->map;
+  out->native = (void *)(uintptr_t)m->buf;
+  return 0;
+}
+
+static int vk_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                            hr_gpu_mem_info *out) {
+  (void)dev;
+  (void)size;
+  out->handle = NULL; /* staged per copy */
+  out->host_ptr = ptr;
+  return 0;
+}
+
+static void vk_mem_free(void *dev, const hr_gpu_mem_info *m) {
+  mem_destroy(dev, m->handle);
+}
+
+/* ---- the stream worker --------------------------------------------------- */
+
+/* Drops a timeline reference; d->mu held.  The last one destroys the
+ * semaphore once no submitted batch can still wait for it. */
+static void tl_unref(vk_dev *d, vk_tl *t) {
+  if (!t || --t->refs > 0)
+    return;
+  pthread_mutex_lock(&d->qmu);
+  d->f.vkDeviceWaitIdle(d->dev);
+  pthread_mutex_unlock(&d->qmu);
+  d->f.vkDestroySemaphore(d->dev, t->sem, NULL);
+  hr__mem_free(&d->mem, t);
+}
+
+static void point_unref(vk_dev *d, vk_point *p) {
+  if (p && --p->refs == 0) {
+    tl_unref(d, p->tl);
+    hr__mem_free(&d->mem, p);
+  }
+}
+
+/* Frees what completed submissions held.  Worker only. */
+static void reap(vk_stream *s, int all) {
+  vk_dev *d = s->d;
+  uint64_t done = UINT64_MAX;
+  if (!all && d->f.vkGetSemaphoreCounterValue(d->dev, s->tl->sem, &done) !=
+                  VK_SUCCESS)
+    return;
+  vk_inflight **pp = &s->inflight;
+  while (*pp) {
+    vk_inflight *x = *pp;
+    if (x->value <= done) {
+      *pp = x->next;
+      if (x->cmd)
+        d->f.vkFreeCommandBuffers(d->dev, s->pool, 1, &x->cmd);
+      mem_destroy(d, x->staging);
+      hr__mem_free(&d->mem, x);
+    } else {
+      pp = &x->next;
+    }
+  }
+}
+
+/* Host-waits for a timeline value. */
+static int wait_value(vk_dev *d, VkSemaphore sem, uint64_t v) {
+  if (v == 0)
+    return 0;
+  VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                            .semaphoreCount = 1,
+                            .pSemaphores = &sem,
+                            .pValues = &v};
+  return d->f.vkWaitSemaphores(d->dev, &wi, UINT64_MAX) == VK_SUCCESS
+             ? 0
+             : HR_ERR_IO;
+}
+
+/* Forgets the pending waits (submitted or drained); worker only. */
+static void drop_waits(vk_stream *s) {
+  vk_dev *d = s->d;
+  pthread_mutex_lock(&d->mu);
+  for (unsigned i = 0; i < s->nwaits; i++)
+    tl_unref(d, s->wait_tl[i]);
+  pthread_mutex_unlock(&d->mu);
+  s->nwaits = 0;
+}
+
+/*
+ * Submits `cmd` (may be VK_NULL_HANDLE: a batch of waits and the signal
+ * only) after the stream's previous submission and its pending waits,
+ * signalling the next value.  Worker only; takes d->mu to publish the
+ * value.  `staging` is freed once the submission completed.
+ */
+static int submit(vk_stream *s, VkCommandBuffer cmd, vk_mem *staging) {
+  vk_dev *d = s->d;
+  VkSemaphore sems[MAX_WAITS + 1];
+  uint64_t vals[MAX_WAITS + 1];
+  VkPipelineStageFlags stages[MAX_WAITS + 1];
+  uint32_t n = 0;
+  pthread_mutex_lock(&d->mu);
+  uint64_t prev = s->submitted;
+  pthread_mutex_unlock(&d->mu);
+  if (prev) {
+    sems[n] = s->tl->sem;
+    vals[n++] = prev;
+  }
+  for (unsigned i = 0; i < s->nwaits; i++) {
+    sems[n] = s->wait_tl[i]->sem;
+    vals[n++] = s->wait_val[i];
+  }
+  for (uint32_t i = 0; i < n; i++)
+    stages[i] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+  uint64_t next = prev + 1;
+  VkTimelineSemaphoreSubmitInfo ts = {
+      .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+      .waitSemaphoreValueCount = n,
+      .pWaitSemaphoreValues = vals,
+      .signalSemaphoreValueCount = 1,
+      .pSignalSemaphoreValues = &next};
+  VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                     .pNext = &ts,
+                     .waitSemaphoreCount = n,
+                     .pWaitSemaphores = sems,
+                     .pWaitDstStageMask = stages,
+                     .commandBufferCount = cmd ? 1 : 0,
+                     .pCommandBuffers = cmd ? &cmd : NULL,
+                     .signalSemaphoreCount = 1,
+                     .pSignalSemaphores = &s->tl->sem};
+  vk_inflight *x = hr__mem_calloc(&d->mem, 1, sizeof *x);
+  if (!x)
+    return HR_ERR_NOMEM;
+  pthread_mutex_lock(&d->qmu);
+  VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
+  pthread_mutex_unlock(&d->qmu);
+  if (r != VK_SUCCESS) {
+    hr__mem_free(&d->mem, x);
+    return HR_ERR_IO;
+  }
+  drop_waits(s);
+  x->value = next;
+  x->cmd = cmd;
+  x->staging = staging;
+  x->next = s->inflight;
+  s->inflight = x;
+  pthread_mutex_lock(&d->mu);
+  s->submitted = next;
+  pthread_mutex_unlock(&d->mu);
+  reap(s, 0);
+  return 0;
+}
+
+/* Host-waits for everything the stream submitted and every pending wait:
+ * what a host function or a host-side copy needs before it runs. */
+static int drain(vk_stream *s) {
+  vk_dev *d = s->d;
+  int rv = 0;
+  for (unsigned i = 0; i < s->nwaits && rv == 0; i++)
+    rv = wait_value(d, s->wait_tl[i]->sem, s->wait_val[i]);
+  drop_waits(s);
+  pthread_mutex_lock(&d->mu);
+  uint64_t v = s->submitted;
+  pthread_mutex_unlock(&d->mu);
+  return rv ? rv : wait_value(d, s->tl->sem, v);
+}
+
+static int exec_copy(vk_stream *s, vk_op *op) {
+  vk_dev *d = s->d;
+  if (op->hh_dst) { /* host to host: in stream order, on the host */
+    int rv = drain(s);
+    if (rv == 0)
+      memmove(op->hh_dst, op->hh_src, (size_t)op->len);
+    return rv;
+  }
+  VkCommandBufferAllocateInfo ai = {
+      .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+      .commandPool = s->pool,
+      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+      .commandBufferCount = 1};
+  VkCommandBuffer cmd;
+  if (d->f.vkAllocateCommandBuffers(d->dev, &ai, &cmd) != VK_SUCCESS)
+    return HR_ERR_NOMEM;
+  VkCommandBufferBeginInfo bi = {
+      .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+      .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  VkBufferCopy region = {op->src_off, op->dst_off, op->len};
+  if (d->f.vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS)
+    goto io;
+  d->f.vkCmdCopyBuffer(cmd, op->src, op->dst, 1, &region);
+  if (d->f.vkEndCommandBuffer(cmd) != VK_SUCCESS)
+    goto io;
+  /* A copy into wrapped host memory completes here, on the worker: the
+   * staging buffer stays ours until the memcpy is done. */
+  vk_mem *st = op->host_dst ? NULL : op->staging;
+  int rv = submit(s, cmd, st);
+  if (rv != 0)
+    goto fail;
+  if (op->host_dst) {
+    rv = drain(s);
+    if (rv == 0)
+      memcpy(op->host_dst, op->staging->map, (size_t)op->len);
+    mem_destroy(d, op->staging);
+  }
+  op->staging = NULL;
+  return rv;
+io:
+  rv = HR_ERR_IO;
+fail:
+  d->f.vkFreeCommandBuffers(d->dev, s->pool, 1, &cmd);
+  return rv;
+}
+
+/* Processes one op; d->mu is held on entry and exit. */
+static void exec_op(vk_stream *s, vk_op *op) {
+  vk_dev *d = s->d;
+  int rv = 0;
+  switch (op->kind) {
+  case OP_WAIT:
+    /* Wait until the producer's worker has reached the record: its
+     * signal has been submitted, so a device-side wait is safe. */
+    while (!op->point->assigned)
+      pthread_cond_wait(&d->cv, &d->mu);
+    if (op->point->value && op->point->tl != s->tl) {
+      vk_tl *t = op->point->tl;
+      uint64_t v = op->point->value;
+      t->refs++;
+      pthread_mutex_unlock(&d->mu);
+      if (s->nwaits == MAX_WAITS)
+        rv = submit(s, VK_NULL_HANDLE, NULL);
+      if (s->nwaits < MAX_WAITS) {
+        s->wait_tl[s->nwaits] = t;
+        s->wait_val[s->nwaits++] = v;
+        t = NULL;
+      }
+      pthread_mutex_lock(&d->mu);
+      tl_unref(d, t); /* only when the flush failed */
+    }
+    break;
+  case OP_RECORD:
+    pthread_mutex_unlock(&d->mu);
+    /* Pending waits belong to the recorded point: flush them into an
+     * empty batch so that the captured value covers them. */
+    if (s->nwaits)
+      rv = submit(s, VK_NULL_HANDLE, NULL);
+    pthread_mutex_lock(&d->mu);
+    op->point->tl = s->tl;
+    s->tl->refs++;
+    op->point->value = s->submitted;
+    op->point->assigned = 1;
+    break;
+  case OP_COPY:
+    pthread_mutex_unlock(&d->mu);
+    rv = exec_copy(s, op);
+    pthread_mutex_lock(&d->mu);
+    break;
+  default: /* OP_HOST_FN */
+    pthread_mutex_unlock(&d->mu);
+    rv = drain(s);
+    /* A failed drain still runs the function: a caller may depend on
+     * it (a release, a wakeup); the failure is reported by the next
+     * sync. */
+    op->fn(op->arg);
+    pthread_mutex_lock(&d->mu);
+    break;
+  }
+  if (rv != 0)
+    s->failed = 1;
+}
+
+static void *stream_main(void *arg) {
+  vk_stream *s = arg;
+  vk_dev *d = s->d;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (!s->head && !s->stop)
+      pthread_cond_wait(&d->cv, &d->mu);
+    if (!s->head)
+      break;
+    vk_op *op = s->head;
+    exec_op(s, op);
+    s->head = op->next;
+    if (!s->head)
+      s->tail = NULL;
+    point_unref(d, op->point);
+    if (op->staging) {
+      pthread_mutex_unlock(&d->mu);
+      mem_destroy(d, op->staging);
+      pthread_mutex_lock(&d->mu);
+    }
+    hr__mem_free(&d->mem, op);
+    s->completed++;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+static void enqueue(vk_stream *s, vk_op *op) {
+  op->next = NULL;
+  if (s->tail)
+    s->tail->next = op;
+  else
+    s->head = op;
+  s->tail = op;
+  s->enqueued++;
+  pthread_cond_broadcast(&s->d->cv);
+}
+
+static vk_stream *real_stream(void *p) {
+  vk_stream *s = p;
+  return s->target ? s->target : s;
+}
+
+static vk_event *real_event(void *p) {
+  vk_event *e = p;
+  return e->target ? e->target : e;
+}
+
+static void push(vk_dev *d, void *sp, vk_op *op) {
+  pthread_mutex_lock(&d->mu);
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static vk_op *new_op(vk_dev *d, int kind) {
+  vk_op *op = hr__mem_calloc(&d->mem, 1, sizeof *op);
+  if (op)
+    op->kind = kind;
+  return op;
+}
+
+/* ---- stream ops ---------------------------------------------------------- */
+
+static int vk_stream_new(void *dev, void **out) {
+  vk_dev *d = dev;
+  vk_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+  if (!s)
+    return HR_ERR_NOMEM;
+  s->d = d;
+  VkCommandPoolCreateInfo pci = {
+      .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+      .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT |
+               VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+      .queueFamilyIndex = d->family};
+  VkSemaphoreTypeCreateInfo tci = {
+      .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+      .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+      .initialValue = 0};
+  VkSemaphoreCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
+                               .pNext = &tci};
+  if (d->f.vkCreateCommandPool(d->dev, &pci, NULL, &s->pool) != VK_SUCCESS)
+    goto fail;
+  s->tl = hr__mem_calloc(&d->mem, 1, sizeof *s->tl);
+  if (!s->tl)
+    goto fail;
+  s->tl->refs = 1;
+  if (d->f.vkCreateSemaphore(d->dev, &sci, NULL, &s->tl->sem) != VK_SUCCESS)
+    goto fail;
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0)
+    goto fail;
+  *out = s;
+  return 0;
+fail:
+  if (s->tl && s->tl->sem)
+    d->f.vkDestroySemaphore(d->dev, s->tl->sem, NULL);
+  hr__mem_free(&d->mem, s->tl);
+  if (s->pool)
+    d->f.vkDestroyCommandPool(d->dev, s->pool, NULL);
+  hr__mem_free(&d->mem, s);
+  return HR_ERR_IO;
+}
+
+static int vk_stream_sync(void *dev, void *sp) {
+  vk_dev *d = dev;
+  vk_stream *s = real_stream(sp);
+  pthread_mutex_lock(&d->mu);
+  uint64_t target = s->enqueued;
+  while (s->completed < target)
+    pthread_cond_wait(&d->cv, &d->mu);
+  uint64_t v = s->submitted;
+  int failed = s->failed;
+  pthread_mutex_unlock(&d->mu);
+  int rv = wait_value(d, s->tl->sem, v);
+  return failed ? HR_ERR_IO : rv;
+}
+
+static void vk_stream_del(void *dev, void *sp) {
+  vk_dev *d = dev;
+  vk_stream *s = sp;
+  if (!s->target) {
+    vk_stream_sync(d, s);
+    pthread_mutex_lock(&d->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(s->thread, NULL);
+    reap(s, 1);
+    d->f.vkDestroyCommandPool(d->dev, s->pool, NULL);
+    pthread_mutex_lock(&d->mu);
+    tl_unref(d, s->tl); /* events recorded here may keep it */
+    pthread_mutex_unlock(&d->mu);
+  }
+  hr__mem_free(&d->mem, s);
+}
+
+static int vk_event_new(void *dev, unsigned flags, void **out) {
+  vk_dev *d = dev;
+  (void)flags;
+  vk_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
+  if (!e)
+    return HR_ERR_NOMEM;
+  *out = e;
+  return 0;
+}
+
+static void vk_event_del(void *dev, void *ep) {
+  vk_dev *d = dev;
+  vk_event *e = ep;
+  pthread_mutex_lock(&d->mu);
+  if (!e->target)
+    point_unref(d, e->last);
+  pthread_mutex_unlock(&d->mu);
+  hr__mem_free(&d->mem, e);
+}
+
+static int vk_event_record(void *dev, void *ep, void *sp) {
+  vk_dev *d = dev;
+  vk_event *e = real_event(ep);
+  vk_op *op = new_op(d, OP_RECORD);
+  vk_point *p = hr__mem_calloc(&d->mem, 1, sizeof *p);
+  if (!op || !p) {
+    hr__mem_free(&d->mem, op);
+    hr__mem_free(&d->mem, p);
+    return HR_ERR_NOMEM;
+  }
+  pthread_mutex_lock(&d->mu);
+  p->refs = 2; /* the event and the op */
+  point_unref(d, e->last);
+  e->last = p;
+  op->point = p;
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static int vk_stream_wait_event(void *dev, void *sp, void *ep) {
+  vk_dev *d = dev;
+  vk_event *e = real_event(ep);
+  vk_op *op = new_op(d, OP_WAIT);
+  if (!op)
+    return HR_ERR_NOMEM;
+  pthread_mutex_lock(&d->mu);
+  if (!e->last) {
+    pthread_mutex_unlock(&d->mu);
+    hr__mem_free(&d->mem, op);
+    return 0;
+  }
+  op->point = e->last;
+  e->last->refs++;
+  enqueue(real_stream(sp), op);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+static int vk_event_query(void *dev, void *ep) {
+  vk_dev *d = dev;
+  vk_event *e = real_event(ep);
+  pthread_mutex_lock(&d->mu);
+  vk_point *p = e->last;
+  int rv = 0;
+  if (p && !p->assigned) {
+    rv = HR_ERR_WOULDBLOCK;
+  } else if (p && p->value) {
+    /* Under the lock: the point keeps its timeline alive. */
+    uint64_t now;
+    if (d->f.vkGetSemaphoreCounterValue(d->dev, p->tl->sem, &now) !=
+        VK_SUCCESS)
+      rv = HR_ERR_IO;
+    else if (now < p->value)
+      rv = HR_ERR_WOULDBLOCK;
+  }
+  pthread_mutex_unlock(&d->mu);
+  return rv;
+}
+
+static int vk_event_sync(void *dev, void *ep) {
+  vk_dev *d = dev;
+  vk_event *e = real_event(ep);
+  pthread_mutex_lock(&d->mu);
+  vk_point *p = e->last;
+  if (!p) {
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  p->refs++;
+  while (!p->assigned)
+    pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  /* Our reference keeps the point, hence its timeline, alive. */
+  int rv = wait_value(d, p->value ? p->tl->sem : VK_NULL_HANDLE, p->value);
+  pthread_mutex_lock(&d->mu);
+  point_unref(d, p);
+  pthread_mutex_unlock(&d->mu);
+  return rv;
+}
+
+static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
+                   uint64_t dst_off, const hr_gpu_mem_info *src,
+                   uint64_t src_off, uint64_t len) {
+  vk_dev *d = dev;
+  vk_op *op = new_op(d, OP_COPY);
+  if (!op)
+    return HR_ERR_NOMEM;
+  vk_mem *dm = dst->handle, *sm = src->handle;
+  op->len = len;
+  if (!dm && !sm) {
+    op->hh_dst = (char *)dst->host_ptr + dst_off;
+    op->hh_src = (const char *)src->host_ptr + src_off;
+    push(d, sp, op);
+    return 0;
+  }
+  op->dst_off = dst_off;
+  op->src_off = src_off;
+  if (!sm || !dm) {
+    int rv = mem_create(d, d->type_host, 1, len, &op->staging);
+    if (rv != 0) {
+      hr__mem_free(&d->mem, op);
+      return rv;
+    }
+  }
+  if (!sm) {
+    /* Pageable source: read now, as CUDA does for pageable memory. */
+    memcpy(op->staging->map, (const char *)src->host_ptr + src_off,
+           (size_t)len);
+    op->src = op->staging->buf;
+    op->src_off = 0;
+  } else {
+    op->src = sm->buf;
+  }
+  if (!dm) {
+    op->dst = op->staging->buf;
+    op->dst_off = 0;
+    op->host_dst = (char *)dst->host_ptr + dst_off;
+  } else {
+    op->dst = dm->buf;
+  }
+  push(d, sp, op);
+  return 0;
+}
+
+static int vk_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
+  vk_dev *d = dev;
+  vk_op *op = new_op(d, OP_HOST_FN);
+  if (!op)
+    return HR_ERR_NOMEM;
+  op->fn = fn;
+  op->arg = arg;
+  push(d, sp, op);
+  return 0;
+}
+
+static void *vk_native(void *dev, int what, void *obj) {
+  (void)dev;
+  return what == HR_GPU_OBJ_STREAM ? (void *)real_stream(obj)
+                                   : (void *)real_event(obj);
+}
+
+static int vk_wrap_native(void *dev, int what, void *native, void **out) {
+  vk_dev *d = dev;
+  if (what == HR_GPU_OBJ_STREAM) {
+    vk_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+    if (!s)
+      return HR_ERR_NOMEM;
+    s->d = d;
+    s->target = real_stream(native);
+    *out = s;
+  } else {
+    vk_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
+    if (!e)
+      return HR_ERR_NOMEM;
+    e->target = real_event(native);
+    *out = e;
+  }
+  return 0;
+}
+
+const hr_gpu_ops hr__gpu_vk_ops = {
+    .size = sizeof(hr_gpu_ops),
+    .name = "vulkan",
+    .device_tag = HR_DEV_VULKAN,
+    .probe = vk_probe,
+    .open = vk_open,
+    .close = vk_close,
+    .query = vk_query,
+    .mem_alloc = vk_mem_alloc,
+    .mem_wrap_host = vk_mem_wrap_host,
+    .mem_free = vk_mem_free,
+    .stream_new = vk_stream_new,
+    .stream_del = vk_stream_del,
+    .stream_sync = vk_stream_sync,
+    .event_new = vk_event_new,
+    .event_del = vk_event_del,
+    .event_record = vk_event_record,
+    .stream_wait_event = vk_stream_wait_event,
+    .event_query = vk_event_query,
+    .event_sync = vk_event_sync,
+    .copy = vk_copy,
+    .host_fn = vk_host_fn,
+    .native = vk_native,
+    .wrap_native = vk_wrap_native,
+};
