@@ -91,6 +91,7 @@ struct fab_xop {
   uint64_t total;        /* pieces in all */
   uint64_t posted;
   uint64_t completed;
+  uint64_t succeeded;    /* completions without error */
   uint32_t inflight;
   uint32_t window;
   uint32_t nslots;
@@ -131,6 +132,7 @@ struct hr_fabric {
   int need_progress;
   int armed;
   int cq_failed;
+  int down;      /* hr_fabric_shutdown() closed the endpoint */
   hr_fabric_stats st;
 };
 
@@ -724,6 +726,10 @@ static int fab_reg(void *ctx, const hr_fabric_region *r, int access,
     hr__fab_why(why, cap, "an empty region");
     return HR_ERR_UNSUPPORTED;
   }
+  if (f->down) {
+    hr__fab_why(why, cap, "the fabric is shut down");
+    return HR_ERR_CLOSED;
+  }
   if (hr__fab_region_contiguous(r)) {
     for (unsigned k = 0; k < r->nseg; k++)
       if (r->seg[k].len) {
@@ -813,9 +819,10 @@ static void xop_free(hr_fabric *f, fab_xop *x) {
 static int xop_new(hr_fabric *f, int kind, void *peer,
                    const hr_fabric_region *r, hr_fabric_op *op, fab_xop **out,
                    char *why, size_t cap) {
-  if (f->cq_failed) {
-    hr__fab_why(why, cap, "the completion queue failed");
-    return HR_ERR_IO;
+  if (f->cq_failed || f->down) {
+    hr__fab_why(why, cap, f->down ? "the fabric is shut down"
+                                  : "the completion queue failed");
+    return f->down ? HR_ERR_CLOSED : HR_ERR_IO;
   }
   fab_xop *x = hr__mem_calloc(&f->mem, 1, sizeof *x);
   if (!x) {
@@ -943,7 +950,7 @@ static int maybe_finish(hr_fabric *f, fab_xop *x) {
   if (!x->status && !x->cancelled && x->completed < x->total)
     return 0;
   int status = x->status ? x->status
-                         : x->cancelled && x->completed < x->total
+                         : x->cancelled && x->succeeded < x->total
                                ? HR_ERR_CLOSED
                                : 0;
   char why[sizeof x->why];
@@ -987,6 +994,7 @@ static void piece_done(hr_fabric *f, fab_piece *s, int err, size_t len,
                 (unsigned long long)s->len);
     cancel_posted(f, x);
   } else if (!err) {
+    x->succeeded++;
     if (x->kind == K_WRITE)
       f->st.bytes_written += s->len;
     else if (x->kind == K_SEND)
@@ -1082,6 +1090,10 @@ static void service(hr_fabric *f) {
 int hr_fabric_progress(hr_fabric *f, hr_tstamp now) {
   f->last_poll = now;
   f->st.progress_calls++;
+  if (f->down) {
+    f->need_progress = 0;
+    return 0;
+  }
   for (int round = 0; round < TRYWAIT_ROUNDS; round++) {
     int more;
     int rv = drain(f, &more);
@@ -1115,6 +1127,31 @@ int hr_fabric_progress(hr_fabric *f, hr_tstamp now) {
   f->armed = 0;
   f->need_progress = 1;
   return 0;
+}
+
+int hr_fabric_shutdown(hr_fabric *f) {
+  if (!f || f->down)
+    return 0;
+  f->down = 1;
+  /* Closing the endpoint discards what is in flight: nothing completes
+   * and nothing touches the buffers after it returns. */
+  int rv = fi_close(&f->ep->fid);
+  f->ep = NULL;
+  f->wait_fd = -1;
+  f->st.wait_fd = 0;
+  for (fab_xop *x = f->ops; x; x = x->next) {
+    for (uint32_t i = 0; i < x->nslots; i++)
+      x->slots[i].busy = 0;
+    x->inflight = 0;
+    if (!x->status) {
+      x->status = HR_ERR_CLOSED;
+      hr__fab_why(x->why, sizeof x->why, "the fabric was shut down");
+    }
+  }
+  /* `done` may start operations (refused now) or cancel others. */
+  while (f->ops)
+    maybe_finish(f, f->ops);
+  return rv ? HR_ERR_IO : 0;
 }
 
 hr_tstamp hr_fabric_get_expiry(const hr_fabric *f) {
@@ -1217,7 +1254,7 @@ static int fab_recv(void *ctx, void *peer, uint64_t tag,
 static void fab_cancel(void *ctx, hr_fabric_op *op) {
   hr_fabric *f = ctx;
   fab_xop *x = op->backend;
-  if (!x || x->cancelled)
+  if (!x || x->cancelled || f->down)
     return;
   x->cancelled = 1;
   /* Receives can be taken back; writes and sends in flight run to their

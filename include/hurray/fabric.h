@@ -261,6 +261,18 @@ HR_EXTERN int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
  */
 HR_EXTERN int hr_fabric_del(hr_fabric *f);
 
+/*
+ * Closes the endpoint and ends every outstanding operation at once with
+ * HR_ERR_CLOSED (their `done` callbacks run from this call): after it
+ * returns the provider touches no buffer.  For engine shutdown, and for
+ * operations a peer never completes (shm, for one, drops a write whose key
+ * it does not know without telling the writer).  Afterwards the fabric
+ * starts no operation (HR_ERR_CLOSED); registrations and peers are still
+ * released normally, then hr_fabric_del().  Returns 0 or HR_ERR_IO (the
+ * endpoint's close failed; the operations ended anyway).  NULL: 0.
+ */
+HR_EXTERN int hr_fabric_shutdown(hr_fabric *f);
+
 /* 1 while operations, remote registrations or peers are outstanding. */
 HR_EXTERN int hr_fabric_busy(const hr_fabric *f);
 
