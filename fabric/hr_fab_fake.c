@@ -28,7 +28,7 @@ struct fake_reg {
 };
 
 struct fake_op {
-  fake_op *next;  /* run queue, then completion FIFO */
+  fake_op *next; /* run queue, then completion FIFO */
   hr__fake_ep *ep;
   hr_fabric_op *op;
   int kind;
@@ -37,9 +37,9 @@ struct fake_op {
   hr_fabric_region r;
   hr_fabric_key dst;
   uint64_t npieces;
-  uint64_t matched;  /* send: pieces matched; recv: pieces filled */
+  uint64_t matched; /* send: pieces matched; recv: pieces filled */
   int cancelled;
-  int queued;        /* its completion is in the FIFO */
+  int queued; /* its completion is in the FIFO */
   int status;
   char why[128];
 };
@@ -212,7 +212,9 @@ void hr__fake_ep_del(hr__fake_ep *e) {
   hr__mem_free(&w->mem, e);
 }
 
-hr__fake_faults *hr__fake_faults_of(hr__fake_ep *e) { return &e->faults; }
+hr__fake_faults *hr__fake_faults_of(hr__fake_ep *e) {
+  return &e->faults;
+}
 
 void hr__fake_get_stats(const hr__fake_ep *e, hr__fake_stats *st) {
   *st = e->st;
@@ -233,8 +235,8 @@ static int fault(int *counter) {
 
 static int fake_peer_add(void *ctx, const uint8_t *prov, uint16_t prov_len,
                          const uint8_t *name, uint16_t name_len,
-                         const void *ctl_addr, size_t ctl_addr_len,
-                         void **peer, char *why, size_t why_cap) {
+                         const void *ctl_addr, size_t ctl_addr_len, void **peer,
+                         char *why, size_t why_cap) {
   hr__fake_ep *e = ctx;
   (void)ctl_addr;
   (void)ctl_addr_len;
@@ -426,8 +428,8 @@ static int fake_write(void *ctx, void *peer, const hr_fabric_region *src,
 }
 
 static int fake_send(void *ctx, void *peer, uint64_t tag,
-                     const hr_fabric_region *src, hr_fabric_op *op,
-                     char *why, size_t why_cap) {
+                     const hr_fabric_region *src, hr_fabric_op *op, char *why,
+                     size_t why_cap) {
   hr__fake_ep *e = ctx;
   if (fault(&e->faults.send_start)) {
     hr__fab_why(why, why_cap, "injected: send refused");
@@ -470,8 +472,7 @@ static void piece_matched(fake_op *so) {
 
 /* Delivers one sent piece to the target: the first posted receive piece
  * for (sender, tag), else the unexpected queue. */
-static int deliver(hr__fake_ep *target, fake_op *so, void *ptr,
-                   uint64_t len) {
+static int deliver(hr__fake_ep *target, fake_op *so, void *ptr, uint64_t len) {
   hr__fake_world *w = target->w;
   for (fake_piece **pp = &target->posted; *pp; pp = &(*pp)->next) {
     fake_piece *p = *pp;
@@ -497,8 +498,8 @@ static int deliver(hr__fake_ep *target, fake_op *so, void *ptr,
 }
 
 static int fake_recv(void *ctx, void *peer, uint64_t tag,
-                     const hr_fabric_region *dst, hr_fabric_op *op,
-                     char *why, size_t why_cap) {
+                     const hr_fabric_region *dst, hr_fabric_op *op, char *why,
+                     size_t why_cap) {
   hr__fake_ep *e = ctx;
   hr__fake_world *w = e->w;
   if (fault(&e->faults.recv_start)) {
@@ -635,8 +636,8 @@ static void run(hr__fake_ep *e, fake_op *o) {
     complete(o, HR_ERR_IO, "injected: send completion error");
     return;
   }
-  uint64_t piece = f->send_piece ? f->send_piece
-                                 : hr_fabric_tag_piece(o->r.length);
+  uint64_t piece =
+      f->send_piece ? f->send_piece : hr_fabric_tag_piece(o->r.length);
   o->npieces = hr__fab_count_pieces(&o->r, piece);
   if (o->npieces == 0) {
     complete(o, 0, NULL);
@@ -715,9 +716,16 @@ size_t hr__fake_pending(const hr__fake_ep *e) {
   return n;
 }
 
-static const hr_fabric_ops fake_ops = {
-    sizeof(hr_fabric_ops), fake_peer_add, fake_peer_del, fake_reg_fn,
-    fake_dereg,            fake_write,    fake_send,     fake_recv,
-    fake_cancel};
+static const hr_fabric_ops fake_ops = {sizeof(hr_fabric_ops),
+                                       fake_peer_add,
+                                       fake_peer_del,
+                                       fake_reg_fn,
+                                       fake_dereg,
+                                       fake_write,
+                                       fake_send,
+                                       fake_recv,
+                                       fake_cancel};
 
-const hr_fabric_ops *hr__fake_ops(void) { return &fake_ops; }
+const hr_fabric_ops *hr__fake_ops(void) {
+  return &fake_ops;
+}

@@ -38,16 +38,16 @@ typedef struct hr__fake_faults {
 } hr__fake_faults;
 
 typedef struct hr__fake_stats {
-  uint64_t regs;        /* remote registrations made */
-  uint64_t deregs;      /* and revoked */
-  uint64_t live_regs;   /* open now */
-  uint64_t peers;       /* peer_add successes minus peer_del */
-  uint64_t writes;      /* operations started */
+  uint64_t regs;      /* remote registrations made */
+  uint64_t deregs;    /* and revoked */
+  uint64_t live_regs; /* open now */
+  uint64_t peers;     /* peer_add successes minus peer_del */
+  uint64_t writes;    /* operations started */
   uint64_t sends;
   uint64_t recvs;
-  uint64_t cancels;     /* cancel() calls */
-  uint64_t bytes;       /* bytes this endpoint wrote or sent */
-  uint64_t unexpected;  /* tagged pieces that waited for a receive */
+  uint64_t cancels;    /* cancel() calls */
+  uint64_t bytes;      /* bytes this endpoint wrote or sent */
+  uint64_t unexpected; /* tagged pieces that waited for a receive */
 } hr__fake_stats;
 
 /* Creates a world (mem NULL: default).  Returns 0 or HR_ERR_NOMEM. */

@@ -58,15 +58,15 @@ uint64_t hr__fab_count_pieces(const hr_fabric_region *r, uint64_t piece);
 /* One cached local registration. */
 typedef struct hr__mrc_entry hr__mrc_entry;
 struct hr__mrc_entry {
-  uintptr_t base;        /* first byte registered */
-  uint64_t len;          /* bytes registered */
-  uint8_t device_tag;    /* where the memory lives */
+  uintptr_t base;     /* first byte registered */
+  uint64_t len;       /* bytes registered */
+  uint8_t device_tag; /* where the memory lives */
   uint16_t device_index;
-  void *handle;          /* the backend's registration */
-  void *desc;            /* its local descriptor (fi_mr_desc) */
-  uint32_t refs;         /* operations using it now */
-  uint8_t stale;         /* invalidated while in use: closed at refs 0 */
-  hr__mrc_entry *prev;   /* most recently used first */
+  void *handle;        /* the backend's registration */
+  void *desc;          /* its local descriptor (fi_mr_desc) */
+  uint32_t refs;       /* operations using it now */
+  uint8_t stale;       /* invalidated while in use: closed at refs 0 */
+  hr__mrc_entry *prev; /* most recently used first */
   hr__mrc_entry *next;
 };
 
@@ -82,8 +82,8 @@ typedef struct hr__mrc_stats {
   uint64_t misses;
   uint64_t evictions;
   uint64_t invalidations;
-  uint64_t entries;      /* open registrations */
-  uint64_t unused;       /* of which unused */
+  uint64_t entries; /* open registrations */
+  uint64_t unused;  /* of which unused */
   uint64_t unused_bytes;
 } hr__mrc_stats;
 

@@ -62,8 +62,8 @@ static void close_entry(hr__mrc *c, hr__mrc_entry *e) {
 /* Closes unused entries, oldest first, until the caps hold. */
 static void trim(hr__mrc *c) {
   hr__mrc_entry *e = c->tail;
-  while (e && (c->st.unused > c->max_entries ||
-               c->st.unused_bytes > c->max_bytes)) {
+  while (e &&
+         (c->st.unused > c->max_entries || c->st.unused_bytes > c->max_bytes)) {
     hr__mrc_entry *prev = e->prev;
     if (e->refs == 0) {
       close_entry(c, e);
@@ -184,6 +184,10 @@ void hr__mrc_invalidate(hr__mrc *c, const void *ptr, uint64_t len) {
   }
 }
 
-void hr__mrc_get_stats(const hr__mrc *c, hr__mrc_stats *st) { *st = c->st; }
+void hr__mrc_get_stats(const hr__mrc *c, hr__mrc_stats *st) {
+  *st = c->st;
+}
 
-int hr__mrc_busy(const hr__mrc *c) { return c->st.entries > c->st.unused; }
+int hr__mrc_busy(const hr__mrc *c) {
+  return c->st.entries > c->st.unused;
+}

@@ -30,8 +30,8 @@ void hr__fab_ascii(char *s) {
 #define TAG_PIECE_ROUND 4096ull
 
 uint64_t hr_fabric_tag_piece(uint64_t total) {
-  uint64_t p = total / TAG_PIECE_MAX_COUNT +
-               (total % TAG_PIECE_MAX_COUNT ? 1 : 0);
+  uint64_t p =
+      total / TAG_PIECE_MAX_COUNT + (total % TAG_PIECE_MAX_COUNT ? 1 : 0);
   p = (p + TAG_PIECE_ROUND - 1) / TAG_PIECE_ROUND * TAG_PIECE_ROUND;
   return p > TAG_PIECE_MIN ? p : TAG_PIECE_MIN;
 }
@@ -103,8 +103,7 @@ int hr_fabric_placement(const hr_descriptor *d, uint64_t total,
 int hr__fab_region_build(const hr_descriptor *d, void *const *buffers,
                          hr_fabric_region *r) {
   memset(r, 0, sizeof *r);
-  if (!d || d->buffer_count > HR_MAX_BUFFERS ||
-      (d->buffer_count && !buffers))
+  if (!d || d->buffer_count > HR_MAX_BUFFERS || (d->buffer_count && !buffers))
     return HR_ERR_INVALID_ARGUMENT;
   r->nseg = d->buffer_count;
   if (d->buffer_count) {

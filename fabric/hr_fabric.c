@@ -82,16 +82,16 @@ struct fab_xop {
   fab_peer *peer_obj;
   uint64_t tag;
   hr_fabric_region r;
-  uint64_t raddr;        /* write: remote address of region offset 0 */
-  uint64_t rkey;         /* write: the key to use */
-  int key_mapped;        /* rkey came from fi_mr_map_raw */
+  uint64_t raddr; /* write: remote address of region offset 0 */
+  uint64_t rkey;  /* write: the key to use */
+  int key_mapped; /* rkey came from fi_mr_map_raw */
   hr__mrc_entry *mr[HR_MAX_BUFFERS];
-  uint64_t piece;        /* piece size */
-  hr__fab_cursor cur;    /* the next piece to post */
-  uint64_t total;        /* pieces in all */
+  uint64_t piece;     /* piece size */
+  hr__fab_cursor cur; /* the next piece to post */
+  uint64_t total;     /* pieces in all */
   uint64_t posted;
   uint64_t completed;
-  uint64_t succeeded;    /* completions without error */
+  uint64_t succeeded; /* completions without error */
   uint32_t inflight;
   uint32_t window;
   uint32_t nslots;
@@ -132,7 +132,7 @@ struct hr_fabric {
   int need_progress;
   int armed;
   int cq_failed;
-  int down;      /* hr_fabric_shutdown() closed the endpoint */
+  int down; /* hr_fabric_shutdown() closed the endpoint */
   hr_fabric_stats st;
 };
 
@@ -149,9 +149,18 @@ static int iface_of(const hr_fabric *f, uint8_t tag, uint16_t index,
                     struct fi_mr_attr *a, char *why, size_t cap) {
   switch (tag) {
   case HR_DEV_CPU: a->iface = FI_HMEM_SYSTEM; return 0;
-  case HR_DEV_CUDA: a->iface = FI_HMEM_CUDA; a->device.cuda = index; break;
-  case HR_DEV_ROCM: a->iface = FI_HMEM_ROCR; a->device.reserved = index; break;
-  case HR_DEV_LEVEL_ZERO: a->iface = FI_HMEM_ZE; a->device.ze = index; break;
+  case HR_DEV_CUDA:
+    a->iface = FI_HMEM_CUDA;
+    a->device.cuda = index;
+    break;
+  case HR_DEV_ROCM:
+    a->iface = FI_HMEM_ROCR;
+    a->device.reserved = index;
+    break;
+  case HR_DEV_LEVEL_ZERO:
+    a->iface = FI_HMEM_ZE;
+    a->device.ze = index;
+    break;
   default:
     hr__fab_why(why, cap, "%s memory cannot be registered",
                 hr_device_name(tag));
@@ -173,9 +182,10 @@ static uint64_t random_key(const hr_fabric *f) {
 }
 
 /* Registers iov[0..n) with `access`; binds and enables it where the
- * provider asks (FI_MR_ENDPOINT).  Retries a key that collides. */
+ * provider asks (FI_MR_ENDPOINT) unless `probe` (before the endpoint is
+ * enabled).  Retries a key that collides. */
 static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
-                       uint64_t access, uint8_t tag, uint16_t index,
+                       uint64_t access, uint8_t tag, uint16_t index, int probe,
                        struct fid_mr **out, char *why, size_t cap) {
   struct fi_mr_attr a;
   memset(&a, 0, sizeof a);
@@ -195,7 +205,7 @@ static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
     fi_why(why, cap, "fi_mr_regattr", rv);
     return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
   }
-  if (f->mr_mode & FI_MR_ENDPOINT) {
+  if ((f->mr_mode & FI_MR_ENDPOINT) && !probe) {
     rv = fi_mr_bind(*out, &f->ep->fid, 0);
     if (!rv)
       rv = fi_mr_enable(*out);
@@ -215,8 +225,8 @@ static int cache_reg(void *ctx, void *ptr, uint64_t len, uint8_t tag,
   hr_fabric *f = ctx;
   struct iovec iov = {ptr, (size_t)len};
   struct fid_mr *mr;
-  int rv = mr_register(f, &iov, 1, FI_SEND | FI_RECV | FI_READ | FI_WRITE,
-                       tag, index, &mr, why, cap);
+  int rv = mr_register(f, &iov, 1, FI_SEND | FI_RECV | FI_READ | FI_WRITE, tag,
+                       index, 0, &mr, why, cap);
   if (rv)
     return rv;
   *handle = mr;
@@ -261,10 +271,9 @@ static int host_staged(const char *prov) {
  * FI_HMEM) one by one when the provider refuses them. */
 static int get_info(const hr_fabric_config *cfg, const char *prov,
                     const char *node, struct fi_info **out) {
-  static const int variants[][3] = {
-      /* delivery_complete, directed_recv, hmem */
-      {1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1},
-      {1, 1, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 0}};
+  static const int variants[][3] = {/* delivery_complete, directed_recv, hmem */
+                                    {1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1},
+                                    {1, 1, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 0}};
   int last = -FI_ENODATA;
   for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
     if (variants[v][2] && !cfg->hmem)
@@ -279,9 +288,8 @@ static int get_info(const hr_fabric_config *cfg, const char *prov,
       h->caps |= FI_HMEM;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
-                              FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_RAW |
-                              FI_MR_ENDPOINT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                              FI_MR_PROV_KEY | FI_MR_RAW | FI_MR_ENDPOINT;
     if (variants[v][2])
       h->domain_attr->mr_mode |= FI_MR_HMEM;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -313,8 +321,7 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
     int rv = get_info(c, f->provider, strcmp(f->provider, "shm") ? node : NULL,
                       &f->info);
     if (rv) {
-      hr__fab_why(why, cap, "provider %s: %s", f->provider,
-                  fi_strerror(-rv));
+      hr__fab_why(why, cap, "provider %s: %s", f->provider, fi_strerror(-rv));
       return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
     }
     return 0;
@@ -323,8 +330,8 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
               (c->scope == HR_FABRIC_SCOPE_AUTO && is_loopback(node));
   /* Best first.  shm reaches only this host's peers; sockets, udp;ofi_rxd
    * and the utility providers are never chosen automatically. */
-  static const char *const network[] = {
-      "cxi", "verbs;ofi_rxm", "efa", "opx", "psm3", "psm2", "ucx"};
+  static const char *const network[] = {"cxi",  "verbs;ofi_rxm", "efa", "opx",
+                                        "psm3", "psm2",          "ucx"};
   for (size_t i = 0; i < sizeof network / sizeof *network; i++)
     if (get_info(c, network[i], node, &f->info) == 0)
       return 0;
@@ -351,7 +358,7 @@ static int probe_hmem(hr_fabric *f, const hr_fabric_config *c) {
     struct iovec iov = {p, 65536};
     struct fid_mr *mr;
     char why[128];
-    if (mr_register(f, &iov, 1, FI_REMOTE_WRITE, tag, 0, &mr, why,
+    if (mr_register(f, &iov, 1, FI_REMOTE_WRITE, tag, 0, 1, &mr, why,
                     sizeof why) == 0) {
       fi_close(&mr->fid);
       ok = 1;
@@ -429,8 +436,8 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
   f->mr_mode = (uint64_t)i->domain_attr->mr_mode;
   size_t ks = i->domain_attr->mr_key_size;
   f->key_mask = ks >= 8 || ks == 0 ? UINT64_MAX : (1ull << (8 * ks)) - 1;
-  f->mr_iov_limit = i->domain_attr->mr_iov_limit ? i->domain_attr->mr_iov_limit
-                                                 : 1;
+  f->mr_iov_limit =
+      i->domain_attr->mr_iov_limit ? i->domain_attr->mr_iov_limit : 1;
   f->delivery_complete = !!(i->tx_attr->op_flags & FI_DELIVERY_COMPLETE);
   f->directed = !!(i->caps & FI_DIRECTED_RECV);
   f->ordered = !!(i->tx_attr->msg_order & FI_ORDER_SAS);
@@ -502,8 +509,8 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
     rv = step == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_IO;
     goto fail;
   }
-  rv = hr__mrc_new(&f->cache, cache_reg, cache_dereg, f,
-                   cfg->mr_cache_entries, cfg->mr_cache_bytes, mem);
+  rv = hr__mrc_new(&f->cache, cache_reg, cache_dereg, f, cfg->mr_cache_entries,
+                   cfg->mr_cache_bytes, mem);
   if (rv) {
     hr__fab_why(why, cap, "out of memory");
     goto fail;
@@ -527,8 +534,7 @@ fail:
 }
 
 int hr_fabric_busy(const hr_fabric *f) {
-  return f && (f->ops || f->remote_mrs || f->peers ||
-               hr__mrc_busy(f->cache));
+  return f && (f->ops || f->remote_mrs || f->peers || hr__mrc_busy(f->cache));
 }
 
 int hr_fabric_del(hr_fabric *f) {
@@ -542,18 +548,21 @@ int hr_fabric_del(hr_fabric *f) {
   return 0;
 }
 
-const char *hr_fabric_provider(const hr_fabric *f) { return f->provider; }
+const char *hr_fabric_provider(const hr_fabric *f) {
+  return f->provider;
+}
 
 uint32_t hr_fabric_capabilities(const hr_fabric *f) {
   return HR_CAP_RDMA_DATA_PLANE | (f->gpudirect ? HR_CAP_RDMA_GPUDIRECT : 0);
 }
 
 int64_t hr_fabric_address(const hr_fabric *f, uint8_t *out, size_t cap) {
-  return hr_fabric_address_encode(f->provider, f->name, f->name_len, out,
-                                  cap);
+  return hr_fabric_address_encode(f->provider, f->name, f->name_len, out, cap);
 }
 
-int hr_fabric_fd(const hr_fabric *f) { return f->wait_fd; }
+int hr_fabric_fd(const hr_fabric *f) {
+  return f->wait_fd;
+}
 
 void hr_fabric_invalidate(hr_fabric *f, const void *ptr, uint64_t len) {
   if (f)
@@ -638,8 +647,7 @@ static int check_name(const hr_fabric *f, const uint8_t *name, uint16_t len,
       if (name[k] < 0x20 || name[k] > 0x7e)
         goto bad;
     return 0;
-  default:
-    return 0;
+  default: return 0;
   }
 bad:
   hr__fab_why(why, cap, "not a %s endpoint name",
@@ -649,8 +657,8 @@ bad:
 
 static int fab_peer_add(void *ctx, const uint8_t *prov, uint16_t prov_len,
                         const uint8_t *name, uint16_t name_len,
-                        const void *ctl_addr, size_t ctl_addr_len,
-                        void **peer, char *why, size_t cap) {
+                        const void *ctl_addr, size_t ctl_addr_len, void **peer,
+                        char *why, size_t cap) {
   hr_fabric *f = ctx;
   size_t ours = strlen(f->provider);
   if (prov_len != ours || memcmp(prov, f->provider, ours) != 0) {
@@ -669,8 +677,9 @@ static int fab_peer_add(void *ctx, const uint8_t *prov, uint16_t prov_len,
   uint8_t a[16], b[16];
   if (ip_of(ctl_addr, ctl_addr_len, a) && ip_of(name, name_len, b) &&
       memcmp(a, b, 16) != 0 && !(ip_loopback(a) && ip_loopback(b))) {
-    hr__fab_why(why, cap, "the fabric address is on another host than the "
-                          "connection's peer");
+    hr__fab_why(why, cap,
+                "the fabric address is on another host than the "
+                "connection's peer");
     return HR_ERR_UNSUPPORTED;
   }
   for (fab_peer *p = f->peers; p; p = p->next)
@@ -753,11 +762,10 @@ static int fab_reg(void *ctx, const hr_fabric_region *r, int access,
     }
   }
   struct fid_mr *m;
-  int rv = mr_register(f,
-                       iov, n,
+  int rv = mr_register(f, iov, n,
                        access == HR_FABRIC_REMOTE_READ ? FI_REMOTE_READ
                                                        : FI_REMOTE_WRITE,
-                       r->device_tag, r->device_index, &m, why, cap);
+                       r->device_tag, r->device_index, 0, &m, why, cap);
   if (rv)
     return rv;
   memset(key, 0, sizeof *key);
@@ -820,8 +828,9 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
                    const hr_fabric_region *r, hr_fabric_op *op, fab_xop **out,
                    char *why, size_t cap) {
   if (f->cq_failed || f->down) {
-    hr__fab_why(why, cap, f->down ? "the fabric is shut down"
-                                  : "the completion queue failed");
+    hr__fab_why(why, cap,
+                f->down ? "the fabric is shut down"
+                        : "the completion queue failed");
     return f->down ? HR_ERR_CLOSED : HR_ERR_IO;
   }
   fab_xop *x = hr__mem_calloc(&f->mem, 1, sizeof *x);
@@ -837,7 +846,8 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
   x->peer = p->addr;
   x->peer_obj = p;
   p->refs++; /* the peer stays while the op runs */
-  x->piece = kind == K_WRITE ? f->cfg.rma_chunk : hr_fabric_tag_piece(r->length);
+  x->piece =
+      kind == K_WRITE ? f->cfg.rma_chunk : hr_fabric_tag_piece(r->length);
   x->total = hr__fab_count_pieces(r, x->piece);
   if (kind == K_RECV)
     x->window = x->total > UINT32_MAX ? UINT32_MAX : (uint32_t)x->total;
@@ -857,8 +867,8 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
   for (unsigned k = 0; k < r->nseg; k++) {
     if (r->seg[k].len == 0)
       continue;
-    int rv = hr__mrc_get(f->cache, r->seg[k].ptr, r->seg[k].len,
-                         r->device_tag, r->device_index, &x->mr[k], why, cap);
+    int rv = hr__mrc_get(f->cache, r->seg[k].ptr, r->seg[k].len, r->device_tag,
+                         r->device_index, &x->mr[k], why, cap);
     if (rv) {
       xop_free(f, x);
       return rv;
@@ -912,13 +922,12 @@ static void post_more(hr_fabric *f, fab_xop *x) {
                        FI_COMPLETION |
                            (f->delivery_complete ? FI_DELIVERY_COMPLETE : 0));
     } else if (x->kind == K_SEND) {
-      struct fi_msg_tagged m = {&iov, &desc, 1, x->peer, x->tag, 0, &s->ctx,
-                                0};
+      struct fi_msg_tagged m = {&iov, &desc, 1, x->peer, x->tag, 0, &s->ctx, 0};
       rv = fi_tsendmsg(f->ep, &m, FI_COMPLETION);
     } else {
-      struct fi_msg_tagged m = {&iov, &desc, 1,
-                                f->directed ? x->peer : FI_ADDR_UNSPEC,
-                                x->tag, 0, &s->ctx, 0};
+      struct fi_msg_tagged m = {
+          &iov,   &desc, 1,       f->directed ? x->peer : FI_ADDR_UNSPEC,
+          x->tag, 0,     &s->ctx, 0};
       rv = fi_trecvmsg(f->ep, &m, FI_COMPLETION);
     }
     if (rv == -FI_EAGAIN) {
@@ -930,9 +939,9 @@ static void post_more(hr_fabric *f, fab_xop *x) {
       x->cur = save;
       x->status = HR_ERR_IO;
       fi_why(x->why, sizeof x->why,
-             x->kind == K_WRITE ? "fi_writemsg"
-                                : x->kind == K_SEND ? "fi_tsendmsg"
-                                                    : "fi_trecvmsg",
+             x->kind == K_WRITE  ? "fi_writemsg"
+             : x->kind == K_SEND ? "fi_tsendmsg"
+                                 : "fi_trecvmsg",
              (int)rv);
       return;
     }
@@ -949,10 +958,9 @@ static int maybe_finish(hr_fabric *f, fab_xop *x) {
     return 0;
   if (!x->status && !x->cancelled && x->completed < x->total)
     return 0;
-  int status = x->status ? x->status
-                         : x->cancelled && x->succeeded < x->total
-                               ? HR_ERR_CLOSED
-                               : 0;
+  int status = x->status                                 ? x->status
+               : x->cancelled && x->succeeded < x->total ? HR_ERR_CLOSED
+                                                         : 0;
   char why[sizeof x->why];
   memcpy(why, x->why, sizeof why);
   if (status == HR_ERR_CLOSED && !why[0])
@@ -1049,9 +1057,8 @@ static int drain(hr_fabric *f, int *more) {
       } else {
         f->st.completions++;
         f->st.cq_errors++;
-        const char *pt =
-            fi_cq_strerror(f->cq, err.prov_errno, err.err_data, buf,
-                           sizeof buf);
+        const char *pt = fi_cq_strerror(f->cq, err.prov_errno, err.err_data,
+                                        buf, sizeof buf);
         hr__fab_why(text, sizeof text, "completion error: %s (%s)",
                     fi_strerror(err.err), pt ? pt : "");
         if (err.op_context)
@@ -1264,8 +1271,16 @@ static void fab_cancel(void *ctx, hr_fabric_op *op) {
   f->need_progress = 1;
 }
 
-static const hr_fabric_ops fabric_ops = {
-    sizeof(hr_fabric_ops), fab_peer_add, fab_peer_del, fab_reg, fab_dereg,
-    fab_write,             fab_send,     fab_recv,     fab_cancel};
+static const hr_fabric_ops fabric_ops = {sizeof(hr_fabric_ops),
+                                         fab_peer_add,
+                                         fab_peer_del,
+                                         fab_reg,
+                                         fab_dereg,
+                                         fab_write,
+                                         fab_send,
+                                         fab_recv,
+                                         fab_cancel};
 
-const hr_fabric_ops *hr_fabric_get_ops(void) { return &fabric_ops; }
+const hr_fabric_ops *hr_fabric_get_ops(void) {
+  return &fabric_ops;
+}

@@ -43,9 +43,9 @@ struct hr_rdma_conn {
   uint32_t local_caps;
   uint32_t peer_caps;
   uint64_t min_bytes;
-  void *peer;       /* the backend's peer, NULL when not resolved */
-  unsigned refs;    /* the owner's, plus one per hr_rdma */
-  int owner_gone;   /* hr_rdma_conn_del() was called */
+  void *peer;     /* the backend's peer, NULL when not resolved */
+  unsigned refs;  /* the owner's, plus one per hr_rdma */
+  int owner_gone; /* hr_rdma_conn_del() was called */
   /* "" while usable; else why RDMA cannot run on this connection. */
   char unusable[REASON_MAX];
   /* "" until the source owner fell back to frames on this connection. */
@@ -249,11 +249,11 @@ struct hr_rdma {
   hr_fabric_key dest;
   /* The data operation. */
   hr_fabric_op op;
-  int op_active;  /* started, `done` not called yet */
-  int op_ok;      /* it ended with status 0 */
+  int op_active; /* started, `done` not called yet */
+  int op_ok;     /* it ended with status 0 */
   int op_ended;
-  int end_seen;   /* receiver: TENSOR_DATA_END arrived */
-  int used_dest;  /* the bytes went into a destination registration */
+  int end_seen;        /* receiver: TENSOR_DATA_END arrived */
+  int used_dest;       /* the bytes went into a destination registration */
   const char *refusal; /* receiver: why RDMA cannot take this tensor
                           (static text), or NULL */
   /* Lifetime. */
@@ -262,14 +262,14 @@ struct hr_rdma {
   int released;
   void (*release)(void *);
   void *release_ctx;
-  int fatal;      /* a fatal error from send_msg, returned by the call */
+  int fatal; /* a fatal error from send_msg, returned by the call */
   char text[TEXT_MAX];
   char fallback[TEXT_MAX];
 };
 
 static const char *const state_names[] = {
-    "PREPARED",   "AWAIT_SOURCE", "AWAIT_READY", "TRANSFER", "AWAIT_END",
-    "AWAIT_ACK",  "AWAIT_COMMIT", "DONE",        "FAILED"};
+    "PREPARED",  "AWAIT_SOURCE", "AWAIT_READY", "TRANSFER", "AWAIT_END",
+    "AWAIT_ACK", "AWAIT_COMMIT", "DONE",        "FAILED"};
 _Static_assert(sizeof state_names / sizeof *state_names == HR_RDMA_ST_COUNT,
                "one name per state");
 
@@ -279,7 +279,9 @@ const char *hr_rdma_state_name(int state) {
   return state_names[state];
 }
 
-int hr_rdma_state(const hr_rdma *x) { return x ? x->state : -1; }
+int hr_rdma_state(const hr_rdma *x) {
+  return x ? x->state : -1;
+}
 
 static int terminal(const hr_rdma *x) {
   return x->state == HR_RDMA_ST_DONE || x->state == HR_RDMA_ST_FAILED;
@@ -633,8 +635,8 @@ int hr_rdma_new(hr_rdma **out, hr_rdma_conn *c, const hr_rdma_config *cfg,
       hr__fab_why(why, why_cap, "%s", r);
       return HR_ERR_UNSUPPORTED;
     }
-    rv = c->ops->reg(c->ctx, &x->region, HR_FABRIC_REMOTE_READ, &x->key,
-                     &x->mr, r, sizeof r);
+    rv = c->ops->reg(c->ctx, &x->region, HR_FABRIC_REMOTE_READ, &x->key, &x->mr,
+                     r, sizeof r);
     if (rv != 0) {
       hr__mem_free(mem, x);
       hr__fab_why(why, why_cap, "registering the source failed: %s", r);
@@ -785,9 +787,8 @@ static void receiver_on_source(hr_rdma *x, const hr_rdma_register *r) {
   }
   char why[TEXT_MAX - 64] = "";
   if (x->register_destination && x->total > 0) {
-    int rv = x->conn->ops->reg(x->conn->ctx, &x->region,
-                               HR_FABRIC_REMOTE_WRITE, &x->key, &x->mr, why,
-                               sizeof why);
+    int rv = x->conn->ops->reg(x->conn->ctx, &x->region, HR_FABRIC_REMOTE_WRITE,
+                               &x->key, &x->mr, why, sizeof why);
     if (rv == 0) {
       x->used_dest = 1;
       send_register(x, HR_RDMA_DESTINATION, &x->key);

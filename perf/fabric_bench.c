@@ -75,8 +75,8 @@ static void die(const char *what, const char *detail) {
 }
 
 static void *big_buffer(uint64_t n, int fill) {
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  void *p =
+      mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     die("mmap", strerror(errno));
   madvise(p, n, MADV_HUGEPAGE);
@@ -126,9 +126,8 @@ static void raw_open(raw *r, const char *prov, int wait) {
   for (int dc = 1; dc >= 0; dc--) {
     h->caps = FI_RMA;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
-                              FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                              FI_MR_ENDPOINT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                              FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->tx_attr->op_flags = dc ? FI_DELIVERY_COMPLETE : 0;
     free(h->fabric_attr->prov_name);
@@ -248,8 +247,8 @@ typedef struct slot {
   int busy;
 } slot;
 
-static double raw_initiator(int ctl, const char *prov, int wait,
-                            uint8_t *src, double *runs) {
+static double raw_initiator(int ctl, const char *prov, int wait, uint8_t *src,
+                            double *runs) {
   raw r;
   raw_open(&r, prov, wait);
   raw_hello h;
@@ -273,11 +272,9 @@ static double raw_initiator(int ctl, const char *prov, int wait,
         uint64_t len = opt_size - off < opt_chunk ? opt_size - off : opt_chunk;
         struct iovec iov = {src + off, len};
         struct fi_rma_iov rma = {h.addr + off, len, h.key};
-        struct fi_msg_rma m = {&iov, &desc, 1, peer, &rma, 1, &slots[k].ctx,
-                               0};
-        ssize_t rv = fi_writemsg(r.ep, &m,
-                                 FI_COMPLETION |
-                                     (r.dc ? FI_DELIVERY_COMPLETE : 0));
+        struct fi_msg_rma m = {&iov, &desc, 1, peer, &rma, 1, &slots[k].ctx, 0};
+        ssize_t rv = fi_writemsg(
+            r.ep, &m, FI_COMPLETION | (r.dc ? FI_DELIVERY_COMPLETE : 0));
         if (rv == -FI_EAGAIN)
           break;
         raw_check((int)rv, "fi_writemsg");
@@ -324,9 +321,9 @@ typedef struct side {
   hr_fabric *f;
   hr_rdma_conn *conn;
   hr_rdma *x;
-  uint32_t stream;   /* receiver: the stream of x */
-  int started;       /* receiver: transfers begun */
-  int completes;     /* COMPLETE events so far */
+  uint32_t stream; /* receiver: the stream of x */
+  int started;     /* receiver: transfers begun */
+  int completes;   /* COMPLETE events so far */
   int complete;
   int failed;
   int released;
@@ -358,7 +355,9 @@ static void cb_event(hr_rdma *x, const hr_rdma_event *ev, void *ud) {
   }
 }
 
-static void cb_release(void *ctx) { ((side *)ctx)->released = 1; }
+static void cb_release(void *ctx) {
+  ((side *)ctx)->released = 1;
+}
 
 static const hr_rdma_callbacks cbs = {sizeof(hr_rdma_callbacks), cb_send,
                                       cb_event};

@@ -58,21 +58,21 @@ typedef struct hr_fabric_seg {
  * cut the region at the same places (see hr_fabric_tag_piece()).
  */
 typedef struct hr_fabric_region {
-  uint64_t length;      /* sum of the segments' lengths */
-  uint8_t device_tag;   /* HR_DEV_*: where all segments live */
-  uint16_t device_index;/* which device of that kind */
-  uint8_t nseg;         /* 0 to HR_MAX_BUFFERS */
+  uint64_t length;       /* sum of the segments' lengths */
+  uint8_t device_tag;    /* HR_DEV_*: where all segments live */
+  uint16_t device_index; /* which device of that kind */
+  uint8_t nseg;          /* 0 to HR_MAX_BUFFERS */
   hr_fabric_seg seg[HR_MAX_BUFFERS];
 } hr_fabric_region;
 
 /* What one RDMA_REGISTER carries: a region's remote access. */
 typedef struct hr_fabric_key {
-  uint64_t length;  /* the region's length */
-  uint64_t address; /* virtual address, or offset where the provider lacks
-                       FI_MR_VIRT_ADDR; the remote side adds its offsets */
-  uint64_t key;     /* the memory-region key (0 with a raw key) */
-  uint16_t raw_key_len;                  /* 0: no raw key */
-  uint8_t raw_key[HR_FABRIC_RAW_KEY_MAX];/* FI_MR_RAW providers */
+  uint64_t length;      /* the region's length */
+  uint64_t address;     /* virtual address, or offset where the provider lacks
+                           FI_MR_VIRT_ADDR; the remote side adds its offsets */
+  uint64_t key;         /* the memory-region key (0 with a raw key) */
+  uint16_t raw_key_len; /* 0: no raw key */
+  uint8_t raw_key[HR_FABRIC_RAW_KEY_MAX]; /* FI_MR_RAW providers */
 } hr_fabric_key;
 
 /* Access of a remote registration. */
@@ -111,9 +111,8 @@ typedef struct hr_fabric_ops {
    * fabric address on another host.  Returns 0, HR_ERR_UNSUPPORTED (other
    * provider, bad or unreachable address), HR_ERR_NOMEM. */
   int (*peer_add)(void *ctx, const uint8_t *provider, uint16_t provider_len,
-                  const uint8_t *name, uint16_t name_len,
-                  const void *ctl_addr, size_t ctl_addr_len, void **peer,
-                  char *why, size_t why_cap);
+                  const uint8_t *name, uint16_t name_len, const void *ctl_addr,
+                  size_t ctl_addr_len, void **peer, char *why, size_t why_cap);
   /* Forgets a peer (no operation on it may be outstanding). */
   void (*peer_del)(void *ctx, void *peer);
   /* Registers `r` for one transfer with HR_FABRIC_REMOTE_READ or _WRITE and
@@ -132,15 +131,13 @@ typedef struct hr_fabric_ops {
                const hr_fabric_key *dst, hr_fabric_op *op, char *why,
                size_t why_cap);
   /* Sends `src` as tagged messages cut by hr_fabric_tag_piece(). */
-  int (*send)(void *ctx, void *peer, uint64_t tag,
-              const hr_fabric_region *src, hr_fabric_op *op, char *why,
-              size_t why_cap);
+  int (*send)(void *ctx, void *peer, uint64_t tag, const hr_fabric_region *src,
+              hr_fabric_op *op, char *why, size_t why_cap);
   /* Posts the receives for `dst`, cut like send() cuts, from `peer` with
    * `tag`.  Returns 0, HR_ERR_BUSY (receives with this peer and tag are
    * already posted), HR_ERR_IO, HR_ERR_NOMEM. */
-  int (*recv)(void *ctx, void *peer, uint64_t tag,
-              const hr_fabric_region *dst, hr_fabric_op *op, char *why,
-              size_t why_cap);
+  int (*recv)(void *ctx, void *peer, uint64_t tag, const hr_fabric_region *dst,
+              hr_fabric_op *op, char *why, size_t why_cap);
   /* Asks a started op to end early.  It still ends through `done`, once,
    * when no piece of it is in flight any more. */
   void (*cancel)(void *ctx, hr_fabric_op *op);
@@ -229,10 +226,10 @@ typedef struct hr_fabric_config {
    * buffer allocated with hmem_alloc() (both callbacks NULL: no device
    * memory is used and RDMA_GPUDIRECT is never advertised). */
   int hmem;
-  int (*hmem_alloc)(void *user_data, uint8_t device_tag,
-                    uint16_t device_index, size_t len, void **ptr);
-  void (*hmem_free)(void *user_data, uint8_t device_tag,
-                    uint16_t device_index, void *ptr);
+  int (*hmem_alloc)(void *user_data, uint8_t device_tag, uint16_t device_index,
+                    size_t len, void **ptr);
+  void (*hmem_free)(void *user_data, uint8_t device_tag, uint16_t device_index,
+                    void *ptr);
   void *hmem_user_data;
   const uint8_t *hmem_devices; /* device tags to probe (HR_DEV_CUDA, ...) */
   uint8_t hmem_device_count;
@@ -335,32 +332,32 @@ HR_EXTERN void hr_fabric_invalidate(hr_fabric *f, const void *ptr,
 
 /* Counters, for --stats and the tests. */
 typedef struct hr_fabric_stats {
-  uint64_t mr_cache_hits;    /* local registrations found in the cache */
-  uint64_t mr_cache_misses;  /* local registrations made */
+  uint64_t mr_cache_hits;          /* local registrations found in the cache */
+  uint64_t mr_cache_misses;        /* local registrations made */
   uint64_t mr_cache_evictions;     /* closed by the caps */
   uint64_t mr_cache_invalidations; /* closed by hr_fabric_invalidate() */
   uint64_t mr_cache_entries;       /* open now */
-  uint64_t remote_regs;      /* remote registrations made ... */
-  uint64_t remote_deregs;    /* ... and revoked */
-  uint64_t ops_started;      /* write/send/recv operations */
+  uint64_t remote_regs;            /* remote registrations made ... */
+  uint64_t remote_deregs;          /* ... and revoked */
+  uint64_t ops_started;            /* write/send/recv operations */
   uint64_t ops_failed;
-  uint64_t pieces;           /* fi_write/fi_tsend/fi_trecv posted */
-  uint64_t completions;      /* CQ entries read (errors included) */
+  uint64_t pieces;      /* fi_write/fi_tsend/fi_trecv posted */
+  uint64_t completions; /* CQ entries read (errors included) */
   uint64_t cq_errors;
   uint64_t progress_calls;
-  uint64_t trywait_again;    /* fi_trywait answered -FI_EAGAIN */
-  uint64_t bytes_written;    /* RMA-written, sent, received */
+  uint64_t trywait_again; /* fi_trywait answered -FI_EAGAIN */
+  uint64_t bytes_written; /* RMA-written, sent, received */
   uint64_t bytes_sent;
   uint64_t bytes_received;
-  int wait_fd;               /* 1: FI_WAIT_FD; 0: timer polling */
-  int delivery_complete;     /* 1: writes complete with FI_DELIVERY_COMPLETE */
-  int directed_recv;         /* 1: receives filter on the peer */
-  int send_ordered;          /* 1: FI_ORDER_SAS (tagged window > 1) */
-  int mr_local;              /* 1: FI_MR_LOCAL */
-  int mr_virt_addr;          /* 1: FI_MR_VIRT_ADDR */
-  int mr_prov_key;           /* 1: FI_MR_PROV_KEY */
-  int mr_raw;                /* 1: FI_MR_RAW */
-  int hmem;                  /* 1: FI_HMEM granted */
+  int wait_fd;           /* 1: FI_WAIT_FD; 0: timer polling */
+  int delivery_complete; /* 1: writes complete with FI_DELIVERY_COMPLETE */
+  int directed_recv;     /* 1: receives filter on the peer */
+  int send_ordered;      /* 1: FI_ORDER_SAS (tagged window > 1) */
+  int mr_local;          /* 1: FI_MR_LOCAL */
+  int mr_virt_addr;      /* 1: FI_MR_VIRT_ADDR */
+  int mr_prov_key;       /* 1: FI_MR_PROV_KEY */
+  int mr_raw;            /* 1: FI_MR_RAW */
+  int hmem;              /* 1: FI_HMEM granted */
 } hr_fabric_stats;
 
 HR_EXTERN void hr_fabric_get_stats(const hr_fabric *f, hr_fabric_stats *st);
@@ -397,8 +394,8 @@ typedef struct hr_rdma_conn_config {
 /* Fills `c` with version, min_bytes and, from `peer` (a decoded HELLO),
  * peer_caps and the FABRIC_ADDRESS pointers (which point into `peer`). */
 HR_EXTERN void hr_rdma_conn_config_init(hr_rdma_conn_config *c,
-                                        const hr_fabric_ops *ops,
-                                        void *ops_ctx, uint32_t local_caps,
+                                        const hr_fabric_ops *ops, void *ops_ctx,
+                                        uint32_t local_caps,
                                         const hr_hello *peer);
 
 /*
@@ -484,12 +481,12 @@ enum hr_rdma_event_kind {
 
 /* An event; pointers valid during the callback. */
 typedef struct hr_rdma_event {
-  int kind;               /* enum hr_rdma_event_kind */
+  int kind; /* enum hr_rdma_event_kind */
   uint32_t stream_id;
-  uint32_t wire_error;    /* FAILED: the code sent or received (0 after an
-                             abort without ERROR) */
-  int wire_error_sent;    /* FAILED: 1 we sent it, 0 the peer did */
-  const char *message;    /* FAILED: our or the peer's text ("" if none) */
+  uint32_t wire_error; /* FAILED: the code sent or received (0 after an
+                          abort without ERROR) */
+  int wire_error_sent; /* FAILED: 1 we sent it, 0 the peer did */
+  const char *message; /* FAILED: our or the peer's text ("" if none) */
   /* "" or what fell back and why, for hr_transfer_record.fallback:
    * "RDMA_SETUP_FAILED from peer: ...; frames from now on on this
    * connection", "destination registration failed: ...; tagged sends". */
@@ -498,9 +495,9 @@ typedef struct hr_rdma_event {
    * frames (or no destination registration) for it: the requester should
    * retry the request once on the same connection (§ 25.2). */
   int retry;
-  int destination;        /* 1: RMA write into a destination registration,
-                             0: tagged messages */
-  uint64_t bytes;         /* bytes moved (COMPLETE, DATA_READY) */
+  int destination; /* 1: RMA write into a destination registration,
+                      0: tagged messages */
+  uint64_t bytes;  /* bytes moved (COMPLETE, DATA_READY) */
 } hr_rdma_event;
 
 typedef struct hr_rdma_callbacks {
@@ -514,9 +511,9 @@ typedef struct hr_rdma_callbacks {
 } hr_rdma_callbacks;
 
 typedef struct hr_rdma_config {
-  int side;          /* enum hr_rdma_side */
-  int direction;     /* enum hr_rdma_direction */
-  uint32_t stream_id;/* also the tag of the tagged messages */
+  int side;           /* enum hr_rdma_side */
+  int direction;      /* enum hr_rdma_direction */
+  uint32_t stream_id; /* also the tag of the tagged messages */
   /* The tensor's descriptor and total_data_bytes (receiver: as received;
    * borrowed for hr_rdma_new). */
   const hr_descriptor *desc;

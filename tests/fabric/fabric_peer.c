@@ -135,9 +135,9 @@ static void on_event(hr_rdma *x, const hr_rdma_event *ev, void *ud) {
   snprintf(e->message, sizeof e->message, "%s", ev->message);
   snprintf(e->fallback, sizeof e->fallback, "%s", ev->fallback);
   if (ev->kind == HR_RDMA_EV_DATA_READY)
-    assert_int_equal(hr_rdma_commit(x, p->commit_code ? p->commit_code - 1 : 0,
-                                    "refused"),
-                     0);
+    assert_int_equal(
+        hr_rdma_commit(x, p->commit_code ? p->commit_code - 1 : 0, "refused"),
+        0);
 }
 
 static void release(void *ctx) {
@@ -167,8 +167,7 @@ void fp_begin(fpeer *p, int side, int dir, uint32_t stream,
   p->nsent = 0;
   char why[256];
   hr_wire_status st;
-  int rv = hr_rdma_new(&p->x, p->conn, &c, &cbs, p, NULL, &st, why,
-                       sizeof why);
+  int rv = hr_rdma_new(&p->x, p->conn, &c, &cbs, p, NULL, &st, why, sizeof why);
   if (rv)
     fail_msg("%s: hr_rdma_new: %s: %s", p->name, hr_strerror(rv), why);
   assert_int_equal(hr_rdma_start(p->x), 0);

@@ -32,11 +32,11 @@ typedef struct fpeer {
   hr_fabric *f;
   hr_rdma_conn *conn;
   hr_rdma *x;
-  int ctl;            /* our end of the control channel */
+  int ctl; /* our end of the control channel */
   fp_event ev[FP_MAXEV];
   int nev;
   int released;
-  int commit_code;    /* PUT receiver: commit with this code - 1, if set */
+  int commit_code;        /* PUT receiver: commit with this code - 1, if set */
   hr_fabric_key last_key; /* the last RDMA_REGISTER we sent */
   uint32_t sent[16];
   int nsent;

@@ -52,7 +52,7 @@ typedef struct h_side {
   h_event ev[H_MAXEV];
   int nev;
   int released;
-  int del_on_event; /* hr_rdma_del() from inside on_event */
+  int del_on_event;    /* hr_rdma_del() from inside on_event */
   int commit_on_ready; /* PUT receiver: commit code + 1 on DATA_READY */
   uint8_t *buf[HR_MAX_BUFFERS];
   /* The last RDMA_REGISTER this side sent. */
@@ -77,8 +77,7 @@ static int h_send_msg(hr_rdma *x, const hr_msg *m, void *ud) {
   /* The codec must take back what the handshake wrote. */
   hr_msg back;
   hr_wire_status st;
-  assert_int_equal(hr_wire_decode(s->out[s->nout], (size_t)n, NULL, &back,
-                                  &st),
+  assert_int_equal(hr_wire_decode(s->out[s->nout], (size_t)n, NULL, &back, &st),
                    0);
   if (m->hdr.type == HR_MSG_RDMA_REGISTER) {
     s->last_key.length = m->u.rdma.length;
@@ -116,7 +115,7 @@ static void h_on_event(hr_rdma *x, const hr_rdma_event *ev, void *ud) {
   }
   if (ev->kind == HR_RDMA_EV_DATA_READY && s->commit_on_ready)
     assert_int_equal(hr_rdma_commit(x, (uint32_t)(s->commit_on_ready - 1),
-                                     "refused by the test"),
+                                    "refused by the test"),
                      0);
 }
 
@@ -125,8 +124,8 @@ static void h_release(void *ctx) {
   s->released++;
 }
 
-static const hr_rdma_callbacks h_cbs = {sizeof(hr_rdma_callbacks),
-                                        h_send_msg, h_on_event};
+static const hr_rdma_callbacks h_cbs = {sizeof(hr_rdma_callbacks), h_send_msg,
+                                        h_on_event};
 
 /* Makes the connection of side `s` towards `peer`. */
 static void h_conn(h_pair *p, h_side *s, h_side *peer, uint32_t caps,
@@ -161,19 +160,17 @@ static void h_desc(h_pair *p, unsigned n, const uint64_t *sizes) {
 /* Sets up both sides: endpoints (virt_addr/raw_keys), connections with the
  * given capability flags, and buffers (A patterned, B zeroed). */
 static void h_setup(h_pair *p, const hr_mem *mem, int dir, uint32_t caps_a,
-                    uint32_t caps_b, int virt_addr, int raw_keys,
-                    unsigned n, const uint64_t *sizes) {
+                    uint32_t caps_b, int virt_addr, int raw_keys, unsigned n,
+                    const uint64_t *sizes) {
   memset(p, 0, sizeof *p);
   p->mem = mem;
   p->dir = dir;
   p->a.name = "alice";
   p->b.name = "bob";
   assert_int_equal(hr__fake_world_new(&p->w, mem), 0);
-  assert_int_equal(hr__fake_ep_new(&p->a.ep, p->w, "alice", virt_addr,
-                                   raw_keys),
-                   0);
-  assert_int_equal(hr__fake_ep_new(&p->b.ep, p->w, "bob", virt_addr,
-                                   raw_keys),
+  assert_int_equal(
+      hr__fake_ep_new(&p->a.ep, p->w, "alice", virt_addr, raw_keys), 0);
+  assert_int_equal(hr__fake_ep_new(&p->b.ep, p->w, "bob", virt_addr, raw_keys),
                    0);
   h_conn(p, &p->a, &p->b, caps_a, caps_b);
   h_conn(p, &p->b, &p->a, caps_b, caps_a);
@@ -210,8 +207,7 @@ static int h_new(h_pair *p, h_side *s, int side, uint32_t stream,
 static void h_start(h_pair *p, int register_destination) {
   char why[256];
   hr_wire_status st;
-  assert_int_equal(h_new(p, &p->a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(p, &p->a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    0);
   assert_int_equal(h_new(p, &p->b, HR_RDMA_RECEIVER, 1, register_destination,
                          &st, why, sizeof why),
@@ -229,9 +225,8 @@ static int h_deliver(h_side *from, h_side *to) {
   int i = from->next_out++;
   hr_msg m;
   hr_wire_status st;
-  assert_int_equal(hr_wire_decode(from->out[i], from->out_len[i], NULL, &m,
-                                  &st),
-                   0);
+  assert_int_equal(
+      hr_wire_decode(from->out[i], from->out_len[i], NULL, &m, &st), 0);
   if (to->x) {
     int rv = hr_rdma_on_msg(to->x, &m);
     assert_true(rv == 0 || rv == HR_ERR_STATE);

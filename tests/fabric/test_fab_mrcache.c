@@ -22,9 +22,8 @@ typedef struct backend {
   int next;
 } backend;
 
-static int reg(void *ctx, void *ptr, uint64_t len, uint8_t tag,
-               uint16_t index, void **handle, void **desc, char *why,
-               size_t cap) {
+static int reg(void *ctx, void *ptr, uint64_t len, uint8_t tag, uint16_t index,
+               void **handle, void **desc, char *why, size_t cap) {
   backend *b = ctx;
   (void)ptr;
   (void)len;
@@ -58,13 +57,11 @@ static void test_hits_and_devices(void **state) {
   char why[64];
   assert_int_equal(hr__mrc_get(c, mem, 4096, HR_DEV_CPU, 0, &e1, why, 64), 0);
   /* A sub-range of a registration is a hit. */
-  assert_int_equal(hr__mrc_get(c, mem + 100, 1000, HR_DEV_CPU, 0, &e2, why,
-                               64),
+  assert_int_equal(hr__mrc_get(c, mem + 100, 1000, HR_DEV_CPU, 0, &e2, why, 64),
                    0);
   assert_ptr_equal(e1, e2);
   /* A range reaching past it is not. */
-  assert_int_equal(hr__mrc_get(c, mem + 100, 4096, HR_DEV_CPU, 0, &e3, why,
-                               64),
+  assert_int_equal(hr__mrc_get(c, mem + 100, 4096, HR_DEV_CPU, 0, &e3, why, 64),
                    0);
   assert_ptr_not_equal(e3, e1);
   /* Same addresses on another device are another registration. */
@@ -88,8 +85,7 @@ static void test_hits_and_devices(void **state) {
   assert_int_equal(st.unused, 3);
   /* Served again: registered once. */
   for (int i = 0; i < 10; i++) {
-    assert_int_equal(hr__mrc_get(c, mem, 4096, HR_DEV_CPU, 0, &e1, why, 64),
-                     0);
+    assert_int_equal(hr__mrc_get(c, mem, 4096, HR_DEV_CPU, 0, &e1, why, 64), 0);
     hr__mrc_put(c, e1);
   }
   assert_int_equal(b.regs, 3);
@@ -128,8 +124,7 @@ static void test_eviction(void **state) {
   assert_int_equal(st.unused, 2);
   /* The byte cap: one 4-page registration alone is over it. */
   static uint8_t bigmem[4 * 4096];
-  assert_int_equal(hr__mrc_get(c, bigmem, sizeof bigmem, 0, 0, &x, why, 64),
-                   0);
+  assert_int_equal(hr__mrc_get(c, bigmem, sizeof bigmem, 0, 0, &x, why, 64), 0);
   hr__mrc_put(c, x);
   hr__mrc_get_stats(c, &st);
   assert_true(st.unused_bytes <= 3 * 4096);
@@ -250,10 +245,8 @@ static void test_failmalloc(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hits_and_devices),
-      cmocka_unit_test(test_eviction),
-      cmocka_unit_test(test_invalidate),
-      cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_hits_and_devices), cmocka_unit_test(test_eviction),
+      cmocka_unit_test(test_invalidate),       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_failmalloc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -74,8 +74,7 @@ static void test_placement(void **state) {
 
   /* A composite head has no region. */
   d.layout.tag = HR_LAYOUT_COMPOSITE;
-  assert_int_equal(hr_fabric_placement(&d, 100, off, &why),
-                   HR_ERR_UNSUPPORTED);
+  assert_int_equal(hr_fabric_placement(&d, 100, off, &why), HR_ERR_UNSUPPORTED);
   assert_int_equal(hr_fabric_placement(NULL, 0, off, &why),
                    HR_ERR_INVALID_ARGUMENT);
 }
@@ -146,15 +145,14 @@ static void test_region_build(void **state) {
   assert_int_equal(r.device_tag, HR_DEV_CUDA);
   assert_int_equal(r.device_index, 2);
   bufs[2] = NULL;
-  assert_int_equal(hr__fab_region_build(&d, bufs, &r),
-                   HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr__fab_region_build(&d, bufs, &r), HR_ERR_INVALID_ARGUMENT);
 }
 
 static void test_address_in_hello(void **state) {
   (void)state;
   uint8_t val[128], ext[160];
-  const uint8_t name[] = {2, 0, 0x9f, 0xf3, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0,
-                          0, 0};
+  const uint8_t name[] = {2, 0, 0x9f, 0xf3, 127, 0, 0, 1,
+                          0, 0, 0,    0,    0,   0, 0, 0};
   int64_t n = hr_fabric_address_encode("tcp;ofi_rxm", name, sizeof name, val,
                                        sizeof val);
   assert_int_equal(n, 2 + 11 + 2 + 16);
@@ -163,8 +161,7 @@ static void test_address_in_hello(void **state) {
                    HR_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(hr_fabric_address_encode("", name, 1, val, sizeof val),
                    HR_ERR_INVALID_ARGUMENT);
-  int e = hr_ext_put(ext, sizeof ext, HR_EXT_FABRIC_ADDRESS, val,
-                     (uint16_t)n);
+  int e = hr_ext_put(ext, sizeof ext, HR_EXT_FABRIC_ADDRESS, val, (uint16_t)n);
   assert_true(e > 0);
 
   /* A CLIENT_HELLO carrying it decodes back to the same two fields. */

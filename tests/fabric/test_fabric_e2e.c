@@ -123,10 +123,22 @@ static void run_transfer(int dir, int dest) {
   world_close(&w);
 }
 
-static void test_get_tagged(void **s) { (void)s; run_transfer(HR_RDMA_GET, 0); }
-static void test_get_write(void **s) { (void)s; run_transfer(HR_RDMA_GET, 1); }
-static void test_put_tagged(void **s) { (void)s; run_transfer(HR_RDMA_PUT, 0); }
-static void test_put_write(void **s) { (void)s; run_transfer(HR_RDMA_PUT, 1); }
+static void test_get_tagged(void **s) {
+  (void)s;
+  run_transfer(HR_RDMA_GET, 0);
+}
+static void test_get_write(void **s) {
+  (void)s;
+  run_transfer(HR_RDMA_GET, 1);
+}
+static void test_put_tagged(void **s) {
+  (void)s;
+  run_transfer(HR_RDMA_PUT, 0);
+}
+static void test_put_write(void **s) {
+  (void)s;
+  run_transfer(HR_RDMA_PUT, 1);
+}
 
 /* A PUT the receiver refuses at commit ends in ERROR, not ACK. */
 static void test_put_refused(void **state) {
@@ -295,8 +307,9 @@ static void test_peer_checks(void **state) {
                    HR_ERR_UNSUPPORTED);
   assert_non_null(strstr(why, "not ours"));
   /* A name of the wrong size or shape. */
-  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep, (uint16_t)(elen - 1),
-                                 NULL, 0, &peer, why, sizeof why),
+  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep,
+                                 (uint16_t)(elen - 1), NULL, 0, &peer, why,
+                                 sizeof why),
                    HR_ERR_UNSUPPORTED);
   uint8_t big[300] = {0};
   assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, big, sizeof big, NULL,
@@ -316,11 +329,11 @@ static void test_peer_checks(void **state) {
   }
   /* The same endpoint twice is one AV entry, counted. */
   void *p1, *p2;
-  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep, elen, NULL, 0,
-                                 &p1, why, sizeof why),
+  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep, elen, NULL, 0, &p1,
+                                 why, sizeof why),
                    0);
-  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep, elen, NULL, 0,
-                                 &p2, why, sizeof why),
+  assert_int_equal(ops->peer_add(w.a.f, addr + 2, plen, ep, elen, NULL, 0, &p2,
+                                 why, sizeof why),
                    0);
   assert_ptr_equal(p1, p2);
   ops->peer_del(w.a.f, p1);

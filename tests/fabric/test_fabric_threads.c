@@ -42,8 +42,12 @@ typedef struct job {
   int side;
 } job;
 
-static int round_dir(int r) { return r & 1 ? HR_RDMA_PUT : HR_RDMA_GET; }
-static int round_dest(int r) { return r >= 2; }
+static int round_dir(int r) {
+  return r & 1 ? HR_RDMA_PUT : HR_RDMA_GET;
+}
+static int round_dest(int r) {
+  return r >= 2;
+}
 
 static void *peer_main(void *arg) {
   job *j = arg;
@@ -52,8 +56,8 @@ static void *peer_main(void *arg) {
     pthread_barrier_wait(&s->bar);
     hr_rdma_del(j->me->x);
     j->me->x = NULL;
-    void *const *bufs = (void *const *)(j->side == HR_RDMA_SENDER ? s->src
-                                                                  : s->dst);
+    void *const *bufs =
+        (void *const *)(j->side == HR_RDMA_SENDER ? s->src : s->dst);
     fp_begin(j->me, j->side, round_dir(r), (uint32_t)(2 * r + 1), &s->d,
              s->total, bufs, round_dest(r));
     fpeer *one[1] = {j->me};

@@ -14,8 +14,8 @@ static const uint64_t SIZES3[] = {4096, 64, 8192};
 
 static void run_ok(int dir, int dest, int virt_addr, int raw_keys) {
   h_pair p;
-  h_setup(&p, NULL, dir, dest ? CAPS_GD : CAPS_RDMA,
-          dest ? CAPS_GD : CAPS_RDMA, virt_addr, raw_keys, 3, SIZES3);
+  h_setup(&p, NULL, dir, dest ? CAPS_GD : CAPS_RDMA, dest ? CAPS_GD : CAPS_RDMA,
+          virt_addr, raw_keys, 3, SIZES3);
   if (dir == HR_RDMA_PUT)
     p.b.commit_on_ready = 1; /* commit with code 0: ACK */
   h_start(&p, dest);
@@ -76,8 +76,8 @@ static void run_ok(int dir, int dest, int virt_addr, int raw_keys) {
   if (dest) {
     static const uint8_t junk[16] = {0xee};
     assert_int_equal(sb.regs, 1);
-    assert_int_equal(hr__fake_poke(p.b.ep, &p.b.last_key,
-                                   p.b.last_key.address, junk, sizeof junk),
+    assert_int_equal(hr__fake_poke(p.b.ep, &p.b.last_key, p.b.last_key.address,
+                                   junk, sizeof junk),
                      HR_ERR_IO);
     assert_int_equal(sa.writes, 1);
     assert_int_equal(sa.sends, 0);
@@ -89,10 +89,22 @@ static void run_ok(int dir, int dest, int virt_addr, int raw_keys) {
   h_teardown(&p);
 }
 
-static void test_get_tagged(void **s) { (void)s; run_ok(HR_RDMA_GET, 0, 1, 0); }
-static void test_get_dest(void **s) { (void)s; run_ok(HR_RDMA_GET, 1, 1, 0); }
-static void test_put_tagged(void **s) { (void)s; run_ok(HR_RDMA_PUT, 0, 1, 0); }
-static void test_put_dest(void **s) { (void)s; run_ok(HR_RDMA_PUT, 1, 1, 0); }
+static void test_get_tagged(void **s) {
+  (void)s;
+  run_ok(HR_RDMA_GET, 0, 1, 0);
+}
+static void test_get_dest(void **s) {
+  (void)s;
+  run_ok(HR_RDMA_GET, 1, 1, 0);
+}
+static void test_put_tagged(void **s) {
+  (void)s;
+  run_ok(HR_RDMA_PUT, 0, 1, 0);
+}
+static void test_put_dest(void **s) {
+  (void)s;
+  run_ok(HR_RDMA_PUT, 1, 1, 0);
+}
 static void test_raw_offsets(void **s) {
   (void)s;
   run_ok(HR_RDMA_GET, 1, 0, 1);
@@ -108,9 +120,8 @@ static void test_dest_key_scoped(void **state) {
   h_start(&p, 1);
   h_deliver(&p.a, &p.b); /* SOURCE */
   static const uint8_t one[4] = {1, 2, 3, 4};
-  assert_int_equal(hr__fake_poke(p.b.ep, &p.b.last_key, p.b.last_key.address,
-                                 one, 4),
-                   0);
+  assert_int_equal(
+      hr__fake_poke(p.b.ep, &p.b.last_key, p.b.last_key.address, one, 4), 0);
   assert_memory_equal(p.b.buf[0], one, 4);
   /* Out of bounds never opens. */
   assert_int_equal(hr__fake_poke(p.b.ep, &p.b.last_key,
@@ -118,9 +129,9 @@ static void test_dest_key_scoped(void **state) {
                    HR_ERR_IO);
   h_pump(&p);
   h_assert_bytes(&p);
-  assert_int_equal(hr__fake_poke(p.b.ep, &p.b.last_key, p.b.last_key.address,
-                                 one, 4),
-                   HR_ERR_IO);
+  assert_int_equal(
+      hr__fake_poke(p.b.ep, &p.b.last_key, p.b.last_key.address, one, 4),
+      HR_ERR_IO);
   h_teardown(&p);
 }
 
@@ -144,8 +155,8 @@ static void test_end_before_receives(void **state) {
   h_pair p;
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, CAPS_RDMA, 1, 0, 3, SIZES3);
   h_start(&p, 0);
-  h_deliver(&p.a, &p.b); /* SOURCE: B posts its receives */
-  h_deliver(&p.b, &p.a); /* READY: A sends */
+  h_deliver(&p.a, &p.b);     /* SOURCE: B posts its receives */
+  h_deliver(&p.b, &p.a);     /* READY: A sends */
   hr__fake_progress(p.a.ep); /* the sends match; A's completion: DATA_END */
   assert_int_equal(p.a.nev, 1);
   h_deliver(&p.a, &p.b); /* DATA_END reaches B before its completion */
@@ -187,13 +198,11 @@ static void test_empty_tensor(void **state) {
   char why[256];
   hr_wire_status st;
   /* No source owner sends an empty tensor over RDMA... */
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    HR_ERR_UNSUPPORTED);
   /* ... but a receiver takes DATA_END without registration. */
-  assert_int_equal(h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
-                   0);
+  assert_int_equal(
+      h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why), 0);
   assert_int_equal(hr_rdma_start(p.b.x), 0);
   hr_msg m = {.hdr = {HR_MSG_TENSOR_DATA_END, 1, 0}};
   assert_int_equal(hr_rdma_on_msg(p.b.x, &m), 0);
@@ -211,16 +220,14 @@ static void test_source_reg_refused(void **state) {
   hr__fake_faults_of(p.a.ep)->reg_source = 1;
   char why[256];
   hr_wire_status st;
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    HR_ERR_UNSUPPORTED);
   assert_non_null(strstr(why, "registering the source failed"));
   assert_null(p.a.x);
   assert_int_equal(p.a.released, 0); /* nothing taken over */
   /* The refusal is local: the next tensor may still go over RDMA. */
-  assert_int_equal(hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why,
-                                           sizeof why),
-                   1);
+  assert_int_equal(
+      hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why, sizeof why), 1);
   h_teardown(&p);
 }
 
@@ -236,8 +243,8 @@ static void test_dest_reg_refused(void **state) {
   assert_int_equal(p.b.sent[0], HR_MSG_RDMA_READY);
   assert_int_equal(p.b.ev[0].kind, HR_RDMA_EV_COMPLETE);
   assert_int_equal(p.b.ev[0].destination, 0);
-  assert_non_null(strstr(p.b.ev[0].fallback,
-                         "destination registration failed"));
+  assert_non_null(
+      strstr(p.b.ev[0].fallback, "destination registration failed"));
   h_teardown(&p);
 }
 
@@ -247,9 +254,9 @@ static void check_peer_fell_back(h_pair *p, const char *needle) {
   assert_int_equal(p->a.ev[0].kind, HR_RDMA_EV_FAILED);
   assert_int_equal(p->a.ev[0].retry, 1);
   assert_non_null(strstr(p->a.ev[0].fallback, "frames from now on"));
-  assert_int_equal(hr_rdma_conn_can_source(p->a.conn, &p->desc, p->total, why,
-                                           sizeof why),
-                   0);
+  assert_int_equal(
+      hr_rdma_conn_can_source(p->a.conn, &p->desc, p->total, why, sizeof why),
+      0);
   assert_non_null(strstr(why, "frames since"));
   assert_non_null(strstr(why, needle));
   assert_non_null(hr_rdma_conn_fallback(p->a.conn));
@@ -257,8 +264,7 @@ static void check_peer_fell_back(h_pair *p, const char *needle) {
   h_side extra = p->a;
   extra.x = NULL;
   hr_wire_status st;
-  assert_int_equal(h_new(p, &extra, HR_RDMA_SENDER, 3, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(p, &extra, HR_RDMA_SENDER, 3, 0, &st, why, sizeof why),
                    HR_ERR_UNSUPPORTED);
   assert_int_equal(p->a.released, 1);
   assert_int_equal(p->b.released, 1);
@@ -295,14 +301,12 @@ static void test_gaps_refused(void **state) {
   p.desc.buffers[2].alignment_log2 = 12; /* 4160 is not 4 KiB aligned */
   char why[256];
   hr_wire_status st;
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    HR_ERR_UNSUPPORTED);
   assert_non_null(strstr(why, "gap"));
   /* A foreign sender may try: the receiver refuses at once. */
-  assert_int_equal(h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
-                   0);
+  assert_int_equal(
+      h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why), 0);
   assert_int_equal(hr_rdma_start(p.b.x), 0);
   assert_int_equal(p.b.sent[0], HR_MSG_ERROR);
   assert_int_equal(p.b.ev[0].code, HR_WIRE_RDMA_SETUP_FAILED);
@@ -320,13 +324,12 @@ static void test_unusable_connections(void **state) {
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, 0, 1, 0, 3, SIZES3);
   assert_int_equal(hr_rdma_conn_usable(p.a.conn, &r), 0);
   assert_non_null(strstr(r, "lacks RDMA_DATA_PLANE"));
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    HR_ERR_UNSUPPORTED);
   /* data_plane 1 arriving anyway is the peer's protocol violation. */
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
-                   HR_ERR_PROTO);
+  assert_int_equal(
+      h_new(&p, &p.a, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why),
+      HR_ERR_PROTO);
   assert_int_equal(st.code, HR_WIRE_PROTOCOL_VIOLATION);
   assert_int_equal(hr_rdma_conn_usable(p.b.conn, &r), 0);
   assert_non_null(strstr(r, "not in our HELLO"));
@@ -350,9 +353,8 @@ static void test_unusable_connections(void **state) {
   assert_non_null(strstr(r, "injected"));
   assert_int_equal(hr_rdma_conn_gpudirect(p.b.conn, &r), 0);
   assert_int_equal(hr_rdma_conn_gpudirect(p.a.conn, &r), 1);
-  assert_int_equal(h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 1, &st, why,
-                         sizeof why),
-                   0);
+  assert_int_equal(
+      h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 1, &st, why, sizeof why), 0);
   assert_int_equal(hr_rdma_start(p.b.x), 0);
   assert_int_equal(p.b.ev[0].code, HR_WIRE_RDMA_SETUP_FAILED);
   h_teardown(&p);
@@ -378,16 +380,14 @@ static void test_sync_mode(void **state) {
   hr_wire_status st;
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, CAPS_RDMA, 1, 0, 3, SIZES3);
   p.desc.buffers[1].sync_mode = HR_SYNC_EVENT;
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why),
                    HR_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(why, "SYNC_PRODUCER_SYNCED"));
-  assert_int_equal(hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why,
-                                           sizeof why),
-                   0);
-  assert_int_equal(h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
-                   HR_ERR_PROTO);
+  assert_int_equal(
+      hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why, sizeof why), 0);
+  assert_int_equal(
+      h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why),
+      HR_ERR_PROTO);
   assert_int_equal(st.code, HR_WIRE_INVALID_SYNC_MODE);
   assert_null(p.a.x);
   assert_null(p.b.x);
@@ -408,9 +408,8 @@ static void test_min_bytes(void **state) {
   cc.peer_endpoint = (const uint8_t *)"bob";
   cc.peer_endpoint_len = 3;
   assert_int_equal(hr_rdma_conn_new(&p.a.conn, &cc, NULL), 0);
-  assert_int_equal(hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why,
-                                           sizeof why),
-                   0);
+  assert_int_equal(
+      hr_rdma_conn_can_source(p.a.conn, &p.desc, p.total, why, sizeof why), 0);
   assert_non_null(strstr(why, "threshold"));
   h_teardown(&p);
 }
@@ -515,8 +514,14 @@ static void run_peer_gone(int dest) {
   h_teardown(&p);
 }
 
-static void test_peer_gone_write(void **s) { (void)s; run_peer_gone(1); }
-static void test_peer_gone_send(void **s) { (void)s; run_peer_gone(0); }
+static void test_peer_gone_write(void **s) {
+  (void)s;
+  run_peer_gone(1);
+}
+static void test_peer_gone_send(void **s) {
+  (void)s;
+  run_peer_gone(0);
+}
 
 /* The peer's endpoint disappears while the receiver waits: the session
  * aborts without a message when the connection closes. */
@@ -554,8 +559,7 @@ static void test_ready_never_sent(void **state) {
   hr__fake_stats sa;
   hr__fake_get_stats(p.a.ep, &sa);
   assert_int_equal(sa.live_regs, 1);
-  assert_int_equal(hr_rdma_abort(p.a.x, HR_WIRE_TIMEOUT, "no RDMA_READY"),
-                   0);
+  assert_int_equal(hr_rdma_abort(p.a.x, HR_WIRE_TIMEOUT, "no RDMA_READY"), 0);
   hr__fake_get_stats(p.a.ep, &sa);
   assert_int_equal(sa.live_regs, 0);
   assert_int_equal(p.a.released, 1);
@@ -622,8 +626,7 @@ static void test_tag_busy(void **state) {
   b2.released = 0;
   char why[256];
   hr_wire_status st;
-  assert_int_equal(h_new(&p, &b2, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &b2, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why),
                    0);
   assert_int_equal(hr_rdma_start(b2.x), 0);
   hr_msg m;
@@ -644,9 +647,9 @@ static void test_tag_busy(void **state) {
 typedef struct pv_case {
   const char *name;
   int dir;
-  int gd;       /* both GPUDIRECT */
-  int victim;   /* 0: A (sender), 1: B (receiver) */
-  int advance;  /* messages to exchange first: 1 SOURCE, 2 READY/DEST... */
+  int gd;      /* both GPUDIRECT */
+  int victim;  /* 0: A (sender), 1: B (receiver) */
+  int advance; /* messages to exchange first: 1 SOURCE, 2 READY/DEST... */
   hr_msg msg;
   const char *needle;
 } pv_case;
@@ -740,8 +743,7 @@ static void test_api_misuse(void **state) {
   char why[256];
   hr_wire_status st;
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, CAPS_RDMA, 1, 0, 3, SIZES3);
-  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 0, 0, &st, why,
-                         sizeof why),
+  assert_int_equal(h_new(&p, &p.a, HR_RDMA_SENDER, 0, 0, &st, why, sizeof why),
                    HR_ERR_INVALID_ARGUMENT); /* stream 0 */
   assert_int_equal(h_new(&p, &p.a, 7, 1, 0, &st, why, sizeof why),
                    HR_ERR_INVALID_ARGUMENT);
@@ -760,9 +762,8 @@ static void test_api_misuse(void **state) {
   /* A message before start is a violation (a session bug or a peer racing
    * the descriptor). */
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, CAPS_RDMA, 1, 0, 3, SIZES3);
-  assert_int_equal(h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why,
-                         sizeof why),
-                   0);
+  assert_int_equal(
+      h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, 0, &st, why, sizeof why), 0);
   hr_msg m = reg_msg(HR_RDMA_SOURCE, p.total);
   assert_int_equal(hr_rdma_on_msg(p.b.x, &m), 0);
   assert_int_equal(p.b.ev[0].code, HR_WIRE_PROTOCOL_VIOLATION);
@@ -913,10 +914,9 @@ static void run_failmalloc(int dest) {
         cc.peer_endpoint = (const uint8_t *)"alice";
         cc.peer_endpoint_len = 5;
         if (hr_rdma_conn_new(&p.b.conn, &cc, &m) == 0 &&
-            h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why) ==
-                0 &&
-            h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, dest, &st, why,
-                  sizeof why) == 0) {
+            h_new(&p, &p.a, HR_RDMA_SENDER, 1, 0, &st, why, sizeof why) == 0 &&
+            h_new(&p, &p.b, HR_RDMA_RECEIVER, 1, dest, &st, why, sizeof why) ==
+                0) {
           assert_int_equal(hr_rdma_start(p.a.x), 0);
           assert_int_equal(hr_rdma_start(p.b.x), 0);
           h_pump(&p);
