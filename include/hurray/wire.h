@@ -317,6 +317,9 @@ typedef struct hr_buffer_handle {
   uint8_t memory_class;
   uint16_t device_index;
   uint8_t sync_mode;
+  /* Offsets 14-15: decoded as read so that hr_descriptor_validate() can
+   * reject non-zero values (INVALID_DESCRIPTOR); encoders write zeros. */
+  uint8_t reserved[2];
 } hr_buffer_handle;
 
 /* The per-layout parameters (§ 5, § 7.3), parsed. */
@@ -667,8 +670,12 @@ HR_EXTERN int hr_shape_elements(const uint64_t *shape, unsigned rank,
 
 /*
  * Returns the exact encoded size (header included) of `m`, or a negative
- * HR_ERR_INVALID_ARGUMENT when `m` cannot be encoded (a count above its
- * cap, a payload above 2^32-1).  Encoders do not re-validate what the
+ * HR_ERR_INVALID_ARGUMENT when `m` cannot be encoded (a count or length
+ * above its cap of § 17, a key outside 1-1024 bytes, a TENSOR_DATA without
+ * data, a NULL pointer with a non-zero length, raw extension or LIST entry
+ * bytes that do not hold exactly their count, a payload above 2^32-1, a
+ * type other than 0x01-0x12: private payloads are the caller's, written
+ * after hr_wire_put_header()).  Encoders do not re-validate what the
  * caller built beyond what keeps the output self-consistent: use
  * hr_descriptor_validate() on application data first.
  * The header's payload_length is computed; m->hdr.payload_length is ignored.
@@ -681,7 +688,9 @@ HR_EXTERN int64_t hr_wire_encode(const hr_msg *m, uint8_t *out, size_t cap);
 
 /* Writes the 12-byte header plus the 12-byte TENSOR_DATA sub-header of a
  * frame carrying `data_len` (>= 1) bytes: the frame's data then follows from
- * the application's buffer (scatter-gather, no copy).  Returns 24. */
+ * the application's buffer (scatter-gather, no copy).  Returns 24, or
+ * HR_ERR_INVALID_ARGUMENT (nothing written) when data_len is 0 or above
+ * 2^32-13 (the payload would not fit its u32 length). */
 HR_EXTERN int hr_wire_encode_data_prefix(uint8_t out[24], uint32_t stream_id,
                                          uint8_t buffer_index, uint64_t offset,
                                          uint32_t data_len);
@@ -698,178 +707,364 @@ HR_EXTERN int hr_utf8_valid(const uint8_t *s, size_t n);
 /* Incremental frame reader                                                  */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * hr_reader cuts a byte stream into messages.  Bytes arrive in chunks of any
+ * size (one byte at a time works); the reader keeps only a 12-byte header
+ * buffer, a 12-byte TENSOR_DATA sub-header buffer and a control-payload
+ * buffer that grows through the reader's hr_mem as payload bytes arrive
+ * (never ahead of them: a header announcing 4 GiB allocates nothing).
+ * TENSOR_DATA payloads are never buffered: their bytes are handed on as
+ * HR_RD_DATA pieces pointing into the caller's input, or placed by the
+ * caller itself (hr_reader_data_pending() / hr_reader_skip_data()).
+ *
+ * The reader checks headers only (hr_wire_check_header(), plus the minimum
+ * TENSOR_DATA length and its sub-header); control payloads are decoded by
+ * the caller with hr_wire_decode_payload().  No I/O, no clock.
+ */
 typedef struct hr_reader hr_reader;
 
 /* What hr_reader_feed() produced. */
 enum hr_reader_event_kind {
-  HR_RD_NONE = 0,  /* all input consumed, nothing complete yet */
-  HR_RD_MESSAGE,   /* a whole non-TENSOR_DATA message: hdr + payload */
-  HR_RD_DATA,      /* a piece of a TENSOR_DATA payload */
-  HR_RD_ERROR      /* a header-level rejection; see `status` */
+  HR_RD_NONE = 0, /* all input consumed, nothing complete yet */
+  HR_RD_MESSAGE,  /* a whole non-TENSOR_DATA message: hdr + payload */
+  HR_RD_DATA,     /* a piece of a TENSOR_DATA payload */
+  HR_RD_ERROR     /* a header-level rejection; see `status` */
 };
 
 typedef struct hr_reader_event {
-  int kind; /* enum hr_reader_event_kind */
+  /* enum hr_reader_event_kind. */
+  int kind;
+  /* The header of the message the event belongs to (every kind but
+   * HR_RD_NONE). */
   hr_msg_header hdr;
-  /* HR_RD_MESSAGE: the whole payload, contiguous; valid until the next
-   * call into the reader (it may point into the input or into the reader's
-   * own buffer). */
+  /* HR_RD_MESSAGE: the payload, hdr.payload_length contiguous bytes (NULL
+   * when the length is 0).  It points into the caller's input when the
+   * whole message arrived in one call, else into the reader's own buffer;
+   * either way it is valid until the next call into the reader (and, when
+   * it points into the input, as long as the input). */
   const uint8_t *payload;
-  /* HR_RD_DATA: sub-header fields and this piece's bytes (pointing into
-   * the caller's input).  `offset` is the buffer offset of data[0];
-   * `frame_offset`/`frame_len` describe the whole frame (as sent);
-   * `first` is 1 on the frame's first piece, `last` on its final piece.
-   * A first piece may carry 0 bytes (sub-header complete, no data yet). */
+  /* HR_RD_DATA: the sub-header's buffer_index. */
   uint8_t buffer_index;
+  /* HR_RD_DATA: the buffer offset of data[0]
+   * (= frame_offset + bytes of this frame delivered before). */
   uint64_t offset;
+  /* HR_RD_DATA: this piece's bytes, pointing into the caller's input (NULL
+   * when len is 0). */
   const uint8_t *data;
   size_t len;
+  /* HR_RD_DATA: the whole frame as sent: its byte_offset_in_buffer and its
+   * data length (payload_length - 12, >= 1). */
   uint64_t frame_offset;
   uint32_t frame_len;
+  /* HR_RD_DATA: 1 on the frame's first piece (the sub-header just
+   * completed; such a piece may carry 0 bytes when the input ended right
+   * after the sub-header), 1 in `last` on the piece that completes the
+   * frame.  A frame whose remaining bytes the caller placed itself with
+   * hr_reader_skip_data() has no `last` piece. */
   int first;
   int last;
-  /* HR_RD_ERROR: what was wrong.  `fatal` is 1 when the connection must
-   * close (MESSAGE_TOO_LARGE, anything on stream 0); otherwise the reader
-   * skips the offending message's payload and goes on. */
+  /* HR_RD_ERROR: what was wrong (code, offset from the header's first
+   * byte, static reason). */
   hr_wire_status status;
+  /* HR_RD_ERROR: 1 when the connection must close: MESSAGE_TOO_LARGE, any
+   * rejection of a message on stream 0.  Then the reader is dead: every
+   * later hr_reader_feed() consumes nothing and reports the same error.
+   * 0: only that message is rejected (unknown type, misplaced message or a
+   * TENSOR_DATA too short or with a bad sub-header, on a non-zero stream);
+   * the reader skips the rest of its payload without buffering it and goes
+   * on with the next message.  The caller answers on hdr.stream_id. */
   int fatal;
 } hr_reader_event;
 
 typedef struct hr_reader_settings {
-  uint32_t max_payload; /* largest payload accepted; default 65,536 */
+  /* Largest payload accepted, in bytes (the limit counts payload bytes,
+   * not the header).  0 means the default, HR_PREHELLO_MAX_PAYLOAD
+   * (65,536), the limit before both HELLOs. */
+  uint32_t max_payload;
+  /* Decoding context: the agreed private types matter here (an unagreed
+   * one is UNKNOWN_MESSAGE_TYPE). */
   hr_wire_ctx ctx;
 } hr_reader_settings;
 
-/* Creates a reader; settings are copied (NULL: defaults).  Returns 0,
- * HR_ERR_NOMEM. */
+/*
+ * Creates a reader in `*out`.  `s` is copied (NULL: defaults); `mem` is
+ * copied (NULL: hr_mem_default()).  Nothing is allocated for payloads yet.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (out NULL) or HR_ERR_NOMEM.
+ */
 HR_EXTERN int hr_reader_new(hr_reader **out, const hr_reader_settings *s,
                             const hr_mem *mem);
-/* Frees the reader; NULL is a no-op. */
+/* Frees the reader and its buffer; NULL is a no-op.  Payload pointers of
+ * earlier events that pointed into the reader's buffer become invalid. */
 HR_EXTERN void hr_reader_del(hr_reader *r);
 
-/* Changes the payload limit (e.g. to max_message_size after the HELLOs). */
+/* Changes the payload limit (e.g. to our advertised max_message_size after
+ * the HELLOs; 0: back to 65,536).  It applies from the next header: a
+ * message whose header was already accepted keeps the limit it passed. */
 HR_EXTERN void hr_reader_set_max_payload(hr_reader *r, uint32_t max_payload);
 
 /*
  * Consumes input and stops at the first event.  Returns the number of
- * bytes consumed (0..len) and fills `ev` (ev->kind HR_RD_NONE when it ran
- * out of input).  Call again with the rest of the input until it returns
- * HR_RD_NONE.  Control payloads are buffered (bounded by max_payload; the
- * buffer grows as bytes arrive, never ahead of them); TENSOR_DATA payloads
- * are never buffered: their bytes are handed on as HR_RD_DATA pieces.
- * A payload_length above max_payload is rejected from the header alone.
- * After a fatal error it consumes nothing and reports the same error.
- * Returns a negative HR_ERR_NOMEM when the control buffer cannot grow.
+ * bytes consumed (0..len) and fills `ev`; ev->kind is HR_RD_NONE when all
+ * `len` bytes were consumed without completing anything.  Call again with
+ * the rest of the input (in + returned count) until it returns HR_RD_NONE;
+ * the input is borrowed for the call, and the event's pointers into it stay
+ * valid as long as the caller keeps it.
+ *
+ * Check order of a header (wire-v1 § 18): a payload_length above
+ * max_payload is MESSAGE_TOO_LARGE at once, fatal, nothing of the payload
+ * read; then the type (UNKNOWN_MESSAGE_TYPE), then the stream placement
+ * (PROTOCOL_VIOLATION), both reported as soon as the header is complete,
+ * before the payload arrives.  A TENSOR_DATA whose payload_length is below
+ * 13 is MALFORMED_PAYLOAD (offset 8); one whose sub-header does not decode
+ * is rejected with hr_wire_decode_data_subheader()'s status.
+ *
+ * Control payloads are buffered (bounded by max_payload; the buffer grows
+ * as bytes arrive, at most to twice what arrived, and is released after a
+ * message above 64 KiB).  TENSOR_DATA payloads are never buffered.
+ *
+ * Returns a negative HR_ERR_INVALID_ARGUMENT (r or ev NULL, or in NULL
+ * with len > 0) or HR_ERR_NOMEM (the control buffer could not grow: fatal,
+ * only hr_reader_del() is legal afterwards).
  */
 HR_EXTERN int64_t hr_reader_feed(hr_reader *r, const uint8_t *in, size_t len,
                                  hr_reader_event *ev);
 
 /*
- * Zero-copy receive.  While the reader is inside a TENSOR_DATA payload
- * (after a HR_RD_DATA event with more to come), returns the number of
- * payload bytes still expected and fills *buffer_index and *offset (the
- * buffer offset of the next byte); otherwise returns 0.  The caller may
- * then place up to that many bytes itself (e.g. recv() straight into the
- * destination) and report them with hr_reader_skip_data().
+ * Zero-copy receive.  While the reader is inside a TENSOR_DATA frame whose
+ * sub-header is complete (after an HR_RD_DATA event that was not `last`),
+ * returns the number of data bytes still expected and fills *buffer_index
+ * and *offset (the buffer offset of the next byte; either pointer may be
+ * NULL); otherwise returns 0.  The caller may then place up to that many
+ * bytes itself (e.g. recv() straight into the destination) and report them
+ * with hr_reader_skip_data().
  */
 HR_EXTERN uint64_t hr_reader_data_pending(const hr_reader *r,
                                           uint8_t *buffer_index,
                                           uint64_t *offset);
-/* Tells the reader that `n` (<= pending) payload bytes were placed by the
- * caller.  Returns 0 or HR_ERR_INVALID_ARGUMENT. */
+/* Tells the reader that `n` (<= pending) data bytes of the current frame
+ * were placed by the caller.  Returns 0, or HR_ERR_INVALID_ARGUMENT when n
+ * exceeds hr_reader_data_pending() (nothing changes). */
 HR_EXTERN int hr_reader_skip_data(hr_reader *r, uint64_t n);
 
-/* Returns 1 when the reader stands exactly between two messages. */
+/* Returns 1 when the reader stands exactly between two messages (no byte
+ * of a next header read), else 0 (also after a fatal error). */
 HR_EXTERN int hr_reader_at_boundary(const hr_reader *r);
 
 /* ------------------------------------------------------------------------ */
 /* Multi-message checkers: the receiving side of one request or PUT         */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * hr_rx checks the rules that span messages on the streams of one transfer,
+ * as its receiver sees them: the answer to one TENSOR_REQUEST (S2C, on the
+ * client) or one TENSOR_PUT (C2S, on the server).  The engine decodes each
+ * message (hr_wire_decode*(), which checks every single-message rule) and
+ * hands it to hr_rx_on_message(); hr_rx does no I/O and keeps no pointer
+ * to a message after the call.
+ *
+ * Rules checked (wire-v1 §§ 9-12, 18 and the seeds):
+ *  - per tensor: DESCRIPTOR (or TENSOR_PUT) → DATA* → DATA_END; frames in
+ *    ascending order through buffer 0, then 1...: no gap, no overlap, none
+ *    past its buffer or spanning two, none on a size-0 buffer or on a
+ *    tensor of 0 bytes, buffer_index < buffer_count, total ==
+ *    total_data_bytes (PROTOCOL_VIOLATION);
+ *  - data_plane RDMA: one RDMA_REGISTER (role SOURCE, length >=
+ *    total_data_bytes) then DATA_END, no frames; SHM: DATA_END, no frames;
+ *  - composites: head + DATA_END, then member_count members pre-order, depth
+ *    <= 8, head values and close-time checks per rule, members never
+ *    shards (COMPOSITE_INVALID);
+ *  - shards (S2C, PARALLEL_OK or REGION): HAS_SHARD on every answer
+ *    (PROTOCOL_VIOLATION when missing, or when present on a plain
+ *    request's answer); shard i on stream base+i; N <= max_shards (and <=
+ *    the server's MAX_SHARDS when known); shards agree on parent_shape,
+ *    element type, layout tag and total_shards and tile the requested box
+ *    exactly (SHARD_INCONSISTENT);
+ *  - C2S: TENSOR_PUT first; members of a composite PUT as
+ *    TENSOR_DESCRIPTOR, never after a non-composite PUT
+ *    (PROTOCOL_VIOLATION); a PUT with HAS_SHARD is PUT_REJECTED;
+ *  - ERROR ends its stream (and the transfer: it can no longer complete).
+ */
 typedef struct hr_rx hr_rx;
+
+#define HR_RX_S2C 0
+#define HR_RX_C2S 1
 
 /* What is being received. */
 typedef struct hr_rx_config {
-  int direction;        /* HR_RX_S2C (answer to a TENSOR_REQUEST) or
-                           HR_RX_C2S (a PUT, as the server receives it) */
-  uint32_t base_stream; /* the request's (or PUT's) stream id */
-  /* S2C: the request as sent (flags, max_shards, region). */
+  /* HR_RX_S2C (the answer to a TENSOR_REQUEST, on the client) or
+   * HR_RX_C2S (a PUT, as the server receives it). */
+  int direction;
+  /* The request's (or PUT's) stream id.  C2S only: 0 means "the stream of
+   * the first message", which must then be the TENSOR_PUT. */
+  uint32_t base_stream;
+  /* S2C: the request as sent: its flags (HR_REQ_*), max_shards (K, read
+   * only with PARALLEL_OK) and, with REGION, the region. */
   uint32_t request_flags;
   uint16_t max_shards;
   uint8_t region_rank;
   uint64_t region_offset[HR_MAX_RANK];
   uint64_t region_shape[HR_MAX_RANK];
-  /* Torn composites: 1 strict (reject), 0 permissive (arrived members are
-   * reported as independent tensors, never as a complete composite). */
+  /* S2C: the server's MAX_SHARDS extension (0: not advertised).  When set,
+   * more shards than min(K, server_max_shards) is SHARD_INCONSISTENT. */
+  uint16_t server_max_shards;
+  /* Torn composites at hr_rx_finish(): 1 strict (COMPOSITE_INVALID), 0
+   * permissive (hr_rx_finish() succeeds, hr_rx_torn() returns 1: the
+   * members that ended are independent tensors, never a composite). */
   int strict;
 } hr_rx_config;
 
-#define HR_RX_S2C 0
-#define HR_RX_C2S 1
-
-/* What a message meant, as hr_rx_on_message() reports it. */
+/*
+ * What a message meant.  hr_rx_event.kind is a bit set: exactly one
+ * primary bit (TENSOR_BEGIN, DATA, TENSOR_END or STREAM_ENDED), or 0
+ * (HR_RXE_NONE: a message that changes nothing, e.g. an ERROR racing the
+ * end of its stream, or an RDMA_REGISTER), plus any of the secondary bits
+ * COMPOSITE_CLOSE, SHARDS_VALID and DONE.
+ */
 enum hr_rx_event_kind {
   HR_RXE_NONE = 0,
-  HR_RXE_TENSOR_BEGIN,    /* a descriptor: a tensor, shard or member starts */
-  HR_RXE_DATA,            /* a frame, in order; place it */
-  HR_RXE_TENSOR_END,      /* DATA_END: that tensor/shard/member is complete */
-  HR_RXE_COMPOSITE_CLOSE, /* a composite closed and passed its checks */
-  HR_RXE_SHARDS_VALID,    /* all shard descriptors arrived and tile the box */
-  HR_RXE_DONE             /* the whole transfer is complete */
+  /* Primary: a descriptor (or TENSOR_PUT): a tensor, shard or member
+   * starts; `desc`/`xport` describe it. */
+  HR_RXE_TENSOR_BEGIN = 1 << 0,
+  /* Primary: a frame that fits; place it (buffer_index, offset, len). */
+  HR_RXE_DATA = 1 << 1,
+  /* Primary: DATA_END: that tensor/shard/member (or composite head) is
+   * complete. */
+  HR_RXE_TENSOR_END = 1 << 2,
+  /* Secondary, with TENSOR_END: `composites_closed` composites closed and
+   * passed their close-time checks (innermost first). */
+  HR_RXE_COMPOSITE_CLOSE = 1 << 3,
+  /* Secondary, with TENSOR_BEGIN: this was the last of the N shard
+   * descriptors, and the N shards agree and tile the requested box. */
+  HR_RXE_SHARDS_VALID = 1 << 4,
+  /* Secondary: this message completed the whole transfer. */
+  HR_RXE_DONE = 1 << 5,
+  /* Primary: the peer ended stream `stream_id` with ERROR (code in
+   * `error_code`).  The transfer can no longer complete; the other
+   * streams' messages are still checked. */
+  HR_RXE_STREAM_ENDED = 1 << 6
 };
 
 typedef struct hr_rx_event {
-  int kind;             /* bitwise: one primary kind; see `done` */
+  /* Bit set of enum hr_rx_event_kind (see there). */
+  int kind;
+  /* The message's stream. */
   uint32_t stream_id;
-  uint16_t shard_index; /* sharded answers */
-  unsigned depth;       /* composite nesting depth of the tensor (0: none) */
-  uint32_t member_index;/* position in the innermost composite */
-  const hr_descriptor *desc; /* TENSOR_BEGIN: the tensor's descriptor (valid
-                                until the next call) */
-  int done;             /* 1 when this message completed the transfer */
+  /* Sharded answers: this stream's shard index and the shard count N (0 and
+   * 1 otherwise). */
+  uint16_t shard_index;
+  uint16_t total_shards;
+  /* The composite nesting depth of the tensor the message belongs to: 0
+   * for a tensor outside any composite, 1 for a top-level composite head,
+   * 2 for its members (and for a nested head), and so on. */
+  unsigned depth;
+  /* Its position among the members of the innermost enclosing composite
+   * (0 when depth <= 1). */
+  uint32_t member_index;
+  /* TENSOR_BEGIN: the descriptor and transport fields, pointing into the
+   * message passed in (valid as long as it); NULL otherwise. */
+  const hr_descriptor *desc;
+  const hr_transport_fields *xport;
+  /* DATA: the frame's buffer, offset and data length (copied from the
+   * message), and the bytes of the tensor received so far, this frame
+   * included. */
+  uint8_t buffer_index;
+  uint64_t offset;
+  uint32_t len;
+  uint64_t received;
+  /* COMPOSITE_CLOSE: how many composites this DATA_END closed. */
+  unsigned composites_closed;
+  /* STREAM_ENDED: the peer's error code (as sent). */
+  uint32_t error_code;
+  /* 1 when the DONE bit is set. */
+  int done;
 } hr_rx_event;
 
-/* Creates a checker; the config is copied.  Returns 0 / HR_ERR_NOMEM /
- * HR_ERR_INVALID_ARGUMENT. */
+/*
+ * Creates a checker in `*out`; `cfg` and `mem` are copied (mem NULL:
+ * hr_mem_default()).  Returns 0, HR_ERR_NOMEM, or HR_ERR_INVALID_ARGUMENT
+ * (out or cfg NULL, an unknown direction, base_stream 0 for S2C, REGION
+ * with region_rank > 32, PARALLEL_OK with max_shards 0).
+ */
 HR_EXTERN int hr_rx_new(hr_rx **out, const hr_rx_config *cfg,
                         const hr_mem *mem);
+/* Frees the checker; NULL is a no-op. */
 HR_EXTERN void hr_rx_del(hr_rx *rx);
 
 /*
- * Feeds one decoded message that arrived on one of the transfer's streams
- * (TENSOR_DESCRIPTOR, TENSOR_DATA, TENSOR_DATA_END, TENSOR_PUT,
- * RDMA_REGISTER, RDMA_READY, ERROR).  For TENSOR_DATA only the frame's
- * geometry is used (buffer_index, offset, data_len), so a streaming
- * receiver may pass a message whose data is not in memory.  Returns 0 and
- * fills `ev`, or HR_ERR_PROTO with `st` (the code to send: PROTOCOL_
- * VIOLATION, SHARD_INCONSISTENT, COMPOSITE_INVALID, INVALID_DESCRIPTOR...).
- * After an error the checker is finished and rejects everything.
+ * Feeds one decoded message that arrived on one of the transfer's streams.
+ * For TENSOR_DATA only the frame's geometry is used (buffer_index, offset,
+ * data_len), so a streaming receiver may pass a message whose data is not
+ * in memory.  `m` is borrowed for the call (ev->desc/xport point into it).
+ *
+ * Returns 0 and fills `ev`, or:
+ *  - HR_ERR_PROTO with `st` filled (st may be NULL): the code to send on
+ *    the stream (PROTOCOL_VIOLATION, SHARD_INCONSISTENT, COMPOSITE_INVALID,
+ *    INVALID_DESCRIPTOR, PUT_REJECTED); `st->offset` is the offending
+ *    field's offset in that message where known, else 0.  After it the
+ *    checker is finished and every later call returns HR_ERR_STATE;
+ *  - HR_ERR_STATE: the checker already failed;
+ *  - HR_ERR_INVALID_ARGUMENT: rx, m or ev NULL;
+ *  - HR_ERR_NOMEM (fatal: only hr_rx_del() is legal afterwards).
+ *
+ * Any message type other than TENSOR_DESCRIPTOR, TENSOR_DATA,
+ * TENSOR_DATA_END, TENSOR_PUT (C2S), RDMA_REGISTER and ERROR is
+ * PROTOCOL_VIOLATION (RDMA_READY and CANCEL travel the other way; a
+ * C2S receiver handles CANCEL itself).  A message on a stream outside the
+ * transfer is PROTOCOL_VIOLATION (SHARD_INCONSISTENT for a shard
+ * descriptor outside the reserved block).  A second ERROR on an ended
+ * stream, or an ERROR after the stream completed, is HR_RXE_NONE; any
+ * other message on a completed or ended stream is PROTOCOL_VIOLATION.
  */
 HR_EXTERN int hr_rx_on_message(hr_rx *rx, const hr_msg *m, hr_rx_event *ev,
                                hr_wire_status *st);
 
 /*
- * The byte stream ended (or the caller gives up on the transfer): returns
- * 0 when the transfer is complete, else HR_ERR_PROTO (a torn composite is
- * COMPOSITE_INVALID; anything else unfinished is PROTOCOL_VIOLATION).
+ * The byte stream ended (or the caller gives up on the transfer).  Returns
+ * 0 when the transfer is complete (or, permissive, torn only inside a
+ * composite: see hr_rx_torn()); HR_ERR_REMOTE when the peer ended a
+ * stream with ERROR (st->code is its code); else HR_ERR_PROTO with `st`: a
+ * torn composite (strict) is COMPOSITE_INVALID, anything else unfinished
+ * (a tensor without DATA_END, missing shards) PROTOCOL_VIOLATION.  Also
+ * HR_ERR_STATE after an earlier failure.  May be called more than once.
  */
 HR_EXTERN int hr_rx_finish(hr_rx *rx, hr_wire_status *st);
 
-/* Returns 1 when every stream of the transfer is complete. */
+/* Returns 1 when every stream of the transfer is complete, else 0. */
 HR_EXTERN int hr_rx_done(const hr_rx *rx);
+
+/* Returns 1 after a permissive hr_rx_finish() accepted a torn composite:
+ * the members whose TENSOR_END was reported are independent tensors (a
+ * member cut inside its data is dropped) and the composite must not be
+ * presented as complete.  Else 0. */
+HR_EXTERN int hr_rx_torn(const hr_rx *rx);
 
 /*
  * Stateless checker pieces, reused by hr_rx and usable alone.
  */
 
-/* Shard boxes: checks that `n` boxes (offset/shape pairs of rank `rank`)
- * lie inside `box_offset`+`box_shape` and tile it exactly, without
- * overlap.  Returns 0 or HR_ERR_PROTO with SHARD_INCONSISTENT. */
+/*
+ * Shard boxes: checks that the `n` boxes (offsets[i][0..rank),
+ * shapes[i][0..rank)) lie inside the box box_offset + box_shape and tile it
+ * exactly, without overlap or gap.  A box with a zero extent is accepted
+ * only when the requested box itself is empty.  Nothing is kept; scratch
+ * memory comes from `mem` (NULL: hr_mem_default()).
+ *
+ * Cost: O(n·rank) plus, when the boxes are cut along r axes (those where
+ * some box does not span the whole box), O(M log M · r) for M = (n+1)·2^r
+ * corners while M stays below 2^21 (r is 1 or 2 for usual shardings);
+ * beyond, a sweep over pairs along the most-cut axis, O(n log n + n·k·rank)
+ * with k the boxes sharing a slab (O(n²·rank) at worst).
+ *
+ * Returns 0; HR_ERR_PROTO with SHARD_INCONSISTENT in `st` (n == 0, a box
+ * outside, empty, overlapping, a gap, or a requested box whose volume
+ * overflows u64 on the fallback path); HR_ERR_INVALID_ARGUMENT (rank > 32,
+ * NULL arrays with n > 0); HR_ERR_NOMEM.
+ */
 HR_EXTERN int hr_shards_check_tiling(unsigned rank, const uint64_t *box_offset,
                                      const uint64_t *box_shape, size_t n,
                                      const uint64_t *const *offsets,
                                      const uint64_t *const *shapes,
-                                     hr_wire_status *st);
+                                     const hr_mem *mem, hr_wire_status *st);
 
 #ifdef __cplusplus
 }
