@@ -1,0 +1,48 @@
+/*
+ * Internal helpers shared by the engine core (engine/core/): tensors and
+ * the sans-IO session.  Built on the proto/ internals (allocation through
+ * an hr_mem, overflow-checked arithmetic).
+ */
+#ifndef HR_CORE_H
+#define HR_CORE_H
+
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+#include <hurray/wire.h>
+
+#include "hr_internal.h"
+
+/* Buffers of at least this many bytes get transparent huge pages advised
+ * and a 2 MiB-aligned base (one huge page). */
+#define HR_HUGE_THRESHOLD ((uint64_t)2 << 20)
+
+/* Advises transparent huge pages for the whole pages inside [p, p+len).
+ * Advice only: never fails. */
+void hr__huge_advise(void *p, size_t len);
+
+/*
+ * Places a descriptor's buffers back to back as wire-v1 § 7.1 does, each at
+ * max(its alignment, 1 << min_alignment_log2).  Fills offsets[k] (relative
+ * to a base aligned to *base_align) and *span (end of the last buffer).
+ * Returns 0, or HR_ERR_INVALID_ARGUMENT (alignment above 2^21, too many
+ * buffers, size overflow).
+ */
+int hr__tensor_placement(const hr_descriptor *d, unsigned min_alignment_log2,
+                         uint64_t offsets[HR_MAX_BUFFERS], uint64_t *span,
+                         uint64_t *base_align);
+
+/*
+ * Checks the composite rules of wire-v1 § 7.3 for a head and its members'
+ * descriptors (members may themselves be composite heads; `member_depth`
+ * is the deepest nesting among them, 0 when none is a composite).
+ * Returns 0 or HR_ERR_PROTO with COMPOSITE_INVALID in `st`.
+ */
+int hr__composite_check(const hr_descriptor *head,
+                        const hr_descriptor *const *members, size_t n,
+                        unsigned member_depth, hr_wire_status *st);
+
+/* Composite nesting depth of a tensor (0 for a plain tensor, 1 for a
+ * composite whose members are all plain). */
+unsigned hr__tensor_depth(const hr_tensor *t);
+
+#endif /* HR_CORE_H */
