@@ -55,6 +55,17 @@ void hr_client_options_default(hr_client_options *o) {
   o->progress_interval_ms = 100;
 }
 
+/* Copies a text, cut to fit (a cut message is still useful). */
+static void copy_text(char *dst, size_t cap, const char *src) {
+  size_t n = src ? strlen(src) : 0;
+
+  if (n >= cap)
+    n = cap - 1;
+  if (n)
+    memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
 static void conn_cb(hr_conn *c, int status, void *ud) {
   hr_client *cl = ud;
   const char *msg;
@@ -67,8 +78,7 @@ static void conn_cb(hr_conn *c, int status, void *ud) {
   cl->conn_err.status = status;
   hr_conn_error(c, &cl->conn_err.wire_error, &cl->conn_err.wire_error_sent,
                 &msg);
-  snprintf(cl->conn_err.message, sizeof cl->conn_err.message, "%s",
-           msg ? msg : "");
+  copy_text(cl->conn_err.message, sizeof cl->conn_err.message, msg);
   cl->conn = NULL; /* invalid once this callback returns */
 }
 
@@ -77,8 +87,7 @@ static void set_err(hr_client *cl, int status, uint32_t wire_error, int sent,
   cl->err.status = status;
   cl->err.wire_error = wire_error;
   cl->err.wire_error_sent = sent;
-  snprintf(cl->err.message, sizeof cl->err.message, "%s",
-           message ? message : "");
+  copy_text(cl->err.message, sizeof cl->err.message, message);
 }
 
 /* A call's error: its own record, or the connection's when the call only
