@@ -11,9 +11,10 @@
  *
  *   version, element type, rank, flags, layout tag (and PANEL metadata),
  *   element type x layout, rank x layout, shape overflow, layout_params
- *   length, layout_params values (composite heads: COMPOSITE_INVALID),
- *   byte_offset, shard box, buffer_count, buffer handles (sync_mode:
- *   INVALID_SYNC_MODE), buffer sizes, transport fields.
+ *   length, layout_params values (composite heads: COMPOSITE_INVALID) and
+ *   the buffer sizes they imply (overflow, STRIDED span), byte_offset,
+ *   shard box, buffer_count, then per buffer handle its size and fields
+ *   (sync_mode: INVALID_SYNC_MODE), transport fields.
  *
  * All size arithmetic is done in u64 with overflow checks; nothing here
  * allocates.
@@ -245,6 +246,11 @@ typedef struct vctx {
   uint32_t base;         /* offset of the descriptor in its message */
   desc_offsets off;
   hr_wire_status *st;
+  /* Buffer sizes the layout implies, once check_static() passed. */
+  int sized;                      /* 0: an extension layout, unknown */
+  int minimum;                    /* need[0] is a lower bound (STRIDED) */
+  unsigned nneed;                 /* the layout's buffer count */
+  uint64_t need[HR_MAX_BUFFERS];  /* required size_bytes */
 } vctx;
 
 static int fail(const vctx *v, uint32_t code, uint32_t off,
@@ -441,41 +447,11 @@ static int check_params_values(vctx *v) {
   case HR_LAYOUT_COMPOSITE:
     return check_composite_head(v);
   default:
-    /* ROW_MAJOR, COLUMN_MAJOR, PANEL: nothing to check; STRIDED: checked
-     * with the buffer size; unregistered extensions: opaque. */
+    /* ROW_MAJOR, COLUMN_MAJOR, PANEL: nothing to check; STRIDED: its
+     * span is checked by compute_sizes(); unregistered extensions:
+     * opaque. */
     return 0;
   }
-}
-
-/*
- * The checks that need nothing but the descriptor's own fields up to
- * layout_params: everything hr_descriptor_buffer_sizes() relies on.
- */
-static int check_static(vctx *v) {
-  const hr_descriptor *d = v->d;
-  int rv;
-  if (d->descriptor_version != 1)
-    return bad(v, 0, "descriptor.descriptor_version: must be 1");
-  if ((rv = check_element_type(v)) != 0)
-    return rv;
-  if (d->rank > HR_MAX_RANK)
-    return bad(v, 2, "descriptor.rank: at most 32");
-  if (d->flags & ~HR_DESC_HAS_SHARD)
-    return bad(v, 3, "descriptor.flags: reserved bit set");
-  desc_offsets_compute(d, d->params_raw ? d->params_len
-                                        : params_encoded_len(d),
-                       &v->off);
-  if ((rv = check_layout_tag(v)) != 0)
-    return rv;
-  if ((rv = check_layout_fit(v)) != 0)
-    return rv;
-  if (!shape_fits(d->shape, d->rank, v->bits))
-    return bad(v, v->off.shape,
-               "descriptor.shape: shape product x element size overflows "
-               "u64");
-  if ((rv = check_params_len(v)) != 0)
-    return rv;
-  return check_params_values(v);
 }
 
 /* Addressed span of a STRIDED tensor in bytes (§ 5): the lowest element
@@ -511,20 +487,21 @@ static int strided_span(vctx *v, uint64_t *span) {
 
 /*
  * Required buffer sizes (§ 5, § 18 "Buffer sizes are exact") of a
- * descriptor that passed check_static(): fills sizes[0..*n).  *minimum is
- * set when sizes[0] is a lower bound (a non-empty STRIDED tensor).
- * Returns 0, HR_ERR_PROTO (overflow) or HR_ERR_UNSUPPORTED (unregistered
- * extension layouts, whose sizes v1 cannot know).
+ * descriptor whose fields up to layout_params passed their checks: fills
+ * v->need[0..v->nneed) and sets v->minimum when need[0] is a lower bound
+ * (a non-empty STRIDED tensor).  Returns 0, HR_ERR_PROTO (overflow) or
+ * HR_ERR_UNSUPPORTED (unregistered extension layouts, whose sizes v1
+ * cannot know).
  */
-static int compute_sizes(vctx *v, uint64_t sizes[HR_MAX_BUFFERS],
-                         unsigned *n, int *minimum) {
+static int compute_sizes(vctx *v) {
   const hr_descriptor *d = v->d;
   const hr_layout_params *p = &d->params;
   const char *ovf = "descriptor: buffer size overflows u64";
+  uint64_t *sizes = v->need;
   uint64_t elems, t;
   unsigned ib = index_bytes(p->index_type);
-  *minimum = 0;
-  *n = v->li->buffers;
+  v->minimum = 0;
+  v->nneed = v->li->buffers;
   /* check_static() proved the element count and its bytes fit. */
   (void)hr_shape_elements(d->shape, d->rank, &elems);
   switch (d->layout.tag) {
@@ -538,7 +515,7 @@ static int compute_sizes(vctx *v, uint64_t sizes[HR_MAX_BUFFERS],
       sizes[0] = 0;
       return 0;
     }
-    *minimum = 1;
+    v->minimum = 1;
     return strided_span(v, &sizes[0]);
   case HR_LAYOUT_TILED:
     t = elems == 0 ? 0 : 1;
@@ -583,12 +560,49 @@ static int compute_sizes(vctx *v, uint64_t sizes[HR_MAX_BUFFERS],
     return 0;
   }
   case HR_LAYOUT_COMPOSITE:
-    *n = 0;
+    v->nneed = 0;
     return 0;
   default:
-    *n = 0;
+    v->nneed = 0;
     return HR_ERR_UNSUPPORTED;
   }
+}
+
+/*
+ * The checks that need nothing but the descriptor's own fields up to
+ * layout_params, then the buffer sizes these fields imply (overflow there
+ * is a fault of the parameters): everything hr_descriptor_buffer_sizes()
+ * relies on.
+ */
+static int check_static(vctx *v) {
+  const hr_descriptor *d = v->d;
+  int rv;
+  if (d->descriptor_version != 1)
+    return bad(v, 0, "descriptor.descriptor_version: must be 1");
+  if ((rv = check_element_type(v)) != 0)
+    return rv;
+  if (d->rank > HR_MAX_RANK)
+    return bad(v, 2, "descriptor.rank: at most 32");
+  if (d->flags & ~HR_DESC_HAS_SHARD)
+    return bad(v, 3, "descriptor.flags: reserved bit set");
+  desc_offsets_compute(d, d->params_raw ? d->params_len
+                                        : params_encoded_len(d),
+                       &v->off);
+  if ((rv = check_layout_tag(v)) != 0)
+    return rv;
+  if ((rv = check_layout_fit(v)) != 0)
+    return rv;
+  if (!shape_fits(d->shape, d->rank, v->bits))
+    return bad(v, v->off.shape,
+               "descriptor.shape: shape product x element size overflows "
+               "u64");
+  if ((rv = check_params_len(v)) != 0)
+    return rv;
+  if ((rv = check_params_values(v)) != 0)
+    return rv;
+  rv = compute_sizes(v);
+  v->sized = rv != HR_ERR_UNSUPPORTED;
+  return rv == HR_ERR_UNSUPPORTED ? 0 : rv;
 }
 
 /* byte_offset (§ 7.1, § 18 Transports): frames place the bytes, so only the
@@ -643,11 +657,20 @@ static int device_tag_ok(uint8_t tag) {
   return tag <= HR_DEV_LAST || (tag >= 0xF0 && tag != HR_DEV_INVALID);
 }
 
-/* One buffer handle's fields (§ 7.2, ADR-018 § 3, § 6), in wire order. */
+/* One buffer handle (§ 7.2, ADR-018 § 3, § 6), in wire order: its size
+ * against the layout (exact, or at least the STRIDED span), then its
+ * fields. */
 static int check_handle(vctx *v, unsigned i, int local) {
   const hr_buffer_handle *b = &v->d->buffers[i];
   uint32_t at = v->off.buffers + BUF_HANDLE_SIZE * i;
   const uint32_t ism = HR_WIRE_INVALID_SYNC_MODE;
+  if (v->sized && (v->minimum ? b->size_bytes < v->need[i]
+                              : b->size_bytes != v->need[i]))
+    return bad(v, at + BUF_SIZE,
+               v->minimum ? "descriptor.buffers.size_bytes: STRIDED "
+                            "addresses past the end of the buffer"
+                          : "descriptor.buffers.size_bytes: not the size "
+                            "the layout implies");
   if (b->alignment_log2 > HR_MAX_ALIGNMENT_LOG2)
     return bad(v, at + BUF_ALIGN, "descriptor.buffers.alignment_log2: 0-21");
   if (!device_tag_ok(b->device_tag))
@@ -676,29 +699,6 @@ static int check_handle(vctx *v, unsigned i, int local) {
     if (b->reserved[r] != 0)
       return bad(v, at + BUF_RESERVED + r,
                  "descriptor.buffers.reserved: must be 0");
-  return 0;
-}
-
-/* Buffer sizes against the layout: exact, or at least the STRIDED span. */
-static int check_sizes(vctx *v) {
-  const hr_descriptor *d = v->d;
-  uint64_t need[HR_MAX_BUFFERS];
-  unsigned n;
-  int minimum;
-  int rv = compute_sizes(v, need, &n, &minimum);
-  if (rv == HR_ERR_UNSUPPORTED)
-    return 0; /* extension layouts: sizes are the extension's business */
-  if (rv != 0)
-    return rv;
-  for (unsigned i = 0; i < n; i++) {
-    uint64_t have = d->buffers[i].size_bytes;
-    if (minimum ? have < need[i] : have != need[i])
-      return bad(v, v->off.buffers + BUF_HANDLE_SIZE * i + BUF_SIZE,
-                 minimum ? "descriptor.buffers.size_bytes: STRIDED "
-                           "addresses past the end of the buffer"
-                         : "descriptor.buffers.size_bytes: not the size "
-                           "the layout implies");
-  }
   return 0;
 }
 
@@ -754,8 +754,6 @@ int hr_descriptor_validate(const hr_descriptor *d,
   for (unsigned i = 0; i < d->buffer_count; i++)
     if ((rv = check_handle(&v, i, local)) != 0)
       return rv;
-  if ((rv = check_sizes(&v)) != 0)
-    return rv;
   if (xport != NULL && (rv = check_transport(&v, xport)) != 0)
     return rv;
   return 0;
@@ -768,13 +766,13 @@ int hr_descriptor_buffer_sizes(const hr_descriptor *d,
     return HR_ERR_INVALID_ARGUMENT;
   /* Offsets in `st` count from the descriptor's first byte. */
   vctx v = {.d = d, .st = st};
-  unsigned n;
-  int minimum;
   int rv = check_static(&v);
   if (rv != 0)
     return rv;
-  rv = compute_sizes(&v, sizes, &n, &minimum);
-  return rv != 0 ? rv : (int)n;
+  if (!v.sized)
+    return HR_ERR_UNSUPPORTED;
+  memcpy(sizes, v.need, v.nneed * sizeof *sizes);
+  return (int)v.nneed;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -30,8 +30,7 @@ enum hr_rd_state {
 static const char *const rd_state_names[] = {
     "HEADER", "CONTROL", "SUBHEADER", "DATA", "SKIP", "FATAL",
 };
-_Static_assert(sizeof rd_state_names / sizeof *rd_state_names ==
-                   HR_RDS_COUNT,
+_Static_assert(sizeof rd_state_names / sizeof *rd_state_names == HR_RDS_COUNT,
                "one name per reader state");
 
 /* A control buffer above this size is released once its message was
@@ -234,8 +233,7 @@ static int rd_on_subheader(hr_reader *r, const uint8_t *sub,
   memset(&d, 0, sizeof d);
   hr_wire_status st = {HR_WIRE_MALFORMED_PAYLOAD, HR_HEADER_SIZE,
                        "TENSOR_DATA: bad sub-header"};
-  if (hr_wire_decode_data_subheader(sub, r->hdr.payload_length, &d, &st) !=
-      0) {
+  if (hr_wire_decode_data_subheader(sub, r->hdr.payload_length, &d, &st) != 0) {
     rd_reject(r, ev, &st, r->hdr.stream_id == 0,
               r->hdr.payload_length - HR_DATA_SUBHEADER_SIZE);
     return 1;
@@ -289,8 +287,11 @@ int64_t hr_reader_feed(hr_reader *r, const uint8_t *in, size_t len,
     r->cap = 0;
     r->release_buf = 0;
   }
-  const uint8_t *p = in;
-  const uint8_t *end = in + len;
+  /* No arithmetic on a NULL input (len is then 0). */
+  static const uint8_t none[1] = {0};
+  const uint8_t *p = in ? in : none;
+  const uint8_t *end = p + len;
+  in = p;
   for (;;) {
     size_t avail = (size_t)(end - p);
     switch (r->state) {
@@ -385,8 +386,7 @@ int64_t hr_reader_feed(hr_reader *r, const uint8_t *in, size_t len,
     }
     default:
       /* HR_RDS_FATAL was handled on entry; nothing else exists. */
-      hr__wire_fail(&ev->status, HR_WIRE_INTERNAL, 0,
-                    rd_state_name(r->state));
+      hr__wire_fail(&ev->status, HR_WIRE_INTERNAL, 0, rd_state_name(r->state));
       return HR_ERR_INTERNAL;
     }
   }

@@ -126,8 +126,8 @@ static const char *rx_mode_name(int m) {
 }
 
 /* Marks the checker failed and fills the status. */
-static int rx_fail(hr_rx *rx, hr_wire_status *st, uint32_t code,
-                   uint32_t off, const char *why) {
+static int rx_fail(hr_rx *rx, hr_wire_status *st, uint32_t code, uint32_t off,
+                   const char *why) {
   rx->failed = 1;
   return hr__wire_fail(st, code, off, why);
 }
@@ -282,7 +282,7 @@ static int tile_corners(unsigned r, const unsigned *ax,
       sum += sign[idx[b++]];
     if (sum != 0) {
       rv = hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                   "shards overlap or leave a gap in the requested box");
+                         "shards overlap or leave a gap in the requested box");
       break;
     }
     a = b;
@@ -326,7 +326,7 @@ static int tile_sweep(unsigned rank, unsigned r, const unsigned *ax,
   for (unsigned k = 0; k < rank; k++) {
     if (!hr__mul_u64(vol, box_shape[k], &vol))
       return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                     "the requested box's volume overflows u64");
+                           "the requested box's volume overflows u64");
   }
   uint64_t sum = 0;
   for (size_t i = 0; i < n; i++) {
@@ -336,11 +336,11 @@ static int tile_sweep(unsigned rank, unsigned r, const unsigned *ax,
       v *= shapes[i][k];
     if (!hr__add_u64(sum, v, &sum) || sum > vol)
       return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                     "shards overlap: their volumes exceed the box's");
+                           "shards overlap: their volumes exceed the box's");
   }
   if (sum != vol)
     return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                   "shards leave a gap: their volumes fall short");
+                         "shards leave a gap: their volumes fall short");
 
   sweep_item *it = hr__mem_malloc(mem, n * sizeof *it);
   if (!it)
@@ -378,7 +378,7 @@ static int tile_sweep(unsigned rank, unsigned r, const unsigned *ax,
         k++;
       if (k == rank) {
         rv = hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                     "shards overlap in the requested box");
+                           "shards overlap in the requested box");
         break;
       }
     }
@@ -403,14 +403,14 @@ int hr_shards_check_tiling(unsigned rank, const uint64_t *box_offset,
     mem = hr_mem_default();
   if (n == 0)
     return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                   "no shard covers the requested box");
+                         "no shard covers the requested box");
 
   uint64_t box_end[HR_MAX_RANK];
   int box_empty = 0;
   for (unsigned k = 0; k < rank; k++) {
     if (!hr__add_u64(box_offset[k], box_shape[k], &box_end[k]))
       return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                     "the requested box overflows u64");
+                           "the requested box overflows u64");
     box_empty |= box_shape[k] == 0;
   }
   /* Every box inside B, and (unless B is empty) none empty: an empty box
@@ -422,12 +422,12 @@ int hr_shards_check_tiling(unsigned rank, const uint64_t *box_offset,
       if (offsets[i][k] < box_offset[k] ||
           !hr__add_u64(offsets[i][k], shapes[i][k], &hi) || hi > box_end[k])
         return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                       "a shard lies outside the requested box");
+                             "a shard lies outside the requested box");
       empty |= shapes[i][k] == 0;
     }
     if (empty && !box_empty)
       return hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
-                     "an empty shard of a non-empty box");
+                           "an empty shard of a non-empty box");
   }
   if (box_empty)
     return 0;
@@ -443,13 +443,18 @@ int hr_shards_check_tiling(unsigned rank, const uint64_t *box_offset,
     if (i < n)
       ax[r++] = k;
   }
-  /* Corner rows cost (r + 2) words each, plus the compressed values. */
+  /* No axis cut: every box is B itself, so exactly one may be sent. */
+  if (r == 0)
+    return n == 1 ? 0
+                  : hr__wire_fail(st, HR_WIRE_SHARD_INCONSISTENT, 0,
+                                  "shards overlap in the requested box");
+  /* Corner rows cost (r + 3) words each, plus the compressed values. */
   if (r < 22 && n < (TILE_CORNER_WORDS >> r)) {
     size_t m = (n + 1) << r;
     size_t words = m * (r + 3) + (size_t)r * (2 * n + 2) * 2;
     if (words <= TILE_CORNER_WORDS)
-      return tile_corners(r, ax, box_offset, box_end, n, offsets, shapes,
-                          mem, st);
+      return tile_corners(r, ax, box_offset, box_end, n, offsets, shapes, mem,
+                          st);
   }
   return tile_sweep(rank, r, ax, box_shape, n, offsets, shapes, mem, st);
 }
@@ -468,8 +473,7 @@ int hr_rx_new(hr_rx **out, const hr_rx_config *cfg, const hr_mem *mem) {
   if (cfg->direction == HR_RX_S2C) {
     if (cfg->base_stream == 0)
       return HR_ERR_INVALID_ARGUMENT;
-    if ((cfg->request_flags & HR_REQ_REGION) &&
-        cfg->region_rank > HR_MAX_RANK)
+    if ((cfg->request_flags & HR_REQ_REGION) && cfg->region_rank > HR_MAX_RANK)
       return HR_ERR_INVALID_ARGUMENT;
     if (cfg->request_flags & HR_REQ_PARALLEL_OK) {
       if (cfg->max_shards == 0)
@@ -514,9 +518,13 @@ static int rx_transfer_done(const hr_rx *rx) {
   return 0;
 }
 
-int hr_rx_done(const hr_rx *rx) { return rx && rx_transfer_done(rx); }
+int hr_rx_done(const hr_rx *rx) {
+  return rx && rx_transfer_done(rx);
+}
 
-int hr_rx_torn(const hr_rx *rx) { return rx && rx->torn; }
+int hr_rx_torn(const hr_rx *rx) {
+  return rx && rx->torn;
+}
 
 const char *hr__rx_mode_name(const hr_rx *rx) {
   return rx ? rx_mode_name(rx->mode) : "?";
@@ -595,8 +603,7 @@ static int elem_is_quantized(uint8_t e) {
 }
 
 static int elem_is_scale(uint8_t e) {
-  return e == HR_ELEM_FLOAT16 || e == HR_ELEM_BFLOAT16 ||
-         e == HR_ELEM_FLOAT32;
+  return e == HR_ELEM_FLOAT16 || e == HR_ELEM_BFLOAT16 || e == HR_ELEM_FLOAT32;
 }
 
 /*
@@ -717,9 +724,8 @@ static int rx_shard_begin(hr_rx *rx, uint32_t idx, const hr_descriptor *d,
     if (x->total_shards != rx->n)
       return rx_fail(rx, st, HR_WIRE_SHARD_INCONSISTENT, 0,
                      "shards disagree on total_shards");
-    if (d->rank != rx->ref_rank ||
-        memcmp(d->parent_shape, rx->ref_parent,
-               d->rank * sizeof(uint64_t)) != 0)
+    if (d->rank != rx->ref_rank || memcmp(d->parent_shape, rx->ref_parent,
+                                          d->rank * sizeof(uint64_t)) != 0)
       return rx_fail(rx, st, HR_WIRE_SHARD_INCONSISTENT, 0,
                      "shards disagree on parent_shape");
     if (d->element_type != rx->ref_elem)
@@ -745,8 +751,8 @@ static int rx_shard_begin(hr_rx *rx, uint32_t idx, const hr_descriptor *d,
                      "shard: outside its parent_shape");
     uint64_t lo = box_off ? box_off[k] : 0;
     uint64_t box_hi;
-    if (!hr__add_u64(lo, box_shape[k], &box_hi) ||
-        d->shard_offset[k] < lo || hi > box_hi)
+    if (!hr__add_u64(lo, box_shape[k], &box_hi) || d->shard_offset[k] < lo ||
+        hi > box_hi)
       return rx_fail(rx, st, HR_WIRE_SHARD_INCONSISTENT, 0,
                      "shard: outside the requested box");
   }
@@ -817,10 +823,6 @@ static int rx_on_descriptor(hr_rx *rx, uint32_t idx, const hr_descriptor *d,
                                 : "TENSOR_DESCRIPTOR before TENSOR_PUT");
     }
     rx->mode = RXM_SINGLE;
-  } else if (rx->mode == RXM_SINGLE && idx != 0) {
-    return rx_fail(rx, st, HR_WIRE_PROTOCOL_VIOLATION, 0,
-                   "a descriptor on a stream an unsharded answer does not "
-                   "use");
   }
 
   if (rx->depth > 0) {
@@ -996,29 +998,34 @@ int hr_rx_on_message(hr_rx *rx, const hr_msg *m, hr_rx_event *ev,
                 (cfg->request_flags & HR_REQ_PARALLEL_OK) &&
                 type == HR_MSG_TENSOR_DESCRIPTOR &&
                 (m->u.tensor.desc.flags & HR_DESC_HAS_SHARD);
-    return rx_fail(rx, st,
-                   shard ? HR_WIRE_SHARD_INCONSISTENT
-                         : HR_WIRE_PROTOCOL_VIOLATION,
-                   0,
-                   shard ? "shard: outside the block of streams the "
-                           "request reserved"
-                         : "a message on a stream outside the transfer");
+    return rx_fail(
+        rx, st, shard ? HR_WIRE_SHARD_INCONSISTENT : HR_WIRE_PROTOCOL_VIOLATION,
+        0,
+        shard ? "shard: outside the block of streams the "
+                "request reserved"
+              : "a message on a stream outside the transfer");
   }
   uint32_t idx = sid - base;
   rx_stream *s = &rx->streams[idx];
   int rv = 0;
+  /* Reserved streams the answer turned out not to use carry nothing (a
+   * shard descriptor there is judged by the shard rules instead). */
+  if ((rx->mode == RXM_SINGLE && idx != 0) ||
+      (rx->mode == RXM_SHARDED && idx >= rx->n &&
+       type != HR_MSG_TENSOR_DESCRIPTOR))
+    return rx_fail(rx, st, HR_WIRE_PROTOCOL_VIOLATION, 0,
+                   "a message on a reserved stream the answer does not use");
 
   switch (type) {
   case HR_MSG_TENSOR_DESCRIPTOR:
-    rv = rx_on_descriptor(rx, idx, &m->u.tensor.desc, &m->u.tensor.xport, 0,
-                          ev, st);
+    rv = rx_on_descriptor(rx, idx, &m->u.tensor.desc, &m->u.tensor.xport, 0, ev,
+                          st);
     break;
   case HR_MSG_TENSOR_PUT:
     if (cfg->direction != HR_RX_C2S)
       return rx_fail(rx, st, HR_WIRE_PROTOCOL_VIOLATION, 0,
                      "TENSOR_PUT on the answer to a request");
-    rv = rx_on_descriptor(rx, idx, &m->u.put.desc, &m->u.put.xport, 1, ev,
-                          st);
+    rv = rx_on_descriptor(rx, idx, &m->u.put.desc, &m->u.put.xport, 1, ev, st);
     break;
   case HR_MSG_TENSOR_DATA: {
     const hr_data *d = &m->u.data;
@@ -1030,8 +1037,8 @@ int hr_rx_on_message(hr_rx *rx, const hr_msg *m, hr_rx_event *ev,
     if (s->plane != HR_PLANE_FRAMES)
       return rx_fail(rx, st, HR_WIRE_PROTOCOL_VIOLATION, 0,
                      "TENSOR_DATA on a tensor sent over RDMA or SHM");
-    rv = hr__frames_on_data(&s->ft, d->buffer_index, d->offset, d->data_len,
-                            st);
+    rv =
+        hr__frames_on_data(&s->ft, d->buffer_index, d->offset, d->data_len, st);
     if (rv != 0) {
       rx->failed = 1;
       return rv;
@@ -1045,9 +1052,7 @@ int hr_rx_on_message(hr_rx *rx, const hr_msg *m, hr_rx_event *ev,
     ev->received = s->ft.received;
     break;
   }
-  case HR_MSG_TENSOR_DATA_END:
-    rv = rx_on_end(rx, s, ev, st);
-    break;
+  case HR_MSG_TENSOR_DATA_END: rv = rx_on_end(rx, s, ev, st); break;
   case HR_MSG_RDMA_REGISTER: {
     const hr_rdma_register *r = &m->u.rdma;
     if (s->state != RXS_OPEN)
@@ -1121,16 +1126,16 @@ int hr_rx_finish(hr_rx *rx, hr_wire_status *st) {
   if (rx->mode == RXM_SINGLE && rx->depth > 0) {
     if (rx->cfg.strict)
       return hr__wire_fail(st, HR_WIRE_COMPOSITE_INVALID, 0,
-                     "torn composite: the stream ended before it closed");
+                           "torn composite: the stream ended before it closed");
     rx->torn = 1;
     return 0;
   }
   if (rx->mode == RXM_UNKNOWN)
     return hr__wire_fail(st, HR_WIRE_PROTOCOL_VIOLATION, 0,
-                   "the stream ended before any descriptor");
+                         "the stream ended before any descriptor");
   if (rx->mode == RXM_SHARDED && rx->shards_seen < rx->n)
     return hr__wire_fail(st, HR_WIRE_PROTOCOL_VIOLATION, 0,
-                   "the stream ended before every shard's descriptor");
+                         "the stream ended before every shard's descriptor");
   return hr__wire_fail(st, HR_WIRE_PROTOCOL_VIOLATION, 0,
-                 "the stream ended before a tensor's TENSOR_DATA_END");
+                       "the stream ended before a tensor's TENSOR_DATA_END");
 }

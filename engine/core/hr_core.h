@@ -41,6 +41,11 @@ int hr__composite_check(const hr_descriptor *head,
                         const hr_descriptor *const *members, size_t n,
                         unsigned member_depth, hr_wire_status *st);
 
+/* Attaches a release callback to a tensor that has none (used when a
+ * received tensor lives in the application's GET buffer).  Called by the
+ * owner before the tensor is shared. */
+void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx);
+
 /* Composite nesting depth of a tensor (0 for a plain tensor, 1 for a
  * composite whose members are all plain). */
 unsigned hr__tensor_depth(const hr_tensor *t);

@@ -357,3 +357,8 @@ hr_tensor *hr_tensor_member(const hr_tensor *t, size_t i) {
 }
 
 unsigned hr__tensor_depth(const hr_tensor *t) { return t->depth; }
+
+void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx) {
+  t->release = fn;
+  t->release_ctx = ctx;
+}

@@ -106,7 +106,13 @@ typedef struct hr_transfer_record {
   char message[256];       /* the peer's or our error text (UTF-8) */
   uint8_t data_plane;      /* HR_PLANE_* that carried the bytes */
   uint8_t layout;          /* layout tag delivered */
-  int transcoded;          /* 1 when the server transcoded */
+  int transcoded;          /* server side: 1 when the layout sent differs
+                              from the stored one (transcoded, or stored
+                              ROW/COLUMN_MAJOR bytes described as PERMUTED),
+                              0 when sent as stored.  Client side: -1, since
+                              the wire does not say whether the server
+                              transcoded (the stored layout is unknown to
+                              the client) */
   uint8_t device;          /* device tag delivered */
   char fallback[128];      /* "" or why a fallback happened */
   uint32_t shards;         /* shards received (1 when unsharded) */
@@ -114,6 +120,13 @@ typedef struct hr_transfer_record {
   uint64_t bytes;          /* tensor bytes moved */
   hr_tstamp started;       /* request sent / received */
   hr_tstamp finished;      /* last byte in place */
+  /* Client GET with strict_composites = 0 whose composite tore (the
+   * stream ended before the composite closed): the members that arrived
+   * complete, in stream order, as independent tensors (never presented as
+   * a composite).  Borrowed during the callback: take references to keep
+   * them.  NULL / 0 otherwise.  version-added: 0.1 */
+  hr_tensor *const *partial;
+  size_t partial_count;
 } hr_transfer_record;
 
 /* ------------------------------------------------------------------------ */
@@ -194,6 +207,14 @@ typedef struct hr_provider {
   int (*on_list)(hr_session *s, const hr_list_request *req,
                  int (*emit)(void *emit_ctx, const hr_list_entry *e),
                  void *emit_ctx, int *more, void *user_data);
+  /* The CLIENT_HELLO arrived (AUTH_TOKEN and PEER_NAME are in
+   * peer->exts).  Leave *wire_error 0 to accept, or set it (UNAUTHORIZED,
+   * RESOURCE_EXHAUSTED) to answer ERROR on stream 0 and close.  Return 0,
+   * or HR_ERR_CALLBACK_FAILURE to kill the session.  NULL: accept every
+   * client.  version-added: 0.1 (appended; `size` tells whether it is
+   * present). */
+  int (*on_hello)(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
+                  void *user_data);
 } hr_provider;
 
 /* ------------------------------------------------------------------------ */
@@ -373,6 +394,9 @@ HR_EXTERN int hr_session_role(const hr_session *s);
 HR_EXTERN const hr_hello *hr_session_peer_hello(const hr_session *s);
 /* Active streams. */
 HR_EXTERN size_t hr_session_stream_count(const hr_session *s);
+/* The connection state's name ("AWAIT_HELLO", "ESTABLISHED", "DRAINING",
+ * "CLOSED"), for logs.  Never NULL.  version-added: 0.1 */
+HR_EXTERN const char *hr_session_state_name(const hr_session *s);
 
 #ifdef __cplusplus
 }

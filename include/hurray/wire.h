@@ -883,6 +883,9 @@ HR_EXTERN int hr_reader_at_boundary(const hr_reader *r);
  *    TENSOR_DESCRIPTOR, never after a non-composite PUT
  *    (PROTOCOL_VIOLATION); a PUT with HAS_SHARD is PUT_REJECTED;
  *  - ERROR ends its stream (and the transfer: it can no longer complete).
+ *
+ * After the receiver sent CANCEL it discards what arrives on the stream
+ * until the answering ERROR (§ 12); it need not feed those messages here.
  */
 typedef struct hr_rx hr_rx;
 
@@ -1011,7 +1014,10 @@ HR_EXTERN void hr_rx_del(hr_rx *rx);
  * PROTOCOL_VIOLATION (RDMA_READY and CANCEL travel the other way; a
  * C2S receiver handles CANCEL itself).  A message on a stream outside the
  * transfer is PROTOCOL_VIOLATION (SHARD_INCONSISTENT for a shard
- * descriptor outside the reserved block).  A second ERROR on an ended
+ * descriptor outside the reserved block), and so is one on a reserved
+ * stream the answer turned out not to use (any stream but the first of an
+ * unsharded answer; streams base + N and above of N shards, where a
+ * descriptor is SHARD_INCONSISTENT).  A second ERROR on an ended
  * stream, or an ERROR after the stream completed, is HR_RXE_NONE; any
  * other message on a completed or ended stream is PROTOCOL_VIOLATION.
  */

@@ -318,8 +318,8 @@ static void test_decode_truncation_offsets(void **state) {
     size_t len;
     uint32_t offset;
   } cuts[] = {{0, 0},   {2, 2},   {3, 3},   {4, 4},   {5, 5},   {12, 5},
-              {13, 13}, {22, 21}, {23, 23}, {31, 31}, {32, 32}, {40, 40}, {47, 47},
-              {48, 48}, {59, 58}, {63, 61}};
+              {13, 13}, {22, 21}, {23, 23}, {31, 31}, {32, 32}, {40, 40},
+              {47, 47}, {48, 48}, {59, 58}, {63, 61}};
   for (unsigned i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
     hr_descriptor dec;
     hr_transport_fields xdec;
@@ -499,6 +499,50 @@ static void test_composite_unknown_rule_on_wire(void **state) {
   }
 }
 
+/* ---- mutated inputs ---------------------------------------------------- */
+
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Random byte changes to every fixture (fixed seed): decoding and
+ * validation either reject with a status or accept, and whatever they
+ * accept re-encodes to exactly the input and validates as a struct too. */
+static void test_mutated_inputs(void **state) {
+  (void)state;
+  uint64_t seed = 0x9E3779B97F4A7C15ull;
+  for (int k = 0; k < FX_COUNT; k++) {
+    hr_descriptor d;
+    hr_transport_fields x;
+    uint8_t orig[BUF_CAP], buf[BUF_CAP], again[BUF_CAP];
+    fx_build(k, &d, &x);
+    size_t n = fx_encode(&d, &x, orig, sizeof orig);
+    for (int round = 0; round < 3000; round++) {
+      memcpy(buf, orig, n);
+      unsigned flips = 1 + (unsigned)(xorshift(&seed) % 3);
+      for (unsigned f = 0; f < flips; f++)
+        buf[xorshift(&seed) % n] ^= (uint8_t)(1u << (xorshift(&seed) % 8));
+      size_t len = n - (size_t)(xorshift(&seed) % 4 == 0 ? 1 : 0);
+      hr_descriptor dec;
+      hr_transport_fields xdec;
+      hr_wire_status st = {0};
+      int rv = fx_decode_validate(buf, len, 0, &net, &dec, &xdec, &st);
+      if (rv != 0) {
+        assert_int_equal(rv, HR_ERR_PROTO);
+        assert_non_null(st.reason);
+        assert_true(st.offset <= len);
+        continue;
+      }
+      assert_int_equal(fx_encode(&dec, &xdec, again, sizeof again), len);
+      assert_memory_equal(again, buf, len);
+      assert_int_equal(hr_descriptor_validate(&dec, &xdec, &net, 0, &st), 0);
+    }
+  }
+}
+
 /* ---- vectors whose check order matters (wire-v1 vectors, verbatim) ------ */
 
 typedef struct vector_case {
@@ -609,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_xport_decode),
       cmocka_unit_test(test_params_length_mismatch),
       cmocka_unit_test(test_composite_unknown_rule_on_wire),
+      cmocka_unit_test(test_mutated_inputs),
       cmocka_unit_test(test_vectors_check_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

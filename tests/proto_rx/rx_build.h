@@ -84,8 +84,8 @@ static inline hr_msg t_head(uint32_t sid, uint8_t elem, uint8_t rank,
 }
 
 static inline hr_msg t_tuple(uint32_t sid, uint32_t members) {
-  return t_head(sid, HR_ELEM_NONE, 0, NULL, members, HR_COMPOSITE_TUPLE, 0,
-                0, 0);
+  return t_head(sid, HR_ELEM_NONE, 0, NULL, members, HR_COMPOSITE_TUPLE, 0, 0,
+                0);
 }
 
 /* Turns a TENSOR_DESCRIPTOR into a TENSOR_PUT of the same descriptor. */

@@ -61,8 +61,8 @@ static void b_fill(bytes *b, size_t n, uint8_t seed) {
   }
 }
 
-static void b_data(bytes *b, uint32_t sid, uint8_t bidx, uint64_t off,
-                   size_t n, uint8_t seed) {
+static void b_data(bytes *b, uint32_t sid, uint8_t bidx, uint64_t off, size_t n,
+                   uint8_t seed) {
   b_header(b, HR_MSG_TENSOR_DATA, sid, (uint32_t)(12 + n));
   uint8_t sub[4] = {bidx, 0, 0, 0};
   b_put(b, sub, 4);
@@ -159,8 +159,7 @@ static void c_event(collect *c, const hr_reader_event *ev) {
     assert_non_null(ev->status.reason);
     break;
   }
-  default:
-    fail_msg("unexpected event kind %d", ev->kind);
+  default: fail_msg("unexpected event kind %d", ev->kind);
   }
 }
 
@@ -495,8 +494,8 @@ static void too_large_is_fatal(void **state) {
 
 static void stream0_rejections_are_fatal(void **state) {
   (void)state;
-  static const uint32_t types[] = {0x13, 0x00, 0xFF, 0x100,
-                                   HR_MSG_TENSOR_REQUEST, HR_MSG_TENSOR_DATA};
+  static const uint32_t types[] = {
+      0x13, 0x00, 0xFF, 0x100, HR_MSG_TENSOR_REQUEST, HR_MSG_TENSOR_DATA};
   static const uint32_t codes[] = {
       HR_WIRE_UNKNOWN_MESSAGE_TYPE, HR_WIRE_UNKNOWN_MESSAGE_TYPE,
       HR_WIRE_UNKNOWN_MESSAGE_TYPE, HR_WIRE_UNKNOWN_MESSAGE_TYPE,
@@ -610,9 +609,9 @@ static void bad_arguments(void **state) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct count_mem {
-  size_t live;     /* bytes allocated now */
-  size_t largest;  /* the largest single request */
-  int fail_after;  /* allocations left before failing (-1: never) */
+  size_t live;    /* bytes allocated now */
+  size_t largest; /* the largest single request */
+  int fail_after; /* allocations left before failing (-1: never) */
 } count_mem;
 
 /* Each block carries its size in front so frees can be counted. */
@@ -635,7 +634,9 @@ static void *cm_alloc(count_mem *c, void *old, size_t n) {
     c->largest = n;
   return p + 1;
 }
-static void *cm_malloc(size_t n, void *ud) { return cm_alloc(ud, NULL, n); }
+static void *cm_malloc(size_t n, void *ud) {
+  return cm_alloc(ud, NULL, n);
+}
 static void *cm_calloc(size_t a, size_t b, void *ud) {
   void *p = cm_alloc(ud, NULL, a * b);
   if (p)

@@ -23,8 +23,7 @@
     t_result r_ = t_run(&(cfg), (msgs), N_OF(msgs));                           \
     if (r_.rv != 0)                                                            \
       print_error("rejected at %d: rv %d code %s: %s\n", r_.at, r_.rv,         \
-                  hr_wire_error_name_safe(r_.code),                            \
-                  r_.why ? r_.why : "");                                       \
+                  hr_wire_error_name_safe(r_.code), r_.why ? r_.why : "");     \
     assert_int_equal(r_.rv, 0);                                                \
     assert_int_equal(r_.done_events, 1);                                       \
     assert_true(r_.last.kind &HR_RXE_DONE);                                    \
@@ -37,8 +36,7 @@
     t_result r_ = t_run(&(cfg), (msgs), N_OF(msgs));                           \
     if (r_.at != (at_) || r_.code != (code_))                                  \
       print_error("got at %d rv %d code %s (%s)\n", r_.at, r_.rv,              \
-                  hr_wire_error_name_safe(r_.code),                            \
-                  r_.why ? r_.why : "");                                       \
+                  hr_wire_error_name_safe(r_.code), r_.why ? r_.why : "");     \
     assert_int_equal(r_.rv, HR_ERR_PROTO);                                     \
     assert_int_equal(r_.at, (at_));                                            \
     assert_int_equal(r_.code, (code_));                                        \
@@ -47,15 +45,29 @@
 
 /* The name of a code, without depending on hr_names.c. */
 static const char *hr_wire_error_name_safe(uint32_t c) {
-  static const char *const names[] = {
-      "NO_ERROR",          "PROTOCOL_VIOLATION",   "UNSUPPORTED_VERSION",
-      "MESSAGE_TOO_LARGE", "UNKNOWN_MESSAGE_TYPE", "MALFORMED_PAYLOAD",
-      "NOT_FOUND",         "DEVICE_UNAVAILABLE",   "INVALID_DESCRIPTOR",
-      "TRANSCODE_FAILED",  "RESOURCE_EXHAUSTED",   "RDMA_SETUP_FAILED",
-      "GPUDIRECT_UNAVAILABLE", "SHARD_INCONSISTENT", "INVALID_SYNC_MODE",
-      "UNAUTHORIZED",      "CANCELLED",            "PUT_REJECTED",
-      "ALREADY_EXISTS",    "COMPOSITE_INVALID",    "INVALID_REGION",
-      "TIMEOUT",           "INTERNAL"};
+  static const char *const names[] = {"NO_ERROR",
+                                      "PROTOCOL_VIOLATION",
+                                      "UNSUPPORTED_VERSION",
+                                      "MESSAGE_TOO_LARGE",
+                                      "UNKNOWN_MESSAGE_TYPE",
+                                      "MALFORMED_PAYLOAD",
+                                      "NOT_FOUND",
+                                      "DEVICE_UNAVAILABLE",
+                                      "INVALID_DESCRIPTOR",
+                                      "TRANSCODE_FAILED",
+                                      "RESOURCE_EXHAUSTED",
+                                      "RDMA_SETUP_FAILED",
+                                      "GPUDIRECT_UNAVAILABLE",
+                                      "SHARD_INCONSISTENT",
+                                      "INVALID_SYNC_MODE",
+                                      "UNAUTHORIZED",
+                                      "CANCELLED",
+                                      "PUT_REJECTED",
+                                      "ALREADY_EXISTS",
+                                      "COMPOSITE_INVALID",
+                                      "INVALID_REGION",
+                                      "TIMEOUT",
+                                      "INTERNAL"};
   return c < sizeof names / sizeof *names ? names[c] : "?";
 }
 
@@ -74,8 +86,8 @@ static void frames_valid(void **state) {
   hr_rx_config cfg = *plain_cfg();
   hr_msg one[] = {t_plain(1, 24), t_data(1, 0, 0, 24), t_end(1)};
   EXPECT_OK(cfg, one);
-  hr_msg three[] = {t_plain(1, 24), t_data(1, 0, 0, 10),
-                    t_data(1, 0, 10, 10), t_data(1, 0, 20, 4), t_end(1)};
+  hr_msg three[] = {t_plain(1, 24), t_data(1, 0, 0, 10), t_data(1, 0, 10, 10),
+                    t_data(1, 0, 20, 4), t_end(1)};
   EXPECT_OK(cfg, three);
   hr_msg empty[] = {t_plain(1, 0), t_end(1)};
   EXPECT_OK(cfg, empty);
@@ -83,10 +95,14 @@ static void frames_valid(void **state) {
   uint64_t shape[2] = {3, 3};
   uint64_t sizes[3] = {16, 12, 12};
   hr_msg csr[] = {t_desc(1, HR_ELEM_FLOAT32, 2, shape, 3, sizes),
-                  t_data(1, 0, 0, 6),  t_data(1, 0, 6, 6),
-                  t_data(1, 0, 12, 4), t_data(1, 1, 0, 6),
-                  t_data(1, 1, 6, 6),  t_data(1, 2, 0, 6),
-                  t_data(1, 2, 6, 6),  t_end(1)};
+                  t_data(1, 0, 0, 6),
+                  t_data(1, 0, 6, 6),
+                  t_data(1, 0, 12, 4),
+                  t_data(1, 1, 0, 6),
+                  t_data(1, 1, 6, 6),
+                  t_data(1, 2, 0, 6),
+                  t_data(1, 2, 6, 6),
+                  t_end(1)};
   EXPECT_OK(cfg, csr);
   /* Zero nnz: indptr only; size-0 buffers get no frames. */
   uint64_t zsizes[3] = {12, 0, 0};
@@ -150,8 +166,8 @@ static void frames_rejections(void **state) {
   hr_msg gap[] = {t_plain(1, 24), t_data(1, 0, 0, 8), t_data(1, 0, 12, 12),
                   t_end(1)};
   EXPECT_FAIL(cfg, gap, 2, HR_WIRE_PROTOCOL_VIOLATION);
-  hr_msg overlap[] = {t_plain(1, 24), t_data(1, 0, 0, 12),
-                      t_data(1, 0, 8, 16), t_end(1)};
+  hr_msg overlap[] = {t_plain(1, 24), t_data(1, 0, 0, 12), t_data(1, 0, 8, 16),
+                      t_end(1)};
   EXPECT_FAIL(cfg, overlap, 2, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg early[] = {t_plain(1, 24), t_data(1, 0, 0, 16), t_end(1)};
   EXPECT_FAIL(cfg, early, 2, HR_WIRE_PROTOCOL_VIOLATION);
@@ -195,8 +211,7 @@ static void frames_rejections(void **state) {
   hr_msg size0_ahead[] = {t_desc(1, HR_ELEM_FLOAT32, 2, shape, 3, zsizes),
                           t_data(1, 1, 0, 1)};
   EXPECT_FAIL(cfg, size0_ahead, 1, HR_WIRE_PROTOCOL_VIOLATION);
-  hr_msg past_all[] = {t_plain(1, 4), t_data(1, 0, 0, 4),
-                       t_data(1, 0, 4, 1)};
+  hr_msg past_all[] = {t_plain(1, 4), t_data(1, 0, 0, 4), t_data(1, 0, 4, 1)};
   EXPECT_FAIL(cfg, past_all, 2, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg zero_len[] = {t_plain(1, 4), t_data(1, 0, 0, 0)};
   EXPECT_FAIL(cfg, zero_len, 1, HR_WIRE_MALFORMED_PAYLOAD);
@@ -413,8 +428,8 @@ static void error_ends_stream(void **state) {
 static void composite_valid(void **state) {
   (void)state;
   hr_rx_config cfg = *plain_cfg();
-  hr_msg tuple[] = {t_tuple(1, 2),      t_end(1),           t_plain(1, 8),
-                    t_data(1, 0, 0, 8), t_end(1),           t_plain(1, 3),
+  hr_msg tuple[] = {t_tuple(1, 2),      t_end(1), t_plain(1, 8),
+                    t_data(1, 0, 0, 8), t_end(1), t_plain(1, 3),
                     t_data(1, 0, 0, 3), t_end(1)};
   EXPECT_OK(cfg, tuple);
 
@@ -502,10 +517,10 @@ static void composite_events(void **state) {
   hr_rx_event ev;
   hr_wire_status st;
   assert_int_equal(hr_rx_new(&rx, plain_cfg(), NULL), 0);
-  hr_msg seq[] = {t_tuple(1, 3), t_end(1),      t_plain(1, 0),
-                  t_end(1),      t_tuple(1, 1), t_end(1),
-                  t_plain(1, 2), t_data(1, 0, 0, 2), t_end(1),
-                  t_plain(1, 0), t_end(1)};
+  hr_msg seq[] = {
+      t_tuple(1, 3), t_end(1),      t_plain(1, 0), t_end(1),
+      t_tuple(1, 1), t_end(1),      t_plain(1, 2), t_data(1, 0, 0, 2),
+      t_end(1),      t_plain(1, 0), t_end(1)};
   struct {
     int kind;
     unsigned depth;
@@ -587,8 +602,8 @@ static void composite_member_rejections(void **state) {
   (void)state;
   hr_rx_config cfg = *plain_cfg();
   uint64_t h[2] = {3, 2}, m0[2] = {2, 2}, m1[2] = {1, 2};
-  hr_msg head = t_head(1, HR_ELEM_FLOAT32, 2, h, 2, HR_COMPOSITE_CONCAT, 0,
-                       0, 0);
+  hr_msg head =
+      t_head(1, HR_ELEM_FLOAT32, 2, h, 2, HR_COMPOSITE_CONCAT, 0, 0, 0);
   hr_msg sum[] = {head,
                   t_end(1),
                   t_typed(1, HR_ELEM_FLOAT32, 2, m0),
@@ -614,15 +629,17 @@ static void composite_member_rejections(void **state) {
   hr_msg rank[] = {head, t_end(1), t_typed(1, HR_ELEM_FLOAT32, 1, m0)};
   EXPECT_FAIL(cfg, rank, 2, HR_WIRE_COMPOSITE_INVALID);
   uint64_t wide[2] = {1, 3};
-  hr_msg off_axis[] = {head, t_end(1),
-                       t_typed(1, HR_ELEM_FLOAT32, 2, wide)};
+  hr_msg off_axis[] = {head, t_end(1), t_typed(1, HR_ELEM_FLOAT32, 2, wide)};
   EXPECT_FAIL(cfg, off_axis, 2, HR_WIRE_COMPOSITE_INVALID);
 
   uint64_t gh[2] = {2, 8}, gs[2] = {2, 2}, bad[2] = {2, 4};
-  hr_msg gq = t_head(1, HR_ELEM_FLOAT32, 2, gh, 3,
-                     HR_COMPOSITE_GROUP_QUANTIZED, 1, 4, 1);
-  hr_msg scales[] = {gq, t_end(1), t_typed(1, HR_ELEM_INT8, 2, gh),
-                     t_data(1, 0, 0, 64), t_end(1),
+  hr_msg gq = t_head(1, HR_ELEM_FLOAT32, 2, gh, 3, HR_COMPOSITE_GROUP_QUANTIZED,
+                     1, 4, 1);
+  hr_msg scales[] = {gq,
+                     t_end(1),
+                     t_typed(1, HR_ELEM_INT8, 2, gh),
+                     t_data(1, 0, 0, 64),
+                     t_end(1),
                      t_typed(1, HR_ELEM_FLOAT16, 2, bad)};
   EXPECT_FAIL(cfg, scales, 5, HR_WIRE_COMPOSITE_INVALID);
   hr_msg m0_type[] = {gq, t_end(1), t_typed(1, HR_ELEM_FLOAT32, 2, gh)};
@@ -631,20 +648,31 @@ static void composite_member_rejections(void **state) {
   EXPECT_FAIL(cfg, m0_shape, 2, HR_WIRE_COMPOSITE_INVALID);
   hr_msg m0_rank[] = {gq, t_end(1), t_typed(1, HR_ELEM_INT8, 1, gh)};
   EXPECT_FAIL(cfg, m0_rank, 2, HR_WIRE_COMPOSITE_INVALID);
-  hr_msg s_type[] = {gq, t_end(1), t_typed(1, HR_ELEM_INT8, 2, gh),
-                     t_data(1, 0, 0, 64), t_end(1),
+  hr_msg s_type[] = {gq,
+                     t_end(1),
+                     t_typed(1, HR_ELEM_INT8, 2, gh),
+                     t_data(1, 0, 0, 64),
+                     t_end(1),
                      t_typed(1, HR_ELEM_INT8, 2, gs)};
   EXPECT_FAIL(cfg, s_type, 5, HR_WIRE_COMPOSITE_INVALID);
-  hr_msg zp_type[] = {gq, t_end(1), t_typed(1, HR_ELEM_INT8, 2, gh),
-                      t_data(1, 0, 0, 64), t_end(1),
+  hr_msg zp_type[] = {gq,
+                      t_end(1),
+                      t_typed(1, HR_ELEM_INT8, 2, gh),
+                      t_data(1, 0, 0, 64),
+                      t_end(1),
                       t_typed(1, HR_ELEM_FLOAT32, 2, gs),
-                      t_data(1, 0, 0, 16), t_end(1),
+                      t_data(1, 0, 0, 16),
+                      t_end(1),
                       t_typed(1, HR_ELEM_UINT8, 2, gs)};
   EXPECT_FAIL(cfg, zp_type, 8, HR_WIRE_COMPOSITE_INVALID);
-  hr_msg zp_shape[] = {gq, t_end(1), t_typed(1, HR_ELEM_INT8, 2, gh),
-                       t_data(1, 0, 0, 64), t_end(1),
+  hr_msg zp_shape[] = {gq,
+                       t_end(1),
+                       t_typed(1, HR_ELEM_INT8, 2, gh),
+                       t_data(1, 0, 0, 64),
+                       t_end(1),
                        t_typed(1, HR_ELEM_FLOAT32, 2, gs),
-                       t_data(1, 0, 0, 16), t_end(1),
+                       t_data(1, 0, 0, 16),
+                       t_end(1),
                        t_typed(1, HR_ELEM_INT8, 2, gh)};
   EXPECT_FAIL(cfg, zp_shape, 8, HR_WIRE_COMPOSITE_INVALID);
 
@@ -661,8 +689,8 @@ static void composite_member_rejections(void **state) {
 static void composite_torn(void **state) {
   (void)state;
   hr_rx_config cfg = *plain_cfg();
-  hr_msg torn[] = {t_tuple(1, 2), t_end(1), t_plain(1, 8),
-                   t_data(1, 0, 0, 8), t_end(1)};
+  hr_msg torn[] = {t_tuple(1, 2), t_end(1), t_plain(1, 8), t_data(1, 0, 0, 8),
+                   t_end(1)};
   EXPECT_FAIL(cfg, torn, N_OF(torn), HR_WIRE_COMPOSITE_INVALID);
   hr_msg head_only[] = {t_tuple(1, 2)};
   EXPECT_FAIL(cfg, head_only, 1, HR_WIRE_COMPOSITE_INVALID);
@@ -673,7 +701,7 @@ static void composite_torn(void **state) {
   hr_rx_event ev;
   hr_wire_status st;
   assert_int_equal(hr_rx_new(&rx, &cfg, NULL), 0);
-  hr_msg mid[] = {t_tuple(1, 3), t_end(1), t_plain(1, 8),
+  hr_msg mid[] = {t_tuple(1, 3),      t_end(1), t_plain(1, 8),
                   t_data(1, 0, 0, 8), t_end(1), t_plain(1, 8),
                   t_data(1, 0, 0, 4)};
   for (int i = 0; i < N_OF(mid); i++) {
@@ -707,9 +735,12 @@ static void shards_valid(void **state) {
                   rows_shard(2, 1, 2, 5, 3), t_data(2, 0, 0, 36), t_end(2)};
   EXPECT_OK(cfg, two);
   /* Interleaved, shard 1 first. */
-  hr_msg mixed[] = {rows_shard(2, 1, 2, 5, 3), rows_shard(1, 0, 2, 0, 5),
-                    t_data(1, 0, 0, 60),       t_data(2, 0, 0, 36),
-                    t_end(2),                  t_end(1)};
+  hr_msg mixed[] = {rows_shard(2, 1, 2, 5, 3),
+                    rows_shard(1, 0, 2, 0, 5),
+                    t_data(1, 0, 0, 60),
+                    t_data(2, 0, 0, 36),
+                    t_end(2),
+                    t_end(1)};
   t_result r = t_run(&cfg, mixed, N_OF(mixed));
   assert_int_equal(r.rv, 0);
   assert_int_equal(r.done_events, 1);
@@ -802,6 +833,11 @@ static void shards_rejections(void **state) {
   EXPECT_FAIL(cfg, block, 1, HR_WIRE_SHARD_INCONSISTENT);
   hr_msg block_data[] = {rows_shard(1, 0, 2, 0, 5), t_data(5, 0, 0, 4)};
   EXPECT_FAIL(cfg, block_data, 1, HR_WIRE_PROTOCOL_VIOLATION);
+  /* Reserved streams beyond N carry nothing once N is known. */
+  hr_msg unused[] = {rows_shard(1, 0, 2, 0, 5), t_error(4, HR_WIRE_INTERNAL)};
+  EXPECT_FAIL(cfg, unused, 1, HR_WIRE_PROTOCOL_VIOLATION);
+  hr_msg unused_data[] = {rows_shard(1, 0, 2, 0, 5), t_data(3, 0, 0, 4)};
+  EXPECT_FAIL(cfg, unused_data, 1, HR_WIRE_PROTOCOL_VIOLATION);
   /* A shard outside its own parent is a descriptor fault. */
   hr_msg out_parent[] = {rows_shard(1, 0, 2, 6, 5)};
   EXPECT_FAIL(cfg, out_parent, 0, HR_WIRE_INVALID_DESCRIPTOR);
@@ -824,8 +860,7 @@ static void shards_rejections(void **state) {
   EXPECT_FAIL(rc, reg_without, 0, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg reg_head[] = {t_tuple(1, 1)};
   EXPECT_FAIL(rc, reg_head, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  hr_msg reg_ok[] = {rows_shard(1, 0, 1, 0, 8), t_data(1, 0, 0, 96),
-                     t_end(1)};
+  hr_msg reg_ok[] = {rows_shard(1, 0, 1, 0, 8), t_data(1, 0, 0, 96), t_end(1)};
   EXPECT_OK(rc, reg_ok);
   rc.region_shape[0] = 4;
   hr_msg reg_outside[] = {rows_shard(1, 0, 1, 0, 8)};
@@ -835,8 +870,7 @@ static void shards_rejections(void **state) {
   EXPECT_FAIL(rc, reg_rank, 0, HR_WIRE_SHARD_INCONSISTENT);
 
   /* Missing shards at the end, or an ERROR on one of them. */
-  hr_msg missing[] = {rows_shard(1, 0, 2, 0, 5), t_data(1, 0, 0, 60),
-                      t_end(1)};
+  hr_msg missing[] = {rows_shard(1, 0, 2, 0, 5), t_data(1, 0, 0, 60), t_end(1)};
   EXPECT_FAIL(cfg, missing, N_OF(missing), HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg open2[] = {rows_shard(1, 0, 2, 0, 5), rows_shard(2, 1, 2, 5, 3),
                     t_data(1, 0, 0, 60), t_end(1)};
@@ -860,6 +894,8 @@ static void shards_composite(void **state) {
   EXPECT_FAIL(cfg, other_stream, 0, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg then_shard[] = {t_tuple(1, 1), t_end(1), t_plain(2, 4)};
   EXPECT_FAIL(cfg, then_shard, 2, HR_WIRE_PROTOCOL_VIOLATION);
+  hr_msg error_unused[] = {t_tuple(1, 1), t_error(3, HR_WIRE_INTERNAL)};
+  EXPECT_FAIL(cfg, error_unused, 1, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg sharded_head[] = {t_tuple(1, 1)};
   uint64_t p[1] = {1}, o[1] = {0};
   t_shard(&sharded_head[0], 0, 1, p, o);
@@ -889,9 +925,15 @@ static void put_sequences(void **state) {
   EXPECT_OK(cfg, empty);
   /* Composite PUT: head in TENSOR_PUT, members as TENSOR_DESCRIPTOR,
    * a nested head among them. */
-  hr_msg comp[] = {t_put(t_tuple(1, 2)), t_end(1), t_plain(1, 4),
-                   t_data(1, 0, 0, 4),   t_end(1), t_tuple(1, 1),
-                   t_end(1),             t_plain(1, 0), t_end(1)};
+  hr_msg comp[] = {t_put(t_tuple(1, 2)),
+                   t_end(1),
+                   t_plain(1, 4),
+                   t_data(1, 0, 0, 4),
+                   t_end(1),
+                   t_tuple(1, 1),
+                   t_end(1),
+                   t_plain(1, 0),
+                   t_end(1)};
   EXPECT_OK(cfg, comp);
   /* base_stream 0: the PUT's stream is adopted. */
   hr_rx_config adopt = put_cfg(0);
@@ -910,8 +952,7 @@ static void put_sequences(void **state) {
   EXPECT_FAIL(cfg, desc_first, 0, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg data_first[] = {t_data(1, 0, 0, 4)};
   EXPECT_FAIL(cfg, data_first, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  hr_msg second_put[] = {t_put(t_tuple(1, 1)), t_end(1),
-                         t_put(t_plain(1, 0))};
+  hr_msg second_put[] = {t_put(t_tuple(1, 1)), t_end(1), t_put(t_plain(1, 0))};
   EXPECT_FAIL(cfg, second_put, 2, HR_WIRE_PROTOCOL_VIOLATION);
   hr_msg put_shard[] = {t_put(rows_shard(1, 0, 1, 0, 8))};
   EXPECT_FAIL(cfg, put_shard, 0, HR_WIRE_PUT_REJECTED);
@@ -922,8 +963,8 @@ static void put_sequences(void **state) {
   EXPECT_FAIL(cfg, torn, N_OF(torn), HR_WIRE_COMPOSITE_INVALID);
   hr_msg cut[] = {t_put(t_plain(1, 8)), t_data(1, 0, 0, 4)};
   EXPECT_FAIL(cfg, cut, N_OF(cut), HR_WIRE_PROTOCOL_VIOLATION);
-  hr_msg rdma[] = {t_put(t_plain(1, 8)),
-                   t_rdma(1, HR_RDMA_SOURCE, 8), t_end(1)};
+  hr_msg rdma[] = {t_put(t_plain(1, 8)), t_rdma(1, HR_RDMA_SOURCE, 8),
+                   t_end(1)};
   rdma[0].u.put.xport.data_plane = HR_PLANE_RDMA;
   EXPECT_OK(cfg, rdma);
 }
@@ -960,8 +1001,8 @@ static void nomem(void **state) {
   (void)state;
   hr_rx_config cfg = t_cfg(1, HR_REQ_PARALLEL_OK, 4);
   hr_msg seq[] = {rows_shard(1, 0, 2, 0, 5), rows_shard(2, 1, 2, 5, 3),
-                  t_data(1, 0, 0, 60), t_end(1), t_data(2, 0, 0, 36),
-                  t_end(2)};
+                  t_data(1, 0, 0, 60),       t_end(1),
+                  t_data(2, 0, 0, 36),       t_end(2)};
   int saw_nomem = 0, saw_ok = 0;
   for (int k = 0; k < 40; k++) {
     fail_mem f = {k};
@@ -984,8 +1025,7 @@ static void nomem(void **state) {
     }
     if (i < N_OF(seq)) {
       assert_int_equal(rv, HR_ERR_NOMEM);
-      assert_int_equal(hr_rx_on_message(rx, &seq[0], &ev, &st),
-                       HR_ERR_STATE);
+      assert_int_equal(hr_rx_on_message(rx, &seq[0], &ev, &st), HR_ERR_STATE);
       saw_nomem = 1;
     } else {
       assert_int_equal(hr_rx_finish(rx, &st), 0);

@@ -72,8 +72,8 @@ static int bx_check_mem(boxes *b, const hr_mem *mem, hr_wire_status *st) {
     b->po[i] = b->off[i];
     b->ps[i] = b->shape[i];
   }
-  return hr_shards_check_tiling(b->rank, b->box_off, b->box_shape, b->n,
-                                b->po, b->ps, mem, st);
+  return hr_shards_check_tiling(b->rank, b->box_off, b->box_shape, b->n, b->po,
+                                b->ps, mem, st);
 }
 
 /* Returns 0 when accepted, else the wire code (asserting HR_ERR_PROTO). */
@@ -258,8 +258,8 @@ static int brute_force(const boxes *b) {
 /* Random tilings and perturbations of them, checked against the cell
  * count.  `rank`/`extent` choose the path: few cut axes take the corner
  * method; rank 12 with ~100 boxes exceeds its budget and takes the sweep. */
-static void cross_check(unsigned rank, uint64_t extent, int cuts,
-                        int rounds, uint64_t seed) {
+static void cross_check(unsigned rank, uint64_t extent, int cuts, int rounds,
+                        uint64_t seed) {
   uint64_t shape[HR_MAX_RANK], off[HR_MAX_RANK];
   for (unsigned k = 0; k < rank; k++) {
     shape[k] = extent;
@@ -276,12 +276,8 @@ static void cross_check(unsigned rank, uint64_t extent, int cuts,
     size_t i = rnd(&seed) % b->n;
     unsigned k = (unsigned)(rnd(&seed) % rank);
     switch (rnd(&seed) % 5) {
-    case 0:
-      b->off[i][k] += 1;
-      break;
-    case 1:
-      b->shape[i][k] += 1;
-      break;
+    case 0: b->off[i][k] += 1; break;
+    case 1: b->shape[i][k] += 1; break;
     case 2:
       if (b->shape[i][k] > 1)
         b->shape[i][k] -= 1;
@@ -296,9 +292,7 @@ static void cross_check(unsigned rank, uint64_t extent, int cuts,
       else
         b->shape[0][k] -= 1;
       break;
-    default:
-      bx_add(b, b->off[i], b->shape[i]);
-      break;
+    default: bx_add(b, b->off[i], b->shape[i]); break;
     }
     int truth = brute_force(b);
     assert_int_equal(bx_check(b) == 0, truth);
@@ -452,10 +446,14 @@ static void nomem(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(hand_made),        cmocka_unit_test(arguments),
-      cmocka_unit_test(random_corner_2d), cmocka_unit_test(random_corner_3d),
-      cmocka_unit_test(random_corner_5d), cmocka_unit_test(random_sweep_12d),
-      cmocka_unit_test(large_n),          cmocka_unit_test(sweep_overflow),
+      cmocka_unit_test(hand_made),
+      cmocka_unit_test(arguments),
+      cmocka_unit_test(random_corner_2d),
+      cmocka_unit_test(random_corner_3d),
+      cmocka_unit_test(random_corner_5d),
+      cmocka_unit_test(random_sweep_12d),
+      cmocka_unit_test(large_n),
+      cmocka_unit_test(sweep_overflow),
       cmocka_unit_test(nomem),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

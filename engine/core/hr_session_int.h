@@ -1,0 +1,507 @@
+/*
+ * Internal structures of the sans-IO session (engine/core/).
+ *
+ * Modules:
+ *   hr_session.c  the connection: state machine, receive dispatch, HELLOs,
+ *                 stream table, id history, timers, errors, public glue;
+ *   hr_outq.c     the output queue (what pull() hands out) and scheduling;
+ *   hr_send.c     the sending side of a stream (descriptors, frames,
+ *                 DATA_END; transcoding chunks through hr_work);
+ *   hr_recv.c     the receiving side of a transfer (hr_rx checks, landing
+ *                 tensors, shard placement, composite assembly);
+ *   hr_select.c   server decisions: layout, device, shards, regions;
+ *   hr_server.c   server streams: GET, PUT, LIST;
+ *   hr_client.c   client streams: GET, PUT, LIST, PING.
+ */
+#ifndef HR_SESSION_INT_H
+#define HR_SESSION_INT_H
+
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+#include <hurray/wire.h>
+
+#include "hr_core.h"
+
+#ifdef HR_HAVE_TRANSCODE
+#include <hurray/transcode.h>
+#endif
+
+/* ---- connection state machine (§ 1.7 of the style guide) -------------- */
+
+enum hr_conn_state {
+  HR_CS_AWAIT_HELLO = 0, /* HELLOs not yet exchanged */
+  HR_CS_ESTABLISHED,     /* serving / requesting */
+  HR_CS_DRAINING,        /* GOAWAY sent or received: finish, open nothing */
+  HR_CS_CLOSED,          /* no more input; flush what is queued, then close */
+  HR_CS_COUNT
+};
+extern const char *const hr__conn_state_names[HR_CS_COUNT];
+
+/* Every state change goes through here (legality is asserted). */
+void hr__session_set_state(hr_session *s, int state);
+
+/* ---- streams ------------------------------------------------------------ */
+
+enum hr_stream_kind {
+  HR_SK_SRV_GET = 0, /* server: a TENSOR_REQUEST (or one shard of it) */
+  HR_SK_SRV_PUT,     /* server: a TENSOR_PUT being received */
+  HR_SK_CLI_GET,     /* client: a GET (the whole block of a parallel one) */
+  HR_SK_CLI_PUT,     /* client: a PUT being sent */
+  HR_SK_CLI_LIST,    /* client: a LIST waiting for its response */
+  HR_SK_COUNT
+};
+
+typedef struct hr_stream hr_stream;
+typedef struct hr_xjob hr_xjob;
+typedef struct hr_xwork hr_xwork;
+
+/* One tensor of a send sequence: a plain tensor, a shard, a composite head
+ * or member.  Composites are flattened pre-order into consecutive parts. */
+typedef struct hr_part {
+  hr_tensor *t;          /* source (reference held) */
+  hr_descriptor desc;    /* descriptor as sent (ext points into t or xjob) */
+  hr_transport_fields xp;
+  /* Direct parts send bytes straight from memory: src[k] + [0, len[k]),
+   * kept alive by `hold`. */
+  const uint8_t *src[HR_MAX_BUFFERS];
+  uint64_t len[HR_MAX_BUFFERS];
+  hr_tensor *hold;       /* reference */
+  hr_xjob *xj;           /* transcoding job (reference; NULL: none) */
+  int xmode;             /* HR_XM_*: how the data is produced */
+  int transcoded;        /* the layout differs from the stored one */
+} hr_part;
+
+/* One chunk of transcoded output in the stream's window. */
+typedef struct hr_chunk {
+  uint64_t begin, len;   /* byte range of the target buffer */
+  hr_tensor *mem;        /* holds the bytes (frames take references) */
+  hr_xwork *work;        /* in flight (NULL once done) */
+  int done;              /* produced */
+  int rc;                /* result of the work */
+} hr_chunk;
+
+/* The sending side of a stream. */
+typedef struct hr_tx {
+  hr_part *parts;
+  size_t nparts;
+  size_t cur;            /* part being sent */
+  int phase;             /* HR_TXP_* */
+  unsigned buf;          /* buffer being sent */
+  uint64_t off;          /* next byte of that buffer */
+  /* TENSOR_PUT replaces the first descriptor (client PUT). */
+  const uint8_t *put_key;
+  uint16_t put_key_len;
+  uint32_t put_flags;
+  /* Transcoding window of the current part (ring of chunks). */
+  hr_chunk *win;
+  uint32_t win_cap, win_head, win_count;
+  uint64_t next_chunk;   /* first byte not yet submitted */
+  int failed;            /* a work item failed: stream error queued */
+} hr_tx;
+
+enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE };
+
+/* How a part's bytes are produced. */
+enum {
+  HR_XM_DIRECT = 0, /* straight from memory (src/len/hold) */
+  HR_XM_WINDOW,     /* dense transcode: chunks through the window */
+  HR_XM_WHOLE       /* sparse transcode: one work item, then direct */
+};
+
+/* A transcoding job: the plan and what it reads.  Shared by the part and
+ * its work items; counted on the driving thread only. */
+struct hr_xjob {
+  int refs;
+  hr_mem mem;
+  void *plan;            /* hr_xc_plan */
+  hr_tensor *src;        /* the source tensor (reference) */
+  uint64_t out_size;     /* dense: target buffer bytes */
+  uint64_t grain;        /* chunk granularity */
+  hr_tensor *whole;      /* sparse: the materialised output */
+};
+
+/* A received tensor node (plain tensor or composite head). */
+typedef struct hr_rnode {
+  struct hr_rnode *parent;
+  hr_descriptor desc;      /* copy; ext/params_raw cleared (params parsed) */
+  uint8_t ext[16];         /* PANEL metadata kept for the tensor */
+  hr_tensor *t;            /* the tensor once built (plain: at begin) */
+  struct hr_rnode **kids;  /* composite: members so far */
+  uint32_t nkids, want;    /* members arrived / member_count */
+  int complete;
+} hr_rnode;
+
+/* Per-shard state of a sharded answer (N > 1). */
+typedef struct hr_rshard {
+  uint64_t shape[HR_MAX_RANK];
+  uint64_t offset[HR_MAX_RANK]; /* relative to the assembled box */
+  int began, ended;
+} hr_rshard;
+
+/* Mapping of the frame being received to its destination. */
+typedef struct hr_rcur {
+  hr_stream *st;           /* stream receiving (NULL: discard) */
+  uint32_t stream_id;
+  uint8_t buffer_index;
+  uint64_t next;           /* buffer offset of the next byte */
+  uint64_t left;           /* bytes of the frame still to come */
+  int active;
+} hr_rcur;
+
+/* The receiving side of a transfer (client GET, server PUT). */
+typedef struct hr_recv {
+  hr_rx *rx;
+  uint32_t base;           /* first stream id */
+  int sharded;             /* answer carries HAS_SHARD */
+  uint32_t nshards;        /* total_shards (0: not known yet) */
+  uint32_t shards_ended;
+  hr_rshard *shards;
+  hr_tensor *assembled;    /* N > 1: one box-sized tensor */
+  hr_descriptor adesc;     /* its descriptor */
+  uint64_t astride[HR_MAX_RANK]; /* element strides of the box, storage order */
+  unsigned aperm[HR_MAX_RANK];   /* storage order: aperm[0] outermost dim */
+  int aslab;               /* TILED/PANEL: shards must be slabs */
+  int has_box;             /* a REGION request: the box is the region */
+  uint64_t box_offset[HR_MAX_RANK];
+  uint64_t box_shape[HR_MAX_RANK];
+  hr_rnode *root;          /* unsharded: the tree */
+  hr_rnode *top;           /* innermost open composite head (or NULL) */
+  hr_rnode *cur;           /* plain tensor receiving frames */
+  /* Application destination (client GET). */
+  uint8_t *app;
+  uint64_t app_cap, app_used;
+  unsigned min_align;
+  uint64_t bytes;          /* tensor bytes landed */
+  int complete;
+  /* Permissive torn composites: completed plain tensors, in order. */
+  hr_tensor **done_list;
+  size_t ndone;
+} hr_recv;
+
+/* A server GET (base stream or shard stream). */
+typedef struct hr_srvget_state {
+  uint8_t *key;            /* copied request */
+  hr_request req;          /* layouts' ext point into `ext_store` */
+  uint8_t *ext_store;
+  hr_get_info info;
+  int answered;            /* hr_get_answer/fail called */
+  int in_on_get;
+  uint32_t block_last;     /* last id of the reserved block */
+} hr_srvget_state;
+
+struct hr_srv_get {
+  hr_stream *st;
+};
+struct hr_srv_put {
+  hr_stream *st;
+};
+
+typedef struct hr_cliget_state {
+  hr_get_cb cb;
+  void *ud;
+  hr_get_opts opts;        /* copied; pointers into `store` */
+  uint8_t *store;
+  hr_get_dest dest;
+  int has_dest;
+  int cancelling;          /* CANCEL sent (or failing): discard until end */
+  int fail_status;         /* first failure (0: none) */
+  uint32_t fail_wire;
+  int fail_sent;
+  char fail_msg[256];
+  uint8_t *ended;          /* per shard stream: ended (N known) */
+  int base_ended;          /* the base id got ERROR/END */
+} hr_cliget_state;
+
+struct hr_stream {
+  hr_session *s;
+  int kind;                /* enum hr_stream_kind */
+  uint32_t id;             /* first id */
+  uint32_t last;           /* last id of its block (== id unless parallel) */
+  /* Scheduling (ready list). */
+  hr_stream *rnext, *rprev;
+  int in_ready;
+  int sent_any;            /* had a turn already (new streams go first) */
+  int ended;               /* finished; kept until the outermost call ends */
+  int counted;             /* counts against max_streams */
+  hr_stream *zlink;        /* list of ended streams awaiting free */
+  hr_tx tx;                /* sending side (server GET, client PUT) */
+  hr_recv rv;              /* receiving side (client GET, server PUT) */
+  hr_transfer_record rec;
+  int has_rec;             /* on_transfer reported for this stream */
+  /* Kind-specific. */
+  hr_srvget_state sg;
+  hr_srv_get gh;
+  hr_srv_put ph;
+  hr_put_info pinfo;       /* server PUT: key copy + head desc */
+  uint8_t *pkey;
+  int put_accepted;        /* on_put_begin accepted */
+  hr_cliget_state cg;
+  hr_put_cb put_cb;
+  hr_list_cb list_cb;
+  void *cb_ud;
+  int cb_done;             /* the completion callback ran */
+  uint8_t *req;            /* client: the encoded request, until sent */
+  size_t req_len;
+  uint8_t *list_msg;       /* server LIST: the encoded response */
+  size_t list_len;
+  /* Shard streams of one server answer share the base's request. */
+  hr_stream *base;
+  uint32_t nshards;        /* server shard streams: N */
+  uint32_t shard_index;
+  hr_tensor *chunk_hold;   /* a transcoded chunk being sent (reference) */
+};
+
+/* ---- the output queue ---------------------------------------------------- */
+
+/* One item handed out by pull(): up to two byte ranges. */
+typedef struct hr_oitem {
+  struct hr_oitem *next;
+  const uint8_t *p1;       /* header / control bytes */
+  size_t l1;
+  const uint8_t *p2;       /* frame data (tensor memory) */
+  size_t l2;
+  hr_tensor *hold;         /* keeps p2 alive */
+  uint8_t *heap;           /* owned storage of p1 (large messages) */
+  int is_frame;            /* counts against send_budget */
+  int ctrl;                /* counts against the control backlog */
+  struct hr_ping *ping;    /* PING: stamp when first pulled */
+  uint8_t inl[40];         /* small messages and frame prefixes */
+} hr_oitem;
+
+typedef struct hr_ping {
+  struct hr_ping *next;
+  uint64_t opaque;
+  hr_tstamp sent;
+  int stamped;
+  int keepalive;           /* sent by the session itself */
+  hr_ping_cb cb;
+  void *ud;
+} hr_ping;
+
+/* ---- id history: which ids were opened (bounded) ------------------------ */
+
+typedef struct hr_idrange {
+  uint32_t first, last;
+} hr_idrange;
+
+#define HR_ID_HISTORY 256   /* ranges of opened ids remembered */
+#define HR_DISCARD_RANGES 256 /* ranges whose late messages are dropped */
+#define HR_CTRL_BACKLOG_MAX ((uint64_t)1 << 20) /* flood limit (bytes) */
+
+/* ---- the session ---------------------------------------------------------- */
+
+struct hr_session {
+  hr_mem mem;
+  int role;
+  int state;               /* enum hr_conn_state */
+  hr_settings set;
+  char peer_name_buf[64];
+  uint8_t *devices_copy;
+  uint8_t *auth_copy;
+  hr_session_callbacks cbs;
+  hr_provider prov;
+  int has_prov;
+  void *ud;
+  hr_wire_ctx wctx;
+  hr_reader *rd;
+  /* Peer HELLO (copied). */
+  hr_hello peer;
+  uint8_t *peer_store;
+  int have_peer;
+  int client_has_cpu;      /* the client advertised CPU (server side) */
+  uint32_t our_caps;       /* capabilities we advertised */
+  uint32_t peer_max;       /* largest payload we may send */
+  uint16_t peer_max_shards;/* client: server's MAX_SHARDS */
+  /* Streams. */
+  hr_stream **tab;         /* sorted by id */
+  size_t ntab, captab;
+  size_t nrequests;        /* open streams counted for max_streams */
+  uint32_t max_seen;       /* highest id opened or reserved */
+  uint32_t last_open_first;/* server: first id of the last request */
+  uint32_t next_id;        /* client: next id to use */
+  hr_idrange hist[HR_ID_HISTORY];
+  unsigned nhist, hist_head;
+  hr_idrange discard[HR_DISCARD_RANGES];
+  unsigned ndiscard, discard_head;
+  /* GOAWAY. */
+  int goaway_sent, goaway_recv;
+  uint32_t goaway_last;    /* what we sent */
+  uint32_t goaway_peer_last;
+  /* Output. */
+  hr_oitem *qhead, *qtail;
+  size_t qoff;             /* bytes of qhead already consumed */
+  uint64_t frame_queued;   /* frame bytes queued, not consumed */
+  uint64_t ctrl_queued;    /* control bytes queued, not consumed */
+  hr_stream *rhead, *rtail;/* ready list */
+  /* Receive. */
+  hr_rcur rc;
+  hr_tstamp now;
+  hr_tstamp created;
+  hr_tstamp last_rx;       /* last byte received */
+  hr_tstamp last_activity; /* last stream activity (idle timer) */
+  hr_tstamp msg_started;   /* last progress inside a message */
+  /* PING. */
+  hr_ping *pings;
+  uint64_t ping_seq;
+  int keepalive_out;
+  hr_tstamp keepalive_sent;
+  /* Callbacks and deferred frees. */
+  int depth;               /* public calls in progress (re-entrancy) */
+  int in_cb;               /* callbacks in progress */
+  int del_pending;
+  int fatal;               /* a fatal error happened */
+  hr_stream *zombies;      /* ended streams, freed at the outermost exit */
+  size_t works_inflight;   /* hr_work items not yet reported */
+  int deleted;             /* hr_session_del ran; freed with the last work */
+  uint32_t closing_error;  /* code of the connection ERROR we sent */
+};
+
+/* ---- hr_outq.c ---------------------------------------------------------- */
+
+/* Queues a whole encoded control message (connection-level or a stream's
+ * single answer).  `ctrl` counts it against the flood limit.  Returns 0 or
+ * HR_ERR_NOMEM. */
+int hr__out_msg(hr_session *s, const hr_msg *m, int ctrl);
+/* Queues a frame: prefix + data borrowed from `hold` (reference taken). */
+int hr__out_frame(hr_session *s, uint32_t stream_id, uint8_t bi,
+                  uint64_t off, const uint8_t *data, uint32_t len,
+                  hr_tensor *hold);
+/* Queues pre-encoded bytes that `heap` owns (taken over on success). */
+int hr__out_bytes(hr_session *s, uint8_t *heap, size_t len, int is_frame);
+/* Convenience encoders. */
+int hr__out_error(hr_session *s, uint32_t stream_id, uint32_t code,
+                  const char *text);
+int hr__out_empty(hr_session *s, uint32_t type, uint32_t stream_id);
+/* Frees every queued item. */
+void hr__out_clear(hr_session *s);
+/* Fills iovecs from the queue. */
+int hr__out_iov(hr_session *s, hr_iov *iov, int max);
+/* Drops the first n bytes. */
+void hr__out_consume(hr_session *s, size_t n);
+int hr__out_pending(const hr_session *s);
+
+/* Ready list. */
+void hr__ready_add(hr_session *s, hr_stream *st);
+void hr__ready_remove(hr_session *s, hr_stream *st);
+/* One scheduling round; returns 0 or a fatal error. */
+int hr__schedule(hr_session *s);
+
+/* ---- hr_send.c ------------------------------------------------------------ */
+
+/* Largest TENSOR_DATA data length we may send now. */
+uint32_t hr__frame_cap(const hr_session *s);
+/* Builds the parts for sending tensor `t` (composites flattened). */
+int hr__tx_add_tensor(hr_session *s, hr_tx *tx, hr_tensor *t);
+/* The stream's turn: queue messages up to one frame.  Sets *more when it
+ * has more to send now, *budget_hit when the budget stopped it.  Returns 0,
+ * 1 when the whole send sequence finished, or a fatal error. */
+int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit);
+/* Has something to send right now. */
+int hr__tx_ready(const hr_stream *st);
+/* Starts the transcode window of the current part when needed. */
+int hr__tx_pump(hr_session *s, hr_stream *st);
+void hr__tx_free(hr_session *s, hr_tx *tx);
+/* A sanitised network descriptor of `t` (sync 0, device_index 0, ...). */
+void hr__net_desc(const hr_descriptor *in, hr_descriptor *out);
+void hr__xport_for(const hr_descriptor *d, hr_transport_fields *xp);
+void hr__xjob_unref(hr_xjob *xj);
+/* Work item bookkeeping on session teardown. */
+void hr__work_detach_stream(hr_stream *st);
+
+/* ---- hr_recv.c ------------------------------------------------------------ */
+
+int hr__recv_init(hr_session *s, hr_recv *rv, const hr_rx_config *cfg);
+void hr__recv_free(hr_session *s, hr_recv *rv);
+/* Feeds one decoded message (descriptor, data geometry, end, put).  On
+ * HR_ERR_PROTO `st` names the code; HR_ERR_LIMIT: the destination is too
+ * small; HR_ERR_UNSUPPORTED: cannot place these shards; fatal errors. */
+int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
+                 hr_wire_status *ws);
+/* Where buffer `bi` byte `off` of stream `sid`'s current tensor lands:
+ * returns the pointer and the contiguous length available there. */
+uint8_t *hr__recv_where(hr_recv *rv, uint32_t sid, uint8_t bi, uint64_t off,
+                        uint64_t *run);
+/* The result tensor (reference transferred) once complete. */
+hr_tensor *hr__recv_take(hr_recv *rv);
+
+/* ---- hr_select.c ---------------------------------------------------------- */
+
+/* Plans a server answer of `t` to request `req` into shard streams: fills
+ * parts lists (one per shard), and the decision summary.  Errors: wire
+ * error code in *wire and a message (stream-level refusal), or fatal. */
+typedef struct hr_answer_plan {
+  uint32_t nshards;        /* 0: unsharded answer */
+  hr_tx *txs;              /* nshards (or 1) send sequences */
+  uint8_t layout;
+  int transcoded;
+  uint8_t device;
+  char fallback[128];
+} hr_answer_plan;
+
+int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
+                      hr_answer_plan *plan, uint32_t *wire, char *msg,
+                      size_t msgcap);
+void hr__answer_plan_free(hr_session *s, hr_answer_plan *plan);
+
+/* ---- hr_server.c / hr_client.c ------------------------------------------- */
+
+int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws);
+int hr__srv_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
+int hr__cli_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
+/* Per-role halves of the stream events below. */
+int hr__srv_stream_sent(hr_session *s, hr_stream *st);
+int hr__cli_stream_sent(hr_session *s, hr_stream *st);
+void hr__srv_stream_fail(hr_session *s, hr_stream *st, int status,
+                         uint32_t wire, int sent, const char *msg);
+void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
+                         uint32_t wire, int sent, const char *msg);
+/* Library status for a wire error we sent. */
+int hr__status_for_wire(uint32_t code);
+/* The session established: client streams queued before may go. */
+int hr__cli_established(hr_session *s);
+/* A GOAWAY arrived (client): fail streams above last. */
+void hr__cli_goaway(hr_session *s, uint32_t last);
+/* Queues a PING (keepalive: sent by the session itself). */
+int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive);
+/* A PONG arrived. */
+void hr__cli_pong(hr_session *s, uint64_t opaque);
+/* The stream's send sequence finished (called by the scheduler). */
+int hr__stream_sent(hr_session *s, hr_stream *st);
+/* A transcode chunk completed for `st`. */
+int hr__stream_chunk_done(hr_session *s, hr_stream *st);
+/* Ends a stream on failure with every callback it owes. */
+void hr__stream_fail(hr_session *s, hr_stream *st, int status, uint32_t wire,
+                     int sent, const char *msg);
+
+/* ---- hr_session.c helpers --------------------------------------------------- */
+
+int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
+                   hr_stream **out);
+/* Removes the stream from the table and the ready list, frees what it owns
+ * and parks it for freeing when the outermost call ends. */
+void hr__stream_end(hr_session *s, hr_stream *st);
+hr_stream *hr__stream_find(const hr_session *s, uint32_t id);
+/* Stream-level error: queue ERROR on `sid`, end the stream if any, drop
+ * its late messages.  Returns 0 or fatal. */
+int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
+                     const char *text);
+/* Connection-level error: ERROR on stream 0, fail all, CLOSED. */
+int hr__conn_error(hr_session *s, uint32_t code, const char *text);
+void hr__discard_add(hr_session *s, uint32_t first, uint32_t last);
+void hr__hist_add(hr_session *s, uint32_t first, uint32_t last);
+void hr__record_init(hr_session *s, hr_transfer_record *rec);
+void hr__report_transfer(hr_session *s, const hr_transfer_record *rec);
+/* Brackets a public call made outside hr_session_recv/pull/...: ended
+ * streams are freed (and a deferred del runs) when the outermost call
+ * returns.  Do not touch `s` after hr__api_leave(). */
+void hr__api_enter(hr_session *s);
+void hr__api_leave(hr_session *s);
+/* Callback bracket (re-entrancy accounting). */
+static inline void hr__cb_enter(hr_session *s) { s->in_cb++; }
+static inline void hr__cb_leave(hr_session *s) { s->in_cb--; }
+/* Fatal error: marks the session and returns rv. */
+int hr__fatal(hr_session *s, int rv);
+/* Sets a record's error text from a C string (NULL: empty). */
+void hr__set_msg(char *dst, size_t cap, const char *src, size_t len);
+
+#endif /* HR_SESSION_INT_H */
