@@ -460,6 +460,17 @@ static int tr_on_list(hr_session *s, const hr_list_request *req,
   return rv;
 }
 
+static int tr_on_hello(hr_session *s, const hr_hello *peer,
+                       uint32_t *wire_error, void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_hello(s, peer, wire_error, c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
 /* The provider a server session sees: the application's, with the
  * engine's accounting in between; NULL members stay NULL so that the
  * session advertises the same capabilities. */
@@ -475,6 +486,7 @@ static void wrap_provider(const hr_provider *up, hr_provider *out,
   /* Abort is always hooked: the accounting needs it. */
   out->on_put_abort = up->on_put_begin ? tr_on_put_abort : NULL;
   out->on_list = up->on_list ? tr_on_list : NULL;
+  out->on_hello = up->on_hello ? tr_on_hello : NULL;
 }
 
 static void session_callbacks(hr_session_callbacks *cbs) {
