@@ -561,8 +561,19 @@ int64_t tl_raw_read_msg(tl_env *env, int fd, uint8_t *buf, size_t cap,
   if (r <= 0)
     return r;
   hr_wire_parse_header(buf, &h);
-  if (h.payload_length > cap - HR_HEADER_SIZE)
-    return -1;
+  if (h.payload_length > cap - HR_HEADER_SIZE) {
+    /* Too big for the caller: skip the payload (bulk data). */
+    uint64_t left = h.payload_length;
+    while (left) {
+      size_t k = left > cap - HR_HEADER_SIZE ? cap - HR_HEADER_SIZE
+                                             : (size_t)left;
+      r = read_exact(env, fd, buf + HR_HEADER_SIZE, k, end);
+      if (r <= 0)
+        return r;
+      left -= k;
+    }
+    return -2;
+  }
   r = read_exact(env, fd, buf + HR_HEADER_SIZE, h.payload_length, end);
   if (r <= 0)
     return r;
@@ -589,6 +600,8 @@ int tl_raw_expect(tl_env *env, int fd, uint32_t type, uint32_t stream,
     int64_t n = tl_raw_read_msg(env, fd, buf, cap, timeout_ms);
     hr_wire_status st;
     hr_msg_header h;
+    if (n == -2)
+      continue; /* a payload too big to keep: not what we wait for */
     if (n <= 0)
       return 0;
     hr_wire_parse_header(buf, &h);

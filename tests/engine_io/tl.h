@@ -89,7 +89,8 @@ void tl_hello(hr_msg *m, int server);
 
 /* Reads one whole message from `fd` into `buf` (cap bytes), running the
  * loop of `env` meanwhile so that engines on it make progress.  Returns
- * the message length, 0 on EOF, -1 on timeout or error. */
+ * the message length, 0 on EOF, -1 on timeout or error, -2 when the
+ * payload was larger than `buf` (it was read and dropped). */
 int64_t tl_raw_read_msg(tl_env *env, int fd, uint8_t *buf, size_t cap,
                         int timeout_ms);
 /* Reads until the peer closes (1) or timeout (0), discarding. */
