@@ -124,16 +124,24 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
   r->status = rec ? rec->status : HR_ERR_CLOSED;
 }
 
-int tc_put(tc_conn *c, const char *key, uint32_t flags, hr_tensor *t,
-           tc_res *r) {
+int tc_put_start(tc_conn *c, const char *key, uint32_t flags, hr_tensor *t,
+                 tc_res *r) {
   int rv;
 
   memset(r, 0, sizeof *r);
   rv = hr_session_put(hr_conn_session(c->c), (const uint8_t *)key,
                       (uint16_t)strlen(key), flags, t, on_put, r, NULL);
+  if (rv == 0)
+    CHECK(hr_engine_flush(c->e) == 0);
+  return rv;
+}
+
+int tc_put(tc_conn *c, const char *key, uint32_t flags, hr_tensor *t,
+           tc_res *r) {
+  int rv = tc_put_start(c, key, flags, t, r);
+
   if (rv)
     return rv;
-  CHECK(hr_engine_flush(c->e) == 0);
   CHECK(tc_wait(c, r, 30000));
   return r->status;
 }

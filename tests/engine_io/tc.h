@@ -59,6 +59,9 @@ int tc_get(tc_conn *c, const hr_get_opts *o, tc_res *r);
 int tc_get_key(tc_conn *c, const char *key, tc_res *r);
 int tc_put(tc_conn *c, const char *key, uint32_t flags, hr_tensor *t,
            tc_res *r);
+/* Queues a PUT and flushes (does not wait). */
+int tc_put_start(tc_conn *c, const char *key, uint32_t flags, hr_tensor *t,
+                 tc_res *r);
 int tc_list(tc_conn *c, const char *prefix, const char *start_after,
             uint16_t max, tc_res *r);
 int tc_ping(tc_conn *c, tc_res *r);
