@@ -144,18 +144,31 @@ static int on_peer_error(hr_session *s, hr_stream *st, const hr_msg *m) {
   hr__set_msg(text, sizeof text, (const char *)m->u.error.message,
               m->u.error.message_len);
   hr__cli_stream_fail(s, st, HR_ERR_REMOTE, code, 0, text);
-  if (st->kind == HR_SK_CLI_GET && st->last > st->id) {
-    /* Other shards may still stream: stop them (unused ids are ignored
-     * by the server). */
-    for (uint32_t id = st->id; id <= st->last && id >= st->id; id++)
-      if (id != m->hdr.stream_id) {
-        int rv = hr__out_empty(s, HR_MSG_CANCEL, id);
-        if (rv)
-          return hr__fatal(s, rv);
-      }
-  }
+  int rv = hr__cli_cancel_others(s, st, m->hdr.stream_id);
+  if (rv)
+    return rv;
   hr__discard_add(s, st->id, st->last);
   hr__stream_end(s, st);
+  return 0;
+}
+
+/* CANCEL on the ids of a GET's block other than `except` (0: none): the
+ * N shard streams when the answer told N, else the whole block (unused
+ * ids are ignored by the server, § 18). */
+int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except) {
+  if (st->kind != HR_SK_CLI_GET || st->last == st->id)
+    return except == st->id ? 0 : hr__fatal(s, hr__out_empty(s,
+                                                             HR_MSG_CANCEL,
+                                                             st->id));
+  uint32_t last = st->last;
+  if (st->rv.nshards && st->id + st->rv.nshards - 1 < last)
+    last = st->id + st->rv.nshards - 1;
+  for (uint32_t id = st->id; id <= last && id >= st->id; id++)
+    if (id != except) {
+      int rv = hr__out_empty(s, HR_MSG_CANCEL, id);
+      if (rv)
+        return hr__fatal(s, rv);
+    }
   return 0;
 }
 
@@ -181,17 +194,17 @@ static int accepts_device(const hr_session *s, uint8_t dev) {
   return dev == HR_DEV_CPU;
 }
 
-static int get_descriptor_checks(hr_session *s, hr_stream *st,
+static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
                                  const hr_descriptor *d) {
   uint8_t dev = d->buffer_count ? d->buffers[0].device_tag : HR_DEV_CPU;
   if (!accepts_device(s, dev))
-    return hr__stream_error(s, st->id, HR_WIRE_DEVICE_UNAVAILABLE,
+    return hr__stream_error(s, sid, HR_WIRE_DEVICE_UNAVAILABLE,
                             "this client receives CPU buffers only");
   if (d->layout.tag != HR_LAYOUT_COMPOSITE &&
       !layout_listed(st->cg.opts.layouts, st->cg.opts.layout_count,
                      d->layout.tag) &&
       !layout_listed(s->peer.layouts, s->peer.layout_count, d->layout.tag))
-    return hr__stream_error(s, st->id, HR_WIRE_PROTOCOL_VIOLATION,
+    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                             "layout neither preferred nor advertised");
   if (st->rec.bytes == 0 && !st->rv.root && !st->rv.shards) {
     /* The first descriptor decides what the record reports. */
@@ -204,14 +217,15 @@ static int get_descriptor_checks(hr_session *s, hr_stream *st,
   return 0;
 }
 
-static int get_local_fail(hr_session *s, hr_stream *st, int rc,
-                          const hr_wire_status *ws) {
+static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid,
+                          int rc, const hr_wire_status *ws) {
   if (rc == HR_ERR_PROTO)
-    return hr__stream_error(s, st->id, ws->code, ws->reason);
+    return hr__stream_error(s, sid, ws->code, ws->reason);
   if (rc == HR_ERR_LIMIT) {
-    uint32_t sid = st->id;
     int rv = hr__out_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
                            "destination too small");
+    if (rv == 0)
+      rv = hr__cli_cancel_others(s, st, sid);
     if (rv)
       return hr__fatal(s, rv);
     hr__cli_stream_fail(s, st, HR_ERR_LIMIT, HR_WIRE_RESOURCE_EXHAUSTED, 1,
@@ -221,8 +235,10 @@ static int get_local_fail(hr_session *s, hr_stream *st, int rc,
     return 0;
   }
   if (rc == HR_ERR_UNSUPPORTED) {
-    int rv = hr__out_error(s, st->id, HR_WIRE_INTERNAL,
+    int rv = hr__out_error(s, sid, HR_WIRE_INTERNAL,
                            "cannot assemble shards of this layout");
+    if (rv == 0)
+      rv = hr__cli_cancel_others(s, st, sid);
     if (rv)
       return hr__fatal(s, rv);
     hr__cli_stream_fail(s, st, HR_ERR_UNSUPPORTED, HR_WIRE_INTERNAL, 1,
@@ -239,7 +255,7 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   int rc;
   switch (m->hdr.type) {
   case HR_MSG_TENSOR_DESCRIPTOR:
-    rc = get_descriptor_checks(s, st, &m->u.tensor.desc);
+    rc = get_descriptor_checks(s, st, m->hdr.stream_id, &m->u.tensor.desc);
     if (rc || st->ended)
       return rc;
     /* fall through */
@@ -247,7 +263,7 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   case HR_MSG_TENSOR_DATA_END:
     rc = hr__recv_msg(s, st, &st->rv, m, &ws);
     if (rc)
-      return get_local_fail(s, st, rc, &ws);
+      return get_local_fail(s, st, m->hdr.stream_id, rc, &ws);
     if (m->hdr.type == HR_MSG_TENSOR_DATA)
       s->rc.st = st;
     if (st->rv.complete) {
@@ -472,8 +488,12 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   st->rec.layout = hr_tensor_descriptor(t)->layout.tag;
   for (size_t i = 0; i < st->tx.nparts; i++)
     st->rec.bytes += st->tx.parts[i].xp.total_data_bytes;
-  if (s->state == HR_CS_ESTABLISHED)
+  if (s->state == HR_CS_ESTABLISHED) {
+    rv = hr__tx_send_head(s, st);
+    if (rv)
+      goto out;
     hr__ready_add(s, st);
+  }
 out:
   if (rv && st) {
     st->cb_done = 1;
@@ -611,8 +631,7 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
     st->cg.cancelling = 1;
     hr__ready_remove(s, st);
     st->tx.failed = st->kind == HR_SK_CLI_PUT;
-    for (uint32_t id = st->id; id <= st->last && id >= st->id && !rv; id++)
-      rv = hr__out_empty(s, HR_MSG_CANCEL, id);
+    rv = hr__cli_cancel_others(s, st, 0);
   }
   if (hr_err_is_fatal(rv))
     hr__fatal(s, rv);
@@ -663,6 +682,9 @@ int hr__cli_established(hr_session *s) {
         return hr__fatal(s, rv);
       st->req = NULL;
     } else if (st->kind == HR_SK_CLI_PUT) {
+      int rv = hr__tx_send_head(s, st);
+      if (rv)
+        return hr__fatal(s, rv);
       hr__ready_add(s, st);
     }
   }

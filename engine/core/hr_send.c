@@ -242,7 +242,9 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
   if (tx->cur >= tx->nparts || tx->failed)
     return 0;
   hr_part *p = &tx->parts[tx->cur];
-  if (p->xmode == HR_XM_DIRECT || tx->phase != HR_TXP_DATA)
+  /* The current part's window fills from the answer on, before its
+   * descriptor goes, so the first chunk is ready sooner. */
+  if (p->xmode == HR_XM_DIRECT || tx->phase == HR_TXP_END)
     return 0;
   if (!tx->win) {
     tx->win_cap = s->set.transcode_window ? s->set.transcode_window : 1;
@@ -362,6 +364,19 @@ static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
     m.u.tensor.xport = p->xp;
   }
   return hr__out_msg(s, &m, 0);
+}
+
+int hr__tx_send_head(hr_session *s, hr_stream *st) {
+  hr_tx *tx = &st->tx;
+  if (tx->cur >= tx->nparts || tx->phase != HR_TXP_DESC)
+    return 0;
+  int rv = send_desc(s, st, &tx->parts[tx->cur]);
+  if (rv)
+    return rv;
+  tx->phase = HR_TXP_DATA;
+  tx->buf = 0;
+  tx->off = 0;
+  return hr__tx_pump(s, st);
 }
 
 int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {

@@ -299,6 +299,8 @@ static void stream_release(hr_session *s, hr_stream *st) {
   hr__mem_free(&s->mem, st->cg.store);
   hr__mem_free(&s->mem, st->cg.ended);
   hr__mem_free(&s->mem, st->list_msg);
+  hr__mem_free(&s->mem, st->req);
+  st->req = NULL;
   hr_tensor_unref(st->chunk_hold);
   st->sg.key = NULL;
   st->sg.ext_store = NULL;
@@ -487,6 +489,13 @@ int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
   if (st) {
     first = st->id;
     last = st->last;
+    /* The other shards of a client GET would go on streaming. */
+    if (s->role == HR_ROLE_CLIENT && st->kind == HR_SK_CLI_GET &&
+        st->last > st->id) {
+      rv = hr__cli_cancel_others(s, st, sid);
+      if (rv)
+        return rv;
+    }
     hr__stream_fail(s, st, HR_ERR_PROTO, code, 1, text);
     if (!st->ended)
       hr__stream_end(s, st);
@@ -1305,9 +1314,10 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
   /* Capabilities: only what this build does, and (server) what the
    * provider supports. */
   uint32_t caps = in->capabilities;
-  uint32_t can = HR_CAP_PARALLEL_STREAMS | HR_CAP_REGION_REQUESTS;
+  uint32_t can = HR_CAP_PARALLEL_STREAMS;
 #ifdef HR_HAVE_TRANSCODE
-  can |= HR_CAP_TRANSCODING;
+  /* Regions other than slabs are cut by the transcode plans. */
+  can |= HR_CAP_TRANSCODING | HR_CAP_REGION_REQUESTS;
 #endif
   if (role == HR_ROLE_SERVER && s->has_prov) {
     if (s->prov.on_put_begin && s->prov.on_put_commit)

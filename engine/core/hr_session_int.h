@@ -396,6 +396,9 @@ int hr__tx_add_tensor(hr_session *s, hr_tx *tx, hr_tensor *t);
  * has more to send now, *budget_hit when the budget stopped it.  Returns 0,
  * 1 when the whole send sequence finished, or a fatal error. */
 int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit);
+/* Queues the first message (a client's TENSOR_PUT) at once, so that
+ * stream ids reach the wire in the order they were taken. */
+int hr__tx_send_head(hr_session *s, hr_stream *st);
 /* Has something to send right now. */
 int hr__tx_ready(const hr_stream *st);
 /* Starts the transcode window of the current part when needed. */
@@ -459,6 +462,8 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
 int hr__status_for_wire(uint32_t code);
 /* The session established: client streams queued before may go. */
 int hr__cli_established(hr_session *s);
+/* Client GET: CANCEL every used id of its block but `except`. */
+int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except);
 /* A GOAWAY arrived (client): fail streams above last. */
 void hr__cli_goaway(hr_session *s, uint32_t last);
 /* Queues a PING (keepalive: sent by the session itself). */

@@ -35,7 +35,7 @@ static inline uint32_t t_rand(uint64_t *st) {
 
 /* ---- the store (provider) ------------------------------------------------ */
 
-#define STORE_MAX 64
+#define STORE_MAX 256
 
 typedef struct store {
   char *keys[STORE_MAX];
