@@ -42,6 +42,8 @@
 #include <hurray/store.h>
 
 static uint64_t g_bytes = 1ull << 30;
+static int g_only_depth;   /* (b): run only this depth (0: 64 and 1) */
+static int g_no_raw;       /* (b): skip the raw baselines */
 
 static double now_s(void) {
   struct timespec ts;
@@ -324,10 +326,16 @@ typedef struct lat {
 } lat;
 
 static void report(const char *what, lat *l, double secs) {
+  double sum = 0;
+  size_t i;
+
+  for (i = 0; i < l->n; i++)
+    sum += l->v[i];
   qsort(l->v, l->n, sizeof *l->v, cmp_d);
-  printf("    %-34s %8.0f req/s   p50 %6.1f us   p99 %6.1f us\n", what,
-         (double)l->n / secs, l->v[l->n / 2] * 1e6,
-         l->v[(size_t)((double)l->n * 0.99)] * 1e6);
+  printf("    %-34s %8.0f req/s   p50 %6.1f us   p99 %6.1f us   mean %6.1f "
+         "us\n",
+         what, (double)l->n / secs, l->v[l->n / 2] * 1e6,
+         l->v[(size_t)((double)l->n * 0.99)] * 1e6, sum / (double)l->n * 1e6);
 }
 
 /* Raw: the server thread answers each 16-byte request with 4 KiB. */
@@ -513,20 +521,25 @@ static void section_b(void) {
   printf("(b) 4 KiB requests, %d per run, one connection\n", ROUNDS);
   for (i = 0; i < 2; i++) {
     char what[64];
-    double rp50, hp50;
-    l.n = 0;
-    raw_small(depths[i], &l, &secs);
-    snprintf(what, sizeof what, "raw TCP ping-pong, %d in flight",
-             depths[i]);
-    report(what, &l, secs);
-    rp50 = l.v[l.n / 2];
+    double rp50 = 0, hp50;
+    if (g_only_depth && depths[i] != g_only_depth)
+      continue;
+    if (!g_no_raw) {
+      l.n = 0;
+      raw_small(depths[i], &l, &secs);
+      snprintf(what, sizeof what, "raw TCP ping-pong, %d in flight",
+               depths[i]);
+      report(what, &l, secs);
+      rp50 = l.v[l.n / 2];
+    }
     l.n = 0;
     hurray_small(s.port, depths[i], &l, &secs);
     snprintf(what, sizeof what, "hurray GET, %d streams", depths[i]);
     report(what, &l, secs);
     hp50 = l.v[l.n / 2];
-    printf("    p50 ratio at %d: %.2fx (target <= 1.5x)\n", depths[i],
-           hp50 / rp50);
+    if (rp50 > 0)
+      printf("    p50 ratio at %d: %.2fx (target <= 1.5x)\n", depths[i],
+             hp50 / rp50);
   }
   free(l.v);
   srv_stop(&s);
@@ -748,10 +761,14 @@ int main(int argc, char **argv) {
       b = 0;
     else if (!strcmp(argv[i], "--skip-c"))
       c = 0;
+    else if (!strcmp(argv[i], "--depth") && i + 1 < argc)
+      g_only_depth = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-raw"))
+      g_no_raw = 1;
     else {
       fprintf(stderr,
               "usage: engine_bench [--mib N] [--skip-a] [--skip-b] "
-              "[--skip-c]\n");
+              "[--skip-c] [--depth 1|64] [--no-raw]\n");
       return 2;
     }
   }
