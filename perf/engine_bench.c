@@ -43,7 +43,7 @@
 
 static uint64_t g_bytes = 1ull << 30;
 static int g_only_depth;   /* (b): run only this depth (0: 64 and 1) */
-static int g_no_raw;       /* (b): skip the raw baselines */
+static int g_no_raw;       /* skip the raw baselines (a, b) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -288,7 +288,7 @@ static void section_a(void) {
   printf("(a) bulk: %.0f MiB over loopback TCP into the final buffer\n",
          (double)g_bytes / (1 << 20));
   for (i = 0; i < 3; i++) {
-    raw[i] = raw_bulk(hr_tensor_buffer(t, 0), dst, g_bytes);
+    raw[i] = g_no_raw ? 1 : raw_bulk(hr_tensor_buffer(t, 0), dst, g_bytes);
     memset(dst, 0, 4096);
     hr[i] = hurray_bulk(s.port, t, dst, g_bytes);
     printf("    run %d: raw send/recv %.2f GB/s   hurray GET %.2f GB/s   "

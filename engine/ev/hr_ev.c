@@ -1,9 +1,9 @@
 /*
  * The libevent binding: hr_loop_ops on a host's event_base.
  *
- * One persistent event per watched fd (its flags follow the engine's
- * watch calls) and one timer event per engine.  Callbacks only translate
- * libevent's flags and call the engine's entry points; the engine may stop
+ * Two persistent events per watched fd (reading, writing), added and
+ * deleted as the engine's watch calls say, and one timer event per engine.
+ * Callbacks only call the engine's entry points; the engine may stop
  * watching an fd from inside its own callback, so nothing of the fd's
  * record is touched after the call.
  */
@@ -20,24 +20,30 @@ typedef struct ev_binding {
   hr_engine *engine;
 } ev_binding;
 
-/* The per-fd record, kept in the engine's fd_cookie slot. */
+/* The per-fd record, kept in the engine's fd_cookie slot.  Reading and
+ * writing are two events on the same fd, added and deleted on their own:
+ * libevent then changes the epoll interest with one epoll_ctl(MOD)
+ * instead of a DEL and an ADD, which matters on the bulk path where
+ * HR_POLL_OUT comes and goes with every full socket buffer. */
 typedef struct ev_fd {
-  struct event *ev;
+  struct event *rd, *wr;
   ev_binding *b;
-  int events; /* HR_POLL_* the event is armed for */
+  int events; /* HR_POLL_* currently added */
 } ev_fd;
 
-static void on_fd(evutil_socket_t fd, short what, void *arg) {
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
   ev_fd *f = arg;
-  hr_engine *e = f->b->engine;
-  int revents = 0;
 
-  if (what & EV_READ)
-    revents |= HR_POLL_IN;
-  if (what & EV_WRITE)
-    revents |= HR_POLL_OUT;
+  (void)what;
   /* `f` may be freed from inside this call. */
-  hr_engine_on_fd(e, (int)fd, revents);
+  hr_engine_on_fd(f->b->engine, (int)fd, HR_POLL_IN);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg) {
+  ev_fd *f = arg;
+
+  (void)what;
+  hr_engine_on_fd(f->b->engine, (int)fd, HR_POLL_OUT);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg) {
@@ -48,24 +54,32 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
   hr_engine_on_timeout(b->engine);
 }
 
-static short ev_flags(int events) {
-  short f = EV_PERSIST;
+static void fd_free(ev_binding *b, ev_fd *f) {
+  /* event_free() deletes first, also an event whose callback runs. */
+  if (f->rd)
+    event_free(f->rd);
+  if (f->wr)
+    event_free(f->wr);
+  hr__mem_free(&b->mem, f);
+}
 
-  if (events & HR_POLL_IN)
-    f |= EV_READ;
-  if (events & HR_POLL_OUT)
-    f |= EV_WRITE;
-  return f;
+/* Adds or deletes one of the two events to match `want`. */
+static int toggle(struct event *ev, int want, int have) {
+  if (want && !have)
+    return event_add(ev, NULL) == 0 ? 0 : HR_ERR_IO;
+  if (!want && have)
+    return event_del(ev) == 0 ? 0 : HR_ERR_IO;
+  return 0;
 }
 
 static int ev_watch(void *loop_data, int fd, int events, void **cookie) {
   ev_binding *b = loop_data;
   ev_fd *f = *cookie;
+  int rv;
 
   if (events == 0) {
     if (f) {
-      event_free(f->ev); /* deletes it first, also while it runs */
-      hr__mem_free(&b->mem, f);
+      fd_free(b, f);
       *cookie = NULL;
     }
     return 0;
@@ -75,23 +89,20 @@ static int ev_watch(void *loop_data, int fd, int events, void **cookie) {
     if (!f)
       return HR_ERR_NOMEM;
     f->b = b;
-    f->ev = event_new(b->base, fd, ev_flags(events), on_fd, f);
-    if (!f->ev) {
-      hr__mem_free(&b->mem, f);
+    f->rd = event_new(b->base, fd, EV_READ | EV_PERSIST, on_readable, f);
+    f->wr = event_new(b->base, fd, EV_WRITE | EV_PERSIST, on_writable, f);
+    if (!f->rd || !f->wr) {
+      fd_free(b, f);
       return HR_ERR_NOMEM;
     }
     *cookie = f;
-  } else if (f->events != events) {
-    event_del(f->ev);
-    if (event_assign(f->ev, b->base, fd, ev_flags(events), on_fd, f) != 0)
-      return HR_ERR_IO;
-  } else {
-    return 0;
   }
-  if (event_add(f->ev, NULL) != 0)
-    return HR_ERR_IO;
-  f->events = events;
-  return 0;
+  rv = toggle(f->rd, events & HR_POLL_IN, f->events & HR_POLL_IN);
+  if (rv == 0)
+    rv = toggle(f->wr, events & HR_POLL_OUT, f->events & HR_POLL_OUT);
+  if (rv == 0)
+    f->events = events;
+  return rv;
 }
 
 static int ev_timer(void *loop_data, int64_t ms) {

@@ -84,7 +84,8 @@ struct hr_conn {
   int notified_up;   /* cb(0) ran */
   int want_close;    /* settle tears it down */
   int close_status;  /* for the close callback */
-  int out_blocked;   /* a write came short: wait for HR_POLL_OUT */
+  int out_blocked;   /* a write came short, or the byte budget ran out:
+                        wait for HR_POLL_OUT */
   int graceful_req;  /* hr_conn_close() or engine close asked */
   int graceful_done; /* hr_session_shutdown() was called */
   int peer_eof;      /* the peer closed its side */
@@ -656,6 +657,11 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
     }
     budget -= (size_t)w < budget ? (size_t)w : budget;
   }
+  /* Out of budget with more to send: yield to the other connections and
+   * come back on the next writability report (immediate, the socket
+   * still has room), never from settle() (that would skip the turn). */
+  if (budget == 0 && hr_session_want_write(c->s))
+    c->out_blocked = 1;
 }
 
 /* The events a live connection needs watched. */
