@@ -56,13 +56,15 @@ static void *srv_main(void *arg) {
   return NULL;
 }
 
-static srv *srv_start(uint32_t max_conns) {
+static srv *srv_start2(uint32_t max_conns, uint32_t io_budget) {
   srv *s = calloc(1, sizeof *s);
   uint64_t sh[2] = {16, 16}, big[1] = {32u << 20};
 
   hr_engine_config_default(&s->ecfg);
   if (max_conns)
     s->ecfg.max_connections = max_conns;
+  if (io_budget)
+    s->ecfg.io_budget = io_budget;
   s->m = tl_dense(HR_ELEM_FLOAT32, 2, sh, 1);
   s->big = tl_dense(HR_ELEM_UINT8, 1, big, 2);
   pthread_mutex_init(&s->lock, NULL);
@@ -74,6 +76,8 @@ static srv *srv_start(uint32_t max_conns) {
   pthread_mutex_unlock(&s->lock);
   return s;
 }
+
+static srv *srv_start(uint32_t max_conns) { return srv_start2(max_conns, 0); }
 
 static void srv_stop(srv *s) {
   atomic_store(&s->stop, 1);
@@ -373,6 +377,32 @@ static void test_pipelining(void **state) {
   hr_client_close(c);
 }
 
+/* Regression: a server connection whose byte budget ran out while its
+ * socket still took data (a fast reader on another thread) was never
+ * called again. */
+static void test_small_io_budget(void **state) {
+  srv *s = srv_start2(0, 65536);
+  hr_client_options o;
+  hr_client *c;
+  hr_get_opts g;
+  hr_tensor *t;
+  int i;
+
+  (void)state;
+  hr_client_options_default(&o);
+  o.timeout_ms = 10000;
+  assert_int_equal(hr_client_connect(&c, s->url, &o, NULL, NULL), 0);
+  get_opts(&g, "big");
+  for (i = 0; i < 3; i++) {
+    assert_int_equal(hr_client_get(c, &g, &t, NULL), 0);
+    assert_memory_equal(hr_tensor_buffer(t, 0), hr_tensor_buffer(s->big, 0),
+                        hr_tensor_bytes(s->big));
+    hr_tensor_unref(t);
+  }
+  hr_client_close(c);
+  srv_stop(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_calls),
@@ -381,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_request_timeout),
       cmocka_unit_test(test_taps_progress),
       cmocka_unit_test(test_pipelining),
+      cmocka_unit_test(test_small_io_budget),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
