@@ -45,8 +45,7 @@ static const char *hint_for(uint32_t code, const char *url) {
     return "the server is at one of its limits; retry later or ask for less";
   case HR_WIRE_INVALID_REGION:
     snprintf(buf, sizeof buf,
-             "check --region against the tensor's shape (`hurray ls %s`)",
-             url);
+             "check --region against the shape `hurray ls %s` shows", url);
     return buf;
   case HR_WIRE_DEVICE_UNAVAILABLE:
     return "ask for --device cpu";

@@ -259,6 +259,27 @@ static int write_tensor(const char *path, hr_tensor *t, int *converted) {
   return write_converted(path, t);
 }
 
+/* What LIST says about the key: its size (for the progress bar) and its
+ * stored layout (the wire does not say whether the server transcoded; the
+ * stored layout against the delivered one does). */
+typedef struct probe {
+  const char *key;
+  int found;
+  uint64_t bytes;
+  uint8_t layout;
+} probe;
+
+static int probe_entry(const hr_list_entry *e, void *ud) {
+  probe *p = ud;
+
+  if (e->key_len == strlen(p->key) && !memcmp(e->key, p->key, e->key_len)) {
+    p->found = 1;
+    p->bytes = e->total_data_bytes;
+    p->layout = e->layout_tag;
+  }
+  return 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* --stats                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -271,8 +292,18 @@ static void lower(char *dst, const char *src, size_t cap) {
   dst[i] = '\0';
 }
 
+/* 1/0 when known, -1 when not: the server's own record when it says,
+ * else the stored layout (from LIST) against the delivered one. */
+static int transcoded_of(const hr_transfer_record *rec, const probe *pr) {
+  if (rec->transcoded >= 0)
+    return rec->transcoded != 0;
+  if (!pr || !pr->found)
+    return -1;
+  return pr->layout != rec->layout;
+}
+
 static void print_stats(const get_args *a, const hr_transfer_record *rec,
-                        hr_tensor *t, int converted) {
+                        hr_tensor *t, int converted, const probe *pr) {
   cJSON *o = cJSON_CreateObject(), *shape;
   const hr_descriptor *d = t ? hr_tensor_descriptor(t) : NULL;
   double secs = rec->finished > rec->started
@@ -290,7 +321,10 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
                           : rec->data_plane == HR_PLANE_SHM ? "shm"
                                                             : "frames");
   cJSON_AddStringToObject(o, "layout", hr_layout_name(rec->layout));
-  cJSON_AddBoolToObject(o, "transcoded", rec->transcoded);
+  if (transcoded_of(rec, pr) < 0)
+    cJSON_AddNullToObject(o, "transcoded");
+  else
+    cJSON_AddBoolToObject(o, "transcoded", transcoded_of(rec, pr));
   cJSON_AddBoolToObject(o, "converted_locally", converted);
   lower(dev, hr_device_name(rec->device), sizeof dev);
   cJSON_AddStringToObject(o, "device", dev);
@@ -324,19 +358,6 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
 
 /* ------------------------------------------------------------------------ */
 
-typedef struct size_probe {
-  const char *key;
-  uint64_t bytes;
-} size_probe;
-
-static int probe_entry(const hr_list_entry *e, void *ud) {
-  size_probe *p = ud;
-
-  if (e->key_len == strlen(p->key) && !memcmp(e->key, p->key, e->key_len))
-    p->bytes = e->total_data_bytes;
-  return 1;
-}
-
 int cli_get(int argc, char **argv) {
   get_args a;
   hr_get_opts go;
@@ -344,6 +365,7 @@ int cli_get(int argc, char **argv) {
   hr_tensor *t = NULL;
   cli_conn cc;
   cli_conn_opts co;
+  probe pr;
   int i, rv, status = 0, converted = 0, npos = 0;
   size_t key_len;
 
@@ -418,14 +440,16 @@ int cli_get(int argc, char **argv) {
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 
-  /* A progress bar wants the size: ask LIST when the server has it. */
-  if (co.progress) {
+  /* The progress bar wants the size, --stats the stored layout: ask
+   * LIST when the server has it. */
+  memset(&pr, 0, sizeof pr);
+  pr.key = a.key;
+  if (co.progress || a.stats) {
     const hr_hello *h = hr_client_server_hello(cc.client);
-    size_probe p = {a.key, 0};
     if (h && (h->capability_flags & HR_CAP_LIST))
       hr_client_list(cc.client, (const uint8_t *)a.key, (uint16_t)key_len,
-                     NULL, 0, 1, probe_entry, &p, NULL, NULL);
-    cli_progress_total(&cc, p.bytes, 0);
+                     NULL, 0, 1, probe_entry, &pr, NULL, NULL);
+    cli_progress_total(&cc, a.region ? 0 : pr.bytes, 0);
   }
 
   memset(&go, 0, sizeof go);
@@ -456,7 +480,7 @@ int cli_get(int argc, char **argv) {
     status = cli_client_fail("get", action, a.url,
                              hr_client_last_error(cc.client));
     if (a.stats)
-      print_stats(&a, &rec, NULL, 0);
+      print_stats(&a, &rec, NULL, 0, &pr);
     cli_disconnect(&cc, "get");
     return status;
   }
@@ -472,10 +496,12 @@ int cli_get(int argc, char **argv) {
       printf("%s%llu", k ? ", " : "", (unsigned long long)d->shape[k]);
     printf("] %s, %llu bytes%s\n", hr_layout_name(d->layout.tag),
            (unsigned long long)rec.bytes,
-           rec.transcoded ? " (transcoded by the server)" : "");
+           transcoded_of(&rec, &pr) == 1 ? " (transcoded by the server)"
+                                         : "");
   }
+  fflush(stdout);
   if (a.stats)
-    print_stats(&a, &rec, t, converted);
+    print_stats(&a, &rec, t, converted, &pr);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "get");
   return status ? status : rv;

@@ -53,7 +53,10 @@ static void print_layout_entry(const hr_layout_entry *e) {
     return;
   printf(" ext_metadata=");
   print_hex(e->ext, e->ext_len, 64);
-  if (hr_layout_profile_parse(e, &pr) == 0) {
+  if (e->ext_len == 0 && e->tag <= HR_LAYOUT_PERMUTED_EXACT) {
+    /* In a HELLO, a profile without metadata means "any parameters". */
+    printf(" {any parameters}");
+  } else if (hr_layout_profile_parse(e, &pr) == 0) {
     if (pr.tag == HR_LAYOUT_PANEL) {
       printf(" {mr=%u}", pr.mr);
     } else if (pr.tag == HR_LAYOUT_TILED_EXACT) {
