@@ -264,6 +264,34 @@ static void test_stream_errors(void **state) {
   close(fd);
 }
 
+static void test_transcode_failed(void **state) {
+  fx *f = *state;
+  static const uint32_t rows[2] = {1, 1}, cols[2] = {2, 2};
+  static const float vals[2] = {1, 2};
+  hr_tensor *t = tl_sparse(HR_LAYOUT_SPARSE_COO, 3, 3, 2, rows, cols, vals, 0);
+  int fd;
+  hr_msg m;
+
+  /* A repeated coordinate cannot be densified (a transport does no
+   * arithmetic). */
+  tl_put(&f->srv, "dup", t);
+  hr_tensor_unref(t);
+  fd = raw_client(f);
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_REQUEST;
+  m.hdr.stream_id = 1;
+  m.u.request.key = (const uint8_t *)"dup";
+  m.u.request.key_len = 3;
+  m.u.request.flags = HR_REQ_ALLOW_TRANSCODE;
+  m.u.request.layout_count = 1;
+  m.u.request.layouts[0].tag = HR_LAYOUT_ROW_MAJOR;
+  m.u.request.max_shards = 1;
+  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
+  expect_error(f, fd, 1, HR_WIRE_TRANSCODE_FAILED);
+  expect_alive(f, fd);
+  close(fd);
+}
+
 static void spoil_size(hr_msg *m) { m->u.put.desc.buffers[0].size_bytes = 15; }
 static void spoil_sync(hr_msg *m) { m->u.put.desc.buffers[0].sync_mode = 1; }
 static void make_shard(hr_msg *m) {
@@ -795,6 +823,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_composite_invalid, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_cancelled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transcode_failed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resource_exhausted_connection,
                                       setup, teardown),

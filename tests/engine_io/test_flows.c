@@ -110,6 +110,52 @@ static void test_get_native_layouts(void **state) {
   }
 }
 
+static void test_get_sparse(void **state) {
+  fx *f = *state;
+  static const uint32_t rows[4] = {0, 1, 3, 4}, cols[4] = {2, 0, 5, 1};
+  static const float vals[4] = {1.5f, -2.0f, 3.25f, 7.0f};
+  static const uint8_t layouts[2] = {HR_LAYOUT_SPARSE_COO,
+                                     HR_LAYOUT_SPARSE_CSR};
+  hr_layout_entry le = {HR_LAYOUT_ROW_MAJOR, 0, NULL};
+  int k;
+
+  for (k = 0; k < 2; k++) {
+    hr_tensor *t = tl_sparse(layouts[k], 5, 6, 4, rows, cols, vals, 1);
+    const hr_descriptor *d;
+    hr_get_opts o;
+    tc_res r;
+    unsigned b;
+    size_t i;
+    tl_put(&f->srv, "sp", t);
+    /* Native: every buffer as stored. */
+    assert_int_equal(tc_get_key(&f->c, "sp", &r), 0);
+    d = hr_tensor_descriptor(r.t);
+    assert_int_equal(d->layout.tag, layouts[k]);
+    assert_int_equal(d->params.nnz, 4);
+    for (b = 0; b < d->buffer_count; b++)
+      assert_memory_equal(hr_tensor_buffer(r.t, b), hr_tensor_buffer(t, b),
+                          d->buffers[b].size_bytes);
+    tc_res_clear(&r);
+    /* Densified by the server. */
+    tc_opts(&o, "sp");
+    o.layouts = &le;
+    o.layout_count = 1;
+    o.flags = HR_REQ_ALLOW_TRANSCODE;
+    assert_int_equal(tc_get(&f->c, &o, &r), 0);
+    d = hr_tensor_descriptor(r.t);
+    assert_int_equal(d->layout.tag, HR_LAYOUT_ROW_MAJOR);
+    {
+      const float *v = hr_tensor_buffer(r.t, 0);
+      float dense[30] = {0};
+      for (i = 0; i < 4; i++)
+        dense[rows[i] * 6 + cols[i]] = vals[i];
+      assert_memory_equal(v, dense, sizeof dense);
+    }
+    tc_res_clear(&r);
+    hr_tensor_unref(t);
+  }
+}
+
 typedef struct want {
   const char *name;
   uint8_t tag;
@@ -552,6 +598,7 @@ static void test_del_busy_and_abort(void **state) {
       cmocka_unit_test_setup_teardown(test_get_native_layouts, setup,          \
                                       teardown),                               \
       cmocka_unit_test_setup_teardown(test_get_transcoded, setup, teardown),   \
+      cmocka_unit_test_setup_teardown(test_get_sparse, setup, teardown),       \
       cmocka_unit_test_setup_teardown(test_get_large_transcoded, setup,        \
                                       teardown),                               \
       cmocka_unit_test_setup_teardown(test_get_region, setup, teardown),       \

@@ -330,6 +330,55 @@ hr_tensor *tl_dense(uint8_t elem, unsigned rank, const uint64_t *shape,
   return tl_tensor(elem, HR_LAYOUT_ROW_MAJOR, rank, shape, NULL, seed);
 }
 
+hr_tensor *tl_sparse(uint8_t layout, uint64_t r, uint64_t c, size_t nnz,
+                     const uint32_t *rows, const uint32_t *cols,
+                     const float *vals, int sorted) {
+  hr_descriptor d;
+  hr_wire_status st;
+  uint64_t sizes[HR_MAX_BUFFERS];
+  hr_tensor *t;
+  uint32_t *ix;
+  size_t i;
+
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_FLOAT32;
+  d.rank = 2;
+  d.shape[0] = r;
+  d.shape[1] = c;
+  d.layout.tag = layout;
+  d.params.nnz = nnz;
+  d.params.index_type = HR_ELEM_INT32;
+  d.params.sorted = (uint8_t)sorted;
+  d.buffer_count = layout == HR_LAYOUT_SPARSE_COO ? 2 : 3;
+  CHECK(hr_descriptor_buffer_sizes(&d, sizes, &st) == d.buffer_count);
+  for (i = 0; i < d.buffer_count; i++) {
+    d.buffers[i].size_bytes = sizes[i];
+    d.buffers[i].alignment_log2 = 3;
+  }
+  CHECK(hr_tensor_alloc(&t, &d, 6, NULL) == 0);
+  if (layout == HR_LAYOUT_SPARSE_COO) {
+    ix = hr_tensor_buffer(t, 0);
+    for (i = 0; i < nnz; i++) {
+      ix[2 * i] = rows[i];
+      ix[2 * i + 1] = cols[i];
+    }
+    memcpy(hr_tensor_buffer(t, 1), vals, nnz * sizeof *vals);
+  } else {
+    uint32_t *indptr = hr_tensor_buffer(t, 0);
+    ix = hr_tensor_buffer(t, 1);
+    memset(indptr, 0, (r + 1) * sizeof *indptr);
+    for (i = 0; i < nnz; i++) {
+      indptr[rows[i] + 1]++;
+      ix[i] = cols[i];
+    }
+    for (i = 0; i < r; i++)
+      indptr[i + 1] += indptr[i];
+    memcpy(hr_tensor_buffer(t, 2), vals, nnz * sizeof *vals);
+  }
+  return t;
+}
+
 const uint8_t *tl_elem(const hr_descriptor *d, const void *buf,
                        const uint64_t *idx) {
   const uint8_t *b = buf;

@@ -60,6 +60,15 @@ hr_tensor *tl_tensor(uint8_t elem, uint8_t layout, unsigned rank,
 hr_tensor *tl_dense(uint8_t elem, unsigned rank, const uint64_t *shape,
                     uint32_t seed);
 
+/*
+ * A SPARSE_COO (INT32 indices; `sorted` as given) or SPARSE_CSR tensor of
+ * FLOAT32 with `nnz` entries at the coordinates rows[i], cols[i] and the
+ * values vals[i] (CSR: the coordinates must be sorted row-major).  Rank 2.
+ */
+hr_tensor *tl_sparse(uint8_t layout, uint64_t r, uint64_t c, size_t nnz,
+                     const uint32_t *rows, const uint32_t *cols,
+                     const float *vals, int sorted);
+
 /* The address of logical element `idx` in a dense tensor of descriptor
  * `d` (ROW/COLUMN_MAJOR, STRIDED, PERMUTED, TILED, PANEL) held in `buf`. */
 const uint8_t *tl_elem(const hr_descriptor *d, const void *buf,
