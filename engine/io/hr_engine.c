@@ -13,10 +13,11 @@
  * callback ever runs from inside the call that caused it.
  *
  * Data path (see guides/performance.md): tensor bytes never pass through
- * a staging copy on the bulk path.  Output is writev() of the session's
- * iovecs (frame prefixes plus pointers into tensors); input is recv()
- * straight into hr_session_recv_target() when the session names a
- * destination, and into a 64 KiB staging buffer for control messages.
+ * a staging copy on the bulk path.  Output is one gathering write
+ * (sendmsg: writev with MSG_NOSIGNAL) of the session's iovecs (frame
+ * prefixes plus pointers into tensors); input is recv() straight into
+ * hr_session_recv_target() when the session names a destination, and
+ * into a 64 KiB staging buffer for control messages.
  *
  * Teardown.  A finished connection's session is terminated (its streams'
  * completions run), the client's close callback runs, and the socket
@@ -615,6 +616,7 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
   size_t budget = c->e->cfg.io_budget;
   hr_iov hv[IOV_BATCH];
   struct iovec iov[IOV_BATCH];
+  struct msghdr mh;
 
   while (budget > 0) {
     int n = hr_session_pull(c->s, hv, IOV_BATCH, now), i;
@@ -628,8 +630,13 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
       iov[i].iov_len = hv[i].len;
       total += hv[i].len;
     }
+    /* sendmsg() is writev() with MSG_NOSIGNAL: a peer that vanished must
+     * give EPIPE, not kill the host with SIGPIPE. */
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)n;
     do {
-      w = writev(c->fd, iov, n);
+      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (w < 0 && errno == EINTR);
     if (w < 0) {
       hr_session_consumed(c->s, 0, now);
