@@ -10,9 +10,13 @@
  *
  * Threads: every engine call and every callback happens on the loop
  * thread, except hr_engine_wakeup().  The only threads the library creates
- * are the engine's worker pool (transcoding, file reads); their
- * completions come back to the loop thread through an eventfd the engine
- * watches like any other descriptor.
+ * are the engine's worker pool (transcoding), started on its first work
+ * item; their completions come back to the loop thread through an eventfd
+ * the engine watches like any other descriptor.
+ *
+ * Data path: the engine moves tensor bytes itself — gathering writes of
+ * the session's iovecs, reads straight into the destination tensor — and
+ * uses the host's loop only for readiness and the timer.
  *
  * Callbacks must not call hr_engine_del(); everything else is allowed
  * from callbacks unless its doc says otherwise.
@@ -54,7 +58,10 @@ typedef struct hr_loop_ops {
    * forget the fd).  Idempotent: called again with the same fd to change
    * the events.  `*fd_cookie` is the host's per-fd slot (starts NULL; the
    * host may store its own object there and gets the same pointer back on
-   * every call for this fd).  Return 0 or a negative HR_ERR_*. */
+   * every call for this fd; set it back to NULL on events 0).  The engine
+   * always calls watch(fd, 0) before it closes `fd`, so a later fd with
+   * the same number is a new one.  May be called from inside any engine
+   * call.  Return 0 or a negative HR_ERR_*. */
   int (*watch)(void *loop_data, int fd, int events, void **fd_cookie);
   /* Arm the single timer to fire in `ms` milliseconds (0: on the next loop
    * turn), replacing the previous one; -1 cancels it. */
@@ -134,9 +141,9 @@ HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
                             void *loop_data, const hr_engine_config *cfg,
                             const hr_mem *mem);
 
-/* Begins shutdown: listeners close, sessions send GOAWAY and drain (active
- * streams finish, new ones are refused); connections still open after
- * drain_timeout are cut.  `on_closed` (may be NULL) is called once, from
+/* Begins shutdown: listeners close (their handles become invalid),
+ * sessions send GOAWAY and drain (active streams finish, new ones are
+ * refused); connections still open after drain_timeout are cut.  `on_closed` (may be NULL) is called once, from
  * an engine entry point on the loop thread, when the last connection is
  * gone; then hr_engine_del() succeeds.  New connects fail with
  * HR_ERR_STATE.  Returns 0, or HR_ERR_STATE when already closing. */
