@@ -16,7 +16,8 @@
  *      counted as anonymous memory: the file's pages are the page cache,
  *      shared and reclaimable).
  *
- *   engine_bench [--mib N] [--skip-a] [--skip-b] [--skip-c]
+ *   engine_bench [--mib N] [--skip-a] [--skip-b] [--skip-c] [--depth 1|64]
+ *                [--no-raw] [--sockbuf BYTES]
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -44,6 +45,7 @@
 static uint64_t g_bytes = 1ull << 30;
 static int g_only_depth;   /* (b): run only this depth (0: 64 and 1) */
 static int g_no_raw;       /* skip the raw baselines (a, b) */
+static int g_sockbuf;      /* the server's SO_SNDBUF/SO_RCVBUF (0: auto) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -91,6 +93,7 @@ static void *srv_main(void *arg) {
   hr_engine_config_default(&cfg);
   cfg.on_wakeup = srv_wakeup;
   cfg.user_data = s;
+  cfg.socket_buffer = g_sockbuf;
   if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
     die("hr_ev_attach");
   hr_store_provider(s->store, &prov);
@@ -772,10 +775,12 @@ int main(int argc, char **argv) {
       g_only_depth = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-raw"))
       g_no_raw = 1;
+    else if (!strcmp(argv[i], "--sockbuf") && i + 1 < argc)
+      g_sockbuf = atoi(argv[++i]);
     else {
       fprintf(stderr,
               "usage: engine_bench [--mib N] [--skip-a] [--skip-b] "
-              "[--skip-c] [--depth 1|64] [--no-raw]\n");
+              "[--skip-c] [--depth 1|64] [--no-raw] [--sockbuf BYTES]\n");
       return 2;
     }
   }

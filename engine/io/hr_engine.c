@@ -934,6 +934,12 @@ static void settle(hr_engine *e) {
     for (c = e->conns; c; c = next) {
       next = c->next;
       if (c->state == CS_CONNECTING) {
+        /* The session gave up while the TCP connect still hangs (its
+         * handshake timeout covers the connect): it can no longer read. */
+        if (!hr_session_want_read(c->s) && !c->want_close) {
+          c->want_close = 1;
+          conn_note(c, HR_ERR_TIMEOUT, "connect timed out", 0);
+        }
         if (c->want_close || c->graceful_req) {
           conn_note(c, HR_ERR_CLOSED, NULL, 0);
           conn_teardown(c, now);
@@ -1553,6 +1559,10 @@ int hr_engine_connect(hr_engine *e, const char *url,
   e->nconns++;
   if (out)
     *out = c;
+  /* The session's handshake timeout also bounds the TCP connect: the
+   * timer must be armed now, a connect that hangs reports nothing. */
+  if (e->depth == 0)
+    update_timer(e, now_of(e));
   return 0;
 fail:
   if (c->fd >= 0)

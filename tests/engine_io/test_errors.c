@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -417,6 +418,45 @@ static void test_timeout(void **state) {
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
   assert_true(tl_raw_wait_eof(f->env, fd, 5000));
   close(fd);
+}
+
+/* A TCP connect that never completes ends with the session's handshake
+ * timeout. */
+static void test_connect_timeout(void **state) {
+  fx *f = *state;
+  hr_engine_config ec;
+  hr_engine *e;
+  tc_conn c;
+  int lfd, port, fill[8], i, n = 0;
+  char url[64];
+
+  /* A listener that never accepts, its queue filled: further SYNs are
+   * dropped and connects stay in progress. */
+  lfd = tl_raw_listen(&port);
+  listen(lfd, 0);
+  for (i = 0; i < 8; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    fill[n++] = fd;
+  }
+  tl_spin(f->env, 50);
+  hr_engine_config_default(&ec);
+  ec.session.handshake_timeout = 300u * 1000000u;
+  e = tl_engine(f->env, &ec);
+  snprintf(url, sizeof url, "127.0.0.1:%d", port);
+  tc_connect(f->env, e, url, &c, NULL);
+  assert_false(tc_wait_up(&c, 5000));
+  assert_true(c.closed);
+  assert_int_equal(c.status, HR_ERR_TIMEOUT);
+  assert_int_equal(hr_engine_del(e), 0);
+  for (i = 0; i < n; i++)
+    close(fill[i]);
+  close(lfd);
 }
 
 static void test_resource_exhausted_connection(void **state) {
@@ -825,6 +865,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cancelled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transcode_failed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resource_exhausted_connection,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_unauthorized_and_internal, setup,
