@@ -66,7 +66,7 @@ static int request_queue(hr_session *s, hr_stream *st, const hr_msg *m) {
   return 0;
 }
 
-/* ---- completion ------------------------------------------------------------ */
+/* ---- completion ---------------------------------------------------------- */
 
 static void get_complete(hr_session *s, hr_stream *st, hr_tensor *t) {
   if (st->cb_done) {
@@ -77,8 +77,7 @@ static void get_complete(hr_session *s, hr_stream *st, hr_tensor *t) {
   st->rec.finished = s->now;
   st->rec.bytes = st->rv.bytes;
   if (!t && !s->set.strict_composites && st->rv.root &&
-      st->rv.root->desc.layout.tag == HR_LAYOUT_COMPOSITE &&
-      st->rv.ndone) {
+      st->rv.root->desc.layout.tag == HR_LAYOUT_COMPOSITE && st->rv.ndone) {
     st->rec.partial = st->rv.done_list;
     st->rec.partial_count = st->rv.ndone;
   }
@@ -136,10 +135,10 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
 
 /* Ends a client stream with the peer's ERROR. */
 static int on_peer_error(hr_session *s, hr_stream *st, const hr_msg *m) {
-  uint32_t code = m->u.error.code > HR_WIRE_ERROR_LAST ? HR_WIRE_INTERNAL
-                                                       : m->u.error.code;
-  set_rec_error(st, HR_ERR_REMOTE, code, 0,
-                (const char *)m->u.error.message, m->u.error.message_len);
+  uint32_t code =
+      m->u.error.code > HR_WIRE_ERROR_LAST ? HR_WIRE_INTERNAL : m->u.error.code;
+  set_rec_error(st, HR_ERR_REMOTE, code, 0, (const char *)m->u.error.message,
+                m->u.error.message_len);
   char text[HR_MAX_TEXT + 1];
   hr__set_msg(text, sizeof text, (const char *)m->u.error.message,
               m->u.error.message_len);
@@ -157,9 +156,9 @@ static int on_peer_error(hr_session *s, hr_stream *st, const hr_msg *m) {
  * ids are ignored by the server, § 18). */
 int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except) {
   if (st->kind != HR_SK_CLI_GET || st->last == st->id)
-    return except == st->id ? 0 : hr__fatal(s, hr__out_empty(s,
-                                                             HR_MSG_CANCEL,
-                                                             st->id));
+    return except == st->id
+               ? 0
+               : hr__fatal(s, hr__out_empty(s, HR_MSG_CANCEL, st->id));
   uint32_t last = st->last;
   if (st->rv.nshards && st->id + st->rv.nshards - 1 < last)
     last = st->id + st->rv.nshards - 1;
@@ -172,7 +171,7 @@ int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except) {
   return 0;
 }
 
-/* ---- GET ------------------------------------------------------------------------ */
+/* ---- GET ----------------------------------------------------------------- */
 
 static int layout_listed(const hr_layout_entry *l, uint16_t n, uint8_t tag) {
   for (uint16_t i = 0; i < n; i++) {
@@ -187,9 +186,18 @@ static int layout_listed(const hr_layout_entry *l, uint16_t n, uint8_t tag) {
   return 0;
 }
 
-static int accepts_device(const hr_session *s, uint8_t dev) {
-  /* This build lands bytes in host memory only; a device backend would
-   * accept its own tags here (rule 6: a tag we advertised). */
+static int we_advertised(const hr_session *s, uint8_t dev) {
+  if (!s->set.devices)
+    return dev == HR_DEV_CPU;
+  for (uint16_t i = 0; i < s->set.device_count; i++)
+    if (s->set.devices[i] == dev)
+      return 1;
+  return 0;
+}
+
+/* Whether this client can land bytes on `dev` now.  This build lands them
+ * in host memory only; a device backend would accept its own tags. */
+static int can_land(const hr_session *s, uint8_t dev) {
   (void)s;
   return dev == HR_DEV_CPU;
 }
@@ -197,7 +205,14 @@ static int accepts_device(const hr_session *s, uint8_t dev) {
 static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
                                  const hr_descriptor *d) {
   uint8_t dev = d->buffer_count ? d->buffers[0].device_tag : HR_DEV_CPU;
-  if (!accepts_device(s, dev))
+  /* Rule 6: a device (or memory class) we never advertised breaks the
+   * server's rules; one we advertised but cannot take is declined. */
+  for (unsigned k = 0; k < d->buffer_count; k++)
+    if (!we_advertised(s, d->buffers[k].device_tag) ||
+        d->buffers[k].memory_class != HR_MEM_STANDARD)
+      return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
+                              "device or memory class never advertised");
+  if (!can_land(s, dev))
     return hr__stream_error(s, sid, HR_WIRE_DEVICE_UNAVAILABLE,
                             "this client receives CPU buffers only");
   if (d->layout.tag != HR_LAYOUT_COMPOSITE &&
@@ -217,8 +232,8 @@ static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
   return 0;
 }
 
-static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid,
-                          int rc, const hr_wire_status *ws) {
+static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid, int rc,
+                          const hr_wire_status *ws) {
   if (rc == HR_ERR_PROTO)
     return hr__stream_error(s, sid, ws->code, ws->reason);
   if (rc == HR_ERR_LIMIT) {
@@ -272,8 +287,7 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
         st->rec.shards = st->rv.nshards;
       if (st->cg.has_dest && st->cg.dest.release && t) {
         /* The application's buffer is released with the tensor. */
-        hr__tensor_set_release(t, st->cg.dest.release,
-                               st->cg.dest.release_ctx);
+        hr__tensor_set_release(t, st->cg.dest.release, st->cg.dest.release_ctx);
         st->cg.dest.release = NULL;
       }
       get_complete(s, st, t);
@@ -288,12 +302,12 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   }
 }
 
-int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb,
-                   void *ud, uint32_t *stream_id) {
+int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
+                   uint32_t *stream_id) {
   if (!s || !o || !key_ok(o->key, o->key_len, 0) ||
       o->layout_count > HR_MAX_LAYOUTS || (o->layout_count && !o->layouts) ||
-      (o->flags & ~(HR_REQ_ALLOW_TRANSCODE | HR_REQ_PARALLEL_OK |
-                    HR_REQ_REGION)) ||
+      (o->flags &
+       ~(HR_REQ_ALLOW_TRANSCODE | HR_REQ_PARALLEL_OK | HR_REQ_REGION)) ||
       ((o->flags & HR_REQ_PARALLEL_OK) && o->max_shards == 0) ||
       ((o->flags & HR_REQ_REGION) &&
        (o->region_rank > HR_MAX_RANK ||
@@ -416,7 +430,7 @@ out:
   return rv;
 }
 
-/* ---- PUT --------------------------------------------------------------------------- */
+/* ---- PUT ----------------------------------------------------------------- */
 
 static int put_check(const hr_tensor *t, unsigned depth) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
@@ -532,7 +546,7 @@ static int cli_put_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   }
 }
 
-/* ---- LIST -------------------------------------------------------------------------- */
+/* ---- LIST ---------------------------------------------------------------- */
 
 int hr_session_list(hr_session *s, const uint8_t *prefix, uint16_t prefix_len,
                     const uint8_t *start_after, uint16_t start_after_len,
@@ -596,7 +610,7 @@ static int cli_list_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   }
 }
 
-/* ---- PING, CANCEL ---------------------------------------------------------------- */
+/* ---- PING, CANCEL -------------------------------------------------------- */
 
 int hr_session_ping(hr_session *s, hr_ping_cb cb, void *ud) {
   if (!s)
@@ -639,7 +653,7 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
   return rv;
 }
 
-/* ---- dispatch ------------------------------------------------------------------------- */
+/* ---- dispatch ------------------------------------------------------------ */
 
 int hr__cli_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   int rv;

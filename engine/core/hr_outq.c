@@ -81,9 +81,8 @@ int hr__out_bytes(hr_session *s, uint8_t *heap, size_t len, int is_frame) {
   return 0;
 }
 
-int hr__out_frame(hr_session *s, uint32_t stream_id, uint8_t bi,
-                  uint64_t off, const uint8_t *data, uint32_t len,
-                  hr_tensor *hold) {
+int hr__out_frame(hr_session *s, uint32_t stream_id, uint8_t bi, uint64_t off,
+                  const uint8_t *data, uint32_t len, hr_tensor *hold) {
   hr_oitem *it = item_new(s);
   if (!it)
     return HR_ERR_NOMEM;
@@ -187,7 +186,7 @@ void hr__out_consume(hr_session *s, size_t n) {
 
 int hr__out_pending(const hr_session *s) { return s->qhead != NULL; }
 
-/* ---- ready list ------------------------------------------------------------ */
+/* ---- ready list ---------------------------------------------------------- */
 
 void hr__ready_add(hr_session *s, hr_stream *st) {
   if (st->in_ready || st->ended)

@@ -66,8 +66,7 @@ static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */
-    return hr_tensor_alloc(out, d, rv->min_align, &s->mem) ? HR_ERR_LIMIT
-                                                           : 0;
+    return hr_tensor_alloc(out, d, rv->min_align, &s->mem) ? HR_ERR_LIMIT : 0;
   }
   uint64_t off[HR_MAX_BUFFERS], span, align;
   if (hr__tensor_placement(d, rv->min_align, off, &span, &align))
@@ -88,8 +87,8 @@ static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
 }
 
 static int kid_add(hr_session *s, hr_rnode *p, hr_rnode *k) {
-  hr_rnode **nk = hr__mem_realloc(&s->mem, p->kids,
-                                  (p->nkids + 1) * sizeof *nk);
+  hr_rnode **nk =
+      hr__mem_realloc(&s->mem, p->kids, (p->nkids + 1) * sizeof *nk);
   if (!nk)
     return HR_ERR_NOMEM;
   p->kids = nk;
@@ -136,8 +135,8 @@ static int begin_node(hr_session *s, hr_recv *rv, const hr_descriptor *d) {
 static int close_up(hr_session *s, hr_recv *rv, hr_rnode *n,
                     hr_wire_status *ws) {
   n->complete = 1;
-  hr_tensor **nd = hr__mem_realloc(&s->mem, rv->done_list,
-                                   (rv->ndone + 1) * sizeof *nd);
+  hr_tensor **nd =
+      hr__mem_realloc(&s->mem, rv->done_list, (rv->ndone + 1) * sizeof *nd);
   if (!nd)
     return HR_ERR_NOMEM;
   rv->done_list = nd;
@@ -146,9 +145,8 @@ static int close_up(hr_session *s, hr_recv *rv, hr_rnode *n,
     if (p->nkids < p->want || !p->kids[p->nkids - 1]->complete)
       break;
     hr_tensor *m[1];
-    hr_tensor **members = p->nkids ? hr__mem_malloc(&s->mem,
-                                                    p->nkids * sizeof *m)
-                                   : m;
+    hr_tensor **members =
+        p->nkids ? hr__mem_malloc(&s->mem, p->nkids * sizeof *m) : m;
     if (!members)
       return HR_ERR_NOMEM;
     for (uint32_t i = 0; i < p->nkids; i++)
@@ -170,7 +168,7 @@ static int close_up(hr_session *s, hr_recv *rv, hr_rnode *n,
   return 0;
 }
 
-/* ---- sharded answers --------------------------------------------------------- */
+/* ---- sharded answers ----------------------------------------------------- */
 
 static int perm_of(const hr_descriptor *d, unsigned *perm) {
   unsigned r = d->rank;
@@ -245,7 +243,8 @@ static int shards_setup(hr_session *s, hr_recv *rv, const hr_descriptor *d,
     return HR_ERR_UNSUPPORTED;
   a->buffers[0].size_bytes = sizes[0];
   rv->aslab = d->layout.tag == HR_LAYOUT_TILED ||
-              d->layout.tag == HR_LAYOUT_PANEL || hr_elem_bits(d->element_type) < 8;
+              d->layout.tag == HR_LAYOUT_PANEL ||
+              hr_elem_bits(d->element_type) < 8;
   uint64_t st = 1;
   for (unsigned k = d->rank; k-- > 0;) {
     rv->astride[k] = st;
@@ -307,8 +306,8 @@ static int begin_shard(hr_session *s, hr_recv *rv, const hr_descriptor *d,
       if (sh->offset[k] || sh->shape[k] != rv->box_shape[k])
         return HR_ERR_UNSUPPORTED;
     if (!unit || sh->offset[0] % unit ||
-        (sh->shape[0] % unit && sh->offset[0] + sh->shape[0] !=
-                                    rv->box_shape[0]))
+        (sh->shape[0] % unit &&
+         sh->offset[0] + sh->shape[0] != rv->box_shape[0]))
       return HR_ERR_UNSUPPORTED;
     if (hr_elem_bits(d->element_type) < 8) {
       uint64_t inner = 1;
@@ -403,12 +402,10 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
   switch (m->hdr.type) {
   case HR_MSG_TENSOR_DESCRIPTOR:
   case HR_MSG_TENSOR_PUT: {
-    const hr_descriptor *d = m->hdr.type == HR_MSG_TENSOR_PUT
-                                 ? &m->u.put.desc
-                                 : &m->u.tensor.desc;
-    const hr_transport_fields *xp = m->hdr.type == HR_MSG_TENSOR_PUT
-                                        ? &m->u.put.xport
-                                        : &m->u.tensor.xport;
+    const hr_descriptor *d =
+        m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.desc : &m->u.tensor.desc;
+    const hr_transport_fields *xp =
+        m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.xport : &m->u.tensor.xport;
     if ((d->flags & HR_DESC_HAS_SHARD) && xp->total_shards > 1)
       rc = begin_shard(s, rv, d, xp, m->hdr.stream_id, ws);
     else

@@ -31,11 +31,11 @@
 
 /* The layout chosen for one tensor. */
 typedef struct choice {
-  int native;        /* send the stored layout */
-  int relabel;       /* stored ROW/COL sent as PERMUTED, same bytes */
-  uint8_t tag;       /* layout sent (descriptor tag) */
+  int native;              /* send the stored layout */
+  int relabel;             /* stored ROW/COL sent as PERMUTED, same bytes */
+  uint8_t tag;             /* layout sent (descriptor tag) */
   hr_layout_params params; /* its parameters (transcode target) */
-  uint32_t mr;       /* PANEL */
+  uint32_t mr;             /* PANEL */
 } choice;
 
 static void put_reason(char *msg, size_t cap, const char *r) {
@@ -93,7 +93,7 @@ static int can_xc(const hr_session *s, const hr_request *req, uint8_t elem,
 #endif
 }
 
-/* ---- transcoding plans ------------------------------------------------------- */
+/* ---- transcoding plans --------------------------------------------------- */
 
 #ifdef HR_HAVE_TRANSCODE
 /* Creates a plan for `t` (restricted to box, NULL: whole) into `c`.
@@ -151,7 +151,7 @@ static int make_plan(hr_session *s, hr_tensor *t, const choice *c,
 }
 #endif
 
-/* ---- layout selection ---------------------------------------------------------- */
+/* ---- layout selection ---------------------------------------------------- */
 
 /* Tiles of our choosing for a plain TILED preference: 32 x 32 on the two
  * innermost dims (a good transpose block), 1 on the others. */
@@ -210,14 +210,12 @@ static int select_layout(hr_session *s, const hr_request *req, hr_tensor *t,
         c.native = 1;
         break;
       }
-      if ((stored == HR_LAYOUT_ROW_MAJOR ||
-           stored == HR_LAYOUT_COLUMN_MAJOR) &&
+      if ((stored == HR_LAYOUT_ROW_MAJOR || stored == HR_LAYOUT_COLUMN_MAJOR) &&
           can_xc(s, req, d->element_type, stored, HR_LAYOUT_PERMUTED)) {
         c.relabel = 1;
         for (unsigned k = 0; k < d->rank; k++)
-          c.params.order[k] = (uint8_t)(stored == HR_LAYOUT_ROW_MAJOR
-                                            ? k
-                                            : d->rank - 1 - k);
+          c.params.order[k] =
+              (uint8_t)(stored == HR_LAYOUT_ROW_MAJOR ? k : d->rank - 1 - k);
         break;
       }
       for (unsigned k = 0; k < d->rank; k++)
@@ -327,7 +325,7 @@ static int select_layout(hr_session *s, const hr_request *req, hr_tensor *t,
   return 0;
 }
 
-/* ---- devices ---------------------------------------------------------------------- */
+/* ---- devices ------------------------------------------------------------- */
 
 static int we_advertise(const hr_session *s, uint8_t dev) {
   if (!s->set.devices)
@@ -346,9 +344,9 @@ static int device_can_place(const hr_session *s, uint8_t dev) {
   return dev == HR_DEV_CPU;
 }
 
-static int select_device(hr_session *s, const hr_request *req,
-                         uint8_t *dev, char *fallback, size_t fcap,
-                         uint32_t *wire, char *msg, size_t msgcap) {
+static int select_device(hr_session *s, const hr_request *req, uint8_t *dev,
+                         char *fallback, size_t fcap, uint32_t *wire, char *msg,
+                         size_t msgcap) {
   uint8_t pd = req->preferred_device;
   /* Rule 1: advertised and placeable now. */
   if (we_advertise(s, pd) && device_can_place(s, pd)) {
@@ -385,7 +383,7 @@ static int select_device(hr_session *s, const hr_request *req,
   return 1;
 }
 
-/* ---- building parts ------------------------------------------------------------------- */
+/* ---- building parts ------------------------------------------------------ */
 
 /* Finishes a descriptor for the wire: device, memory class, alignment,
  * shard fields. */
@@ -404,9 +402,9 @@ static void finish_desc(const hr_request *req, const hr_descriptor *stored,
       natural = log2_of(elem_bytes(d->element_type));
     memset(b, 0, sizeof *b);
     b->size_bytes = size;
-    b->alignment_log2 = (uint8_t)(natural > req->min_alignment_log2
-                                      ? natural
-                                      : req->min_alignment_log2);
+    b->alignment_log2 =
+        (uint8_t)(natural > req->min_alignment_log2 ? natural
+                                                    : req->min_alignment_log2);
     if (b->alignment_log2 > HR_MAX_ALIGNMENT_LOG2)
       b->alignment_log2 = HR_MAX_ALIGNMENT_LOG2;
     b->device_tag = dev;
@@ -427,8 +425,8 @@ static void finish_desc(const hr_request *req, const hr_descriptor *stored,
 }
 
 static hr_part *new_part(hr_session *s, hr_tx *tx) {
-  hr_part *np = hr__mem_realloc(&s->mem, tx->parts,
-                                (tx->nparts + 1) * sizeof *np);
+  hr_part *np =
+      hr__mem_realloc(&s->mem, tx->parts, (tx->nparts + 1) * sizeof *np);
   if (!np)
     return NULL;
   tx->parts = np;
@@ -457,9 +455,8 @@ static uint64_t slab_unit(const hr_descriptor *d, const choice *c) {
 
 /* Is box a slab of the stored buffer (native or relabelled data only)?
  * Sets *start and *len to its byte range. */
-static int slab_of(const hr_descriptor *d, const choice *c,
-                   const uint64_t *off, const uint64_t *shape,
-                   uint64_t *start, uint64_t *len) {
+static int slab_of(const hr_descriptor *d, const choice *c, const uint64_t *off,
+                   const uint64_t *shape, uint64_t *start, uint64_t *len) {
   if (!(c->native || c->relabel) || !is_dense(c->tag) || d->rank == 0)
     return 0;
   unsigned od = outer_dim(d, c);
@@ -477,8 +474,8 @@ static int slab_of(const hr_descriptor *d, const choice *c,
     uint64_t inner = ext ? 1 : 0;
     for (unsigned k = 1; k < d->rank; k++)
       inner *= d->shape[k];
-    if ((off[od] * inner) % 2 || (shape[od] * inner % 2 &&
-                                  off[od] + shape[od] != ext))
+    if ((off[od] * inner) % 2 ||
+        (shape[od] * inner % 2 && off[od] + shape[od] != ext))
       return 0;
     *start = off[od] * inner / 2;
     *len = (shape[od] * inner + 1) / 2;
@@ -590,8 +587,7 @@ static int box_part(hr_session *s, const hr_request *req, hr_tensor *t,
         *wire = HR_WIRE_RESOURCE_EXHAUSTED;
         hr__set_msg(msg, msgcap, "transcoding memory limit", 24);
       } else {
-        *wire = c->native ? HR_WIRE_INVALID_REGION
-                          : HR_WIRE_TRANSCODE_FAILED;
+        *wire = c->native ? HR_WIRE_INVALID_REGION : HR_WIRE_TRANSCODE_FAILED;
         hr__set_msg(msg, msgcap, "this region cannot be produced", 30);
       }
       return 1;
@@ -632,8 +628,7 @@ static int box_part(hr_session *s, const hr_request *req, hr_tensor *t,
   hr_wire_status vs = {0, 0, NULL};
   if (hr_descriptor_validate(&p->desc, &p->xp, NULL, 0, &vs)) {
     *wire = HR_WIRE_INTERNAL;
-    hr__set_msg(msg, msgcap, "the stored tensor has an invalid descriptor",
-                43);
+    hr__set_msg(msg, msgcap, "the stored tensor has an invalid descriptor", 43);
     return 1;
   }
   return 0;
@@ -641,9 +636,9 @@ static int box_part(hr_session *s, const hr_request *req, hr_tensor *t,
 
 /* Composite: head, then every member pre-order, each member with its own
  * layout choice.  Never sharded (§ 18). */
-static int composite_parts(hr_session *s, const hr_request *req,
-                           hr_tensor *t, uint8_t dev, hr_tx *tx, int *xc,
-                           uint32_t *wire, char *msg, size_t msgcap) {
+static int composite_parts(hr_session *s, const hr_request *req, hr_tensor *t,
+                           uint8_t dev, hr_tx *tx, int *xc, uint32_t *wire,
+                           char *msg, size_t msgcap) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
   if (d->layout.tag != HR_LAYOUT_COMPOSITE) {
     choice c;
@@ -671,8 +666,8 @@ static int composite_parts(hr_session *s, const hr_request *req,
   hr__xport_for(&p->desc, &p->xp);
   size_t n = hr_tensor_member_count(t);
   for (size_t i = 0; i < n; i++) {
-    int rv = composite_parts(s, req, hr_tensor_member(t, i), dev, tx, xc,
-                             wire, msg, msgcap);
+    int rv = composite_parts(s, req, hr_tensor_member(t, i), dev, tx, xc, wire,
+                             msg, msgcap);
     if (rv)
       return rv;
   }
@@ -742,8 +737,8 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
     return HR_ERR_NOMEM;
   if (composite) {
     int xc = 0;
-    int rv = composite_parts(s, req, t, plan->device, &plan->txs[0], &xc,
-                             wire, msg, msgcap);
+    int rv = composite_parts(s, req, t, plan->device, &plan->txs[0], &xc, wire,
+                             msg, msgcap);
     plan->layout = HR_LAYOUT_COMPOSITE;
     plan->transcoded = xc;
     return rv;
@@ -802,8 +797,8 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
         if (end > box_shape[od])
           end = box_shape[od];
         shp[od] = end - u0 * unit;
-        rv = box_part(s, req, t, &c, plan->device, 1, off, shp, 0,
-                      &txs[i], wire, msg, msgcap);
+        rv = box_part(s, req, t, &c, plan->device, 1, off, shp, 0, &txs[i],
+                      wire, msg, msgcap);
         if (rv)
           return rv;
         txs[i].parts[0].xp.shard_index = (uint16_t)i;
@@ -813,8 +808,8 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
     }
   }
   int whole = !region;
-  rv = box_part(s, req, t, &c, plan->device, shard, box_off, box_shape,
-                whole, &plan->txs[0], wire, msg, msgcap);
+  rv = box_part(s, req, t, &c, plan->device, shard, box_off, box_shape, whole,
+                &plan->txs[0], wire, msg, msgcap);
   if (rv)
     return rv;
   if (shard)

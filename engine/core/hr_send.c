@@ -21,13 +21,13 @@
 struct hr_xwork {
   hr_work w;
   hr_session *s;
-  hr_stream *st;     /* NULL once the stream is gone */
-  hr_chunk *chunk;   /* its slot in the stream's window (when attached) */
-  hr_xjob *xj;       /* reference */
-  hr_tensor *mem;    /* reference to the output memory */
+  hr_stream *st;   /* NULL once the stream is gone */
+  hr_chunk *chunk; /* its slot in the stream's window (when attached) */
+  hr_xjob *xj;     /* reference */
+  hr_tensor *mem;  /* reference to the output memory */
   uint8_t *out;
   uint64_t begin, len;
-  int whole;         /* sparse: fill every buffer of xj->whole */
+  int whole; /* sparse: fill every buffer of xj->whole */
   int rc;
 };
 
@@ -73,8 +73,8 @@ void hr__xport_for(const hr_descriptor *d, hr_transport_fields *xp) {
 }
 
 static hr_part *part_push(hr_session *s, hr_tx *tx) {
-  hr_part *np = hr__mem_realloc(&s->mem, tx->parts,
-                                (tx->nparts + 1) * sizeof *np);
+  hr_part *np =
+      hr__mem_realloc(&s->mem, tx->parts, (tx->nparts + 1) * sizeof *np);
   if (!np)
     return NULL;
   tx->parts = np;
@@ -156,7 +156,7 @@ void hr__work_detach_stream(hr_stream *st) {
     window_clear(&st->tx);
 }
 
-/* ---- work items ----------------------------------------------------------- */
+/* ---- work items ---------------------------------------------------------- */
 
 static void xwork_run(hr_work *w) {
   hr_xwork *x = (hr_xwork *)w;
@@ -274,8 +274,12 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     c->begin = tx->next_chunk;
     c->len = len;
     int rv = chunk_mem(s, len, &c->mem);
-    if (rv)
-      return rv;
+    if (rv) {
+      /* Memory pressure refuses this transfer, not the connection. */
+      tx->failed = 1;
+      return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                              "no memory for a transcoding chunk");
+    }
     tx->win_count++;
     tx->next_chunk += len;
     rv = submit(s, st, c, 0);
@@ -301,8 +305,7 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st) {
     }
   }
   hr_part *p = &tx->parts[tx->cur];
-  if (p->xmode == HR_XM_WHOLE && tx->win_count &&
-      tx->win[tx->win_head].done) {
+  if (p->xmode == HR_XM_WHOLE && tx->win_count && tx->win[tx->win_head].done) {
     /* The sparse output exists as a whole now: send it directly. */
     hr_tensor *w = p->xj->whole;
     const hr_descriptor *d = hr_tensor_descriptor(w);
@@ -321,7 +324,7 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st) {
   return 0;
 }
 
-/* ---- turns ------------------------------------------------------------------ */
+/* ---- turns --------------------------------------------------------------- */
 
 static uint64_t part_buf_len(const hr_part *p, unsigned k) {
   if (p->xmode == HR_XM_WINDOW)
@@ -431,8 +434,8 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
       } else if (p->xmode == HR_XM_WINDOW && tx->win_count &&
                  tx->win[tx->win_head].done) {
         c = &tx->win[tx->win_head];
-        src = (const uint8_t *)hr_tensor_buffer(c->mem, 0) +
-              (tx->off - c->begin);
+        src =
+            (const uint8_t *)hr_tensor_buffer(c->mem, 0) + (tx->off - c->begin);
         hold = c->mem;
         if (left > c->begin + c->len - tx->off)
           left = c->begin + c->len - tx->off;
@@ -442,13 +445,11 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
       uint32_t len = hr__frame_cap(s);
       if (left < len)
         len = (uint32_t)left;
-      if (s->frame_queued &&
-          s->frame_queued + 24 + len > s->set.send_budget) {
+      if (s->frame_queued && s->frame_queued + 24 + len > s->set.send_budget) {
         *budget_hit = 1;
         return 0;
       }
-      rv = hr__out_frame(s, st->id, (uint8_t)tx->buf, tx->off, src, len,
-                         hold);
+      rv = hr__out_frame(s, st->id, (uint8_t)tx->buf, tx->off, src, len, hold);
       if (rv)
         return rv;
       msgs++;

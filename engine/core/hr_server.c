@@ -24,8 +24,8 @@
 /* A control backlog above this refuses LIST answers (they may be large). */
 #define LIST_ENTRY_MAX (2u + HR_MAX_KEY + 3u + 8u * HR_MAX_RANK + 8u)
 
-static void rec_finish(hr_session *s, hr_stream *st, int status,
-                       uint32_t wire, int sent, const char *msg) {
+static void rec_finish(hr_session *s, hr_stream *st, int status, uint32_t wire,
+                       int sent, const char *msg) {
   st->rec.status = status;
   st->rec.wire_error = wire;
   st->rec.wire_error_sent = sent;
@@ -38,7 +38,7 @@ static void rec_finish(hr_session *s, hr_stream *st, int status,
   }
 }
 
-/* ---- GET --------------------------------------------------------------------- */
+/* ---- GET ----------------------------------------------------------------- */
 
 const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
   return g && g->st && !g->st->ended ? &g->st->sg.info : NULL;
@@ -107,6 +107,18 @@ static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
   return 0;
 }
 
+/* Answers a GET with an ERROR that is a refusal, not a violation. */
+static int get_refuse(hr_session *s, hr_stream *st, uint32_t wire,
+                      const char *message) {
+  int rv = hr__out_error(s, st->id, wire, message);
+  if (rv)
+    return hr__fatal(s, rv);
+  hr__discard_add(s, st->id, st->last);
+  rec_finish(s, st, hr__status_for_wire(wire), wire, 1, message);
+  hr__stream_end(s, st);
+  return 0;
+}
+
 int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   if (!g || !t)
     return HR_ERR_INVALID_ARGUMENT;
@@ -121,17 +133,16 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   hr_answer_plan plan;
   uint32_t wire = 0;
   char msg[256] = "";
-  int rv = hr__select_answer(s, &st->sg.req, t, &plan, &wire, msg,
-                             sizeof msg);
+  int rv = hr__select_answer(s, &st->sg.req, t, &plan, &wire, msg, sizeof msg);
   if (rv < 0) {
     hr__answer_plan_free(s, &plan);
     hr__fatal(s, rv);
     goto out;
   }
   if (rv == 1) {
-    hr__answer_plan_free(s, &plan);
     st->rec.layout = plan.layout;
-    rv = hr__stream_error(s, st->id, wire, msg);
+    hr__answer_plan_free(s, &plan);
+    rv = get_refuse(s, st, wire, msg);
     goto out;
   }
   st->rec.layout = plan.layout;
@@ -178,8 +189,7 @@ out:;
 }
 
 int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
-  if (!g || wire_error == HR_WIRE_NO_ERROR ||
-      wire_error > HR_WIRE_ERROR_LAST)
+  if (!g || wire_error == HR_WIRE_NO_ERROR || wire_error > HR_WIRE_ERROR_LAST)
     return HR_ERR_INVALID_ARGUMENT;
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
@@ -189,15 +199,7 @@ int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
     return HR_ERR_STATE;
   hr__api_enter(s);
   st->sg.answered = 1;
-  int rv = hr__out_error(s, st->id, wire_error, message);
-  if (rv) {
-    hr__fatal(s, rv);
-  } else {
-    hr__discard_add(s, st->id, st->last);
-    rec_finish(s, st, hr__status_for_wire(wire_error), wire_error, 1,
-               message);
-    hr__stream_end(s, st);
-  }
+  get_refuse(s, st, wire_error, message);
   int ret = s->fatal ? s->fatal : 0;
   hr__api_leave(s);
   return ret;
@@ -230,7 +232,7 @@ static int srv_get_stop(hr_session *s, hr_stream *st, int cancel,
   return 0;
 }
 
-/* ---- PUT ---------------------------------------------------------------------- */
+/* ---- PUT ----------------------------------------------------------------- */
 
 const hr_put_info *hr_srv_put_info(const hr_srv_put *p) {
   return p && p->st && !p->st->ended ? &p->st->pinfo : NULL;
@@ -405,16 +407,16 @@ static int srv_put_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   }
 }
 
-/* ---- LIST ----------------------------------------------------------------------- */
+/* ---- LIST ---------------------------------------------------------------- */
 
 typedef struct list_ctx {
   const hr_list_request *req;
   uint8_t *buf;
   size_t len, cap;
   uint16_t count;
-  int cut;        /* an entry did not fit */
-  int bad;        /* the provider broke the rules */
-  size_t prev;    /* offset of the previous entry's key in buf */
+  int cut;     /* an entry did not fit */
+  int bad;     /* the provider broke the rules */
+  size_t prev; /* offset of the previous entry's key in buf */
   uint16_t prev_len;
 } list_ctx;
 
@@ -431,15 +433,14 @@ static int list_emit(void *ctx, const hr_list_entry *e) {
   if (c->bad || c->cut || c->count >= c->req->max_entries)
     return 1;
   if (!e || !e->key || e->key_len < 1 || e->key_len > HR_MAX_KEY ||
-      e->rank > HR_MAX_RANK ||
-      e->key_len < c->req->prefix_len ||
+      e->rank > HR_MAX_RANK || e->key_len < c->req->prefix_len ||
       (c->req->prefix_len &&
        memcmp(e->key, c->req->prefix, c->req->prefix_len)) ||
       (c->req->start_after_len &&
        key_cmp(e->key, e->key_len, c->req->start_after,
                c->req->start_after_len) <= 0) ||
-      (c->count && key_cmp(e->key, e->key_len, c->buf + c->prev,
-                           c->prev_len) <= 0)) {
+      (c->count &&
+       key_cmp(e->key, e->key_len, c->buf + c->prev, c->prev_len) <= 0)) {
     c->bad = 1;
     return 1;
   }
@@ -486,8 +487,7 @@ static int srv_list_open(hr_session *s, const hr_msg *m) {
   hr__cb_leave(s);
   if (rv || c.bad) {
     hr__mem_free(&s->mem, c.buf);
-    return hr__stream_error(s, sid, HR_WIRE_INTERNAL,
-                            "the listing failed");
+    return hr__stream_error(s, sid, HR_WIRE_INTERNAL, "the listing failed");
   }
   hr_msg out;
   memset(&out, 0, sizeof out);
@@ -502,7 +502,7 @@ static int srv_list_open(hr_session *s, const hr_msg *m) {
   return rv ? hr__fatal(s, rv) : 0;
 }
 
-/* ---- dispatch ---------------------------------------------------------------------- */
+/* ---- dispatch ------------------------------------------------------------ */
 
 int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
   (void)ws;
@@ -525,8 +525,7 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
   }
   if (s->state != HR_CS_ESTABLISHED && s->state != HR_CS_DRAINING)
     return 0;
-  if (m->hdr.type != HR_MSG_LIST_REQUEST &&
-      s->nrequests >= s->set.max_streams)
+  if (m->hdr.type != HR_MSG_LIST_REQUEST && s->nrequests >= s->set.max_streams)
     return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
                             "too many concurrent streams");
   switch (m->hdr.type) {

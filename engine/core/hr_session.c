@@ -104,16 +104,16 @@ static const unsigned char route[2][HR_MSG_LAST_DEFINED + 1] = {
 
 /* What to do with one message, decided from its header. */
 enum {
-  K_CONN,       /* handle at connection level */
-  K_HELLO,      /* the HELLO we wait for */
-  K_OPEN,       /* opens stream hdr.stream_id */
-  K_STREAM,     /* for stream `st` */
-  K_DROP,       /* races the end of a stream: drop silently */
-  K_STREAM_PV,  /* PROTOCOL_VIOLATION on its stream */
-  K_CONN_PV     /* PROTOCOL_VIOLATION on stream 0 */
+  K_CONN,      /* handle at connection level */
+  K_HELLO,     /* the HELLO we wait for */
+  K_OPEN,      /* opens stream hdr.stream_id */
+  K_STREAM,    /* for stream `st` */
+  K_DROP,      /* races the end of a stream: drop silently */
+  K_STREAM_PV, /* PROTOCOL_VIOLATION on its stream */
+  K_CONN_PV    /* PROTOCOL_VIOLATION on stream 0 */
 };
 
-/* ---- small helpers --------------------------------------------------------- */
+/* ---- small helpers ------------------------------------------------------- */
 
 void hr__set_msg(char *dst, size_t cap, const char *src, size_t len) {
   if (!src)
@@ -162,8 +162,7 @@ void hr_settings_default(hr_settings *st) {
   st->read_timeout = 30ull * 1000000000ull;
   st->keepalive_interval = 30ull * 1000000000ull;
   st->capabilities = HR_CAP_TRANSCODING | HR_CAP_PARALLEL_STREAMS |
-                     HR_CAP_TENSOR_PUT | HR_CAP_LIST |
-                     HR_CAP_REGION_REQUESTS;
+                     HR_CAP_TENSOR_PUT | HR_CAP_LIST | HR_CAP_REGION_REQUESTS;
   st->max_shards = 64;
   st->transcode_mem_limit = (uint64_t)1 << 30;
   st->transcode_chunk = (uint64_t)4 << 20;
@@ -172,7 +171,7 @@ void hr_settings_default(hr_settings *st) {
   st->peer_name = NULL;
 }
 
-/* ---- id history and the discard set ------------------------------------------ */
+/* ---- id history and the discard set -------------------------------------- */
 
 static void range_add(hr_idrange *ring, unsigned cap, unsigned *n,
                       unsigned *head, uint32_t first, uint32_t last) {
@@ -223,7 +222,7 @@ static int was_opened(const hr_session *s, uint32_t id) {
   return 0;
 }
 
-/* ---- stream table ------------------------------------------------------------ */
+/* ---- stream table -------------------------------------------------------- */
 
 static size_t tab_lower(const hr_session *s, uint32_t id) {
   size_t lo = 0, hi = s->ntab;
@@ -385,7 +384,7 @@ int hr__status_for_wire(uint32_t code) {
   }
 }
 
-/* ---- entry/exit of public calls -------------------------------------------- */
+/* ---- entry/exit of public calls ------------------------------------------ */
 
 static void session_free(hr_session *s);
 
@@ -408,7 +407,7 @@ static void leave(hr_session *s) {
 void hr__api_enter(hr_session *s) { enter(s, HR_TSTAMP_NEVER); }
 void hr__api_leave(hr_session *s) { leave(s); }
 
-/* ---- errors -------------------------------------------------------------------- */
+/* ---- errors -------------------------------------------------------------- */
 
 static void fail_all(hr_session *s, int status, uint32_t wire, int sent,
                      const char *msg) {
@@ -505,13 +504,13 @@ int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
   return 0;
 }
 
-/* ---- HELLO ------------------------------------------------------------------------ */
+/* ---- HELLO --------------------------------------------------------------- */
 
 static const uint8_t hello_layouts[] = {
-    HR_LAYOUT_ROW_MAJOR,   HR_LAYOUT_COLUMN_MAJOR, HR_LAYOUT_STRIDED,
-    HR_LAYOUT_PERMUTED,    HR_LAYOUT_TILED,        HR_LAYOUT_SPARSE_COO,
-    HR_LAYOUT_SPARSE_CSR,  HR_LAYOUT_SPARSE_CSC,   HR_LAYOUT_SPARSE_BSR,
-    HR_LAYOUT_COMPOSITE,   HR_LAYOUT_PANEL,        HR_LAYOUT_TILED_EXACT,
+    HR_LAYOUT_ROW_MAJOR,     HR_LAYOUT_COLUMN_MAJOR, HR_LAYOUT_STRIDED,
+    HR_LAYOUT_PERMUTED,      HR_LAYOUT_TILED,        HR_LAYOUT_SPARSE_COO,
+    HR_LAYOUT_SPARSE_CSR,    HR_LAYOUT_SPARSE_CSC,   HR_LAYOUT_SPARSE_BSR,
+    HR_LAYOUT_COMPOSITE,     HR_LAYOUT_PANEL,        HR_LAYOUT_TILED_EXACT,
     HR_LAYOUT_PERMUTED_EXACT};
 
 static const uint8_t cpu_only[1] = {HR_DEV_CPU};
@@ -520,8 +519,8 @@ static const uint8_t std_memory[1] = {HR_MEM_STANDARD};
 static int send_hello(hr_session *s, uint16_t minor) {
   hr_msg m;
   memset(&m, 0, sizeof m);
-  m.hdr.type = s->role == HR_ROLE_CLIENT ? HR_MSG_CLIENT_HELLO
-                                         : HR_MSG_SERVER_HELLO;
+  m.hdr.type =
+      s->role == HR_ROLE_CLIENT ? HR_MSG_CLIENT_HELLO : HR_MSG_SERVER_HELLO;
   hr_hello *h = &m.u.hello;
   h->magic = HR_MAGIC;
   h->version_major = HR_VERSION_MAJOR_WIRE;
@@ -580,8 +579,7 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
   hr_wire_put_header(copy, hdr->type, hdr->stream_id, hdr->payload_length);
   memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
   hr_msg m;
-  int rv = hr_wire_decode_payload(hdr, copy + HR_HEADER_SIZE, &s->wctx, &m,
-                                  ws);
+  int rv = hr_wire_decode_payload(hdr, copy + HR_HEADER_SIZE, &s->wctx, &m, ws);
   if (rv) {
     hr__mem_free(&s->mem, copy);
     return rv;
@@ -624,8 +622,9 @@ static int on_hello(hr_session *s, const hr_msg_header *hdr,
   for (uint16_t i = 0; i < s->peer.device_count; i++)
     if (s->peer.devices[i] == HR_DEV_CPU)
       s->client_has_cpu = 1;
-  if (s->has_prov && s->prov.size >= offsetof(hr_provider, on_hello) +
-                                         sizeof s->prov.on_hello &&
+  if (s->has_prov &&
+      s->prov.size >=
+          offsetof(hr_provider, on_hello) + sizeof s->prov.on_hello &&
       s->prov.on_hello) {
     uint32_t wire = 0;
     hr__cb_enter(s);
@@ -646,7 +645,7 @@ static int on_hello(hr_session *s, const hr_msg_header *hdr,
   return established(s);
 }
 
-/* ---- connection-level messages -------------------------------------------------- */
+/* ---- connection-level messages ------------------------------------------- */
 
 static int queue_ctrl(hr_session *s, const hr_msg *m) {
   int rv = hr__out_msg(s, m, 1);
@@ -712,7 +711,7 @@ static int on_conn_msg(hr_session *s, const hr_msg *m) {
   }
 }
 
-/* ---- classification ------------------------------------------------------------ */
+/* ---- classification ------------------------------------------------------ */
 
 static int is_race(uint32_t type) {
   return type == HR_MSG_CANCEL || type == HR_MSG_BUFFER_RELEASE ||
@@ -723,8 +722,8 @@ static int classify(hr_session *s, const hr_msg_header *h, hr_stream **st) {
   uint32_t t = h->type, sid = h->stream_id;
   *st = NULL;
   if (s->state == HR_CS_AWAIT_HELLO) {
-    uint32_t want = s->role == HR_ROLE_SERVER ? HR_MSG_CLIENT_HELLO
-                                              : HR_MSG_SERVER_HELLO;
+    uint32_t want =
+        s->role == HR_ROLE_SERVER ? HR_MSG_CLIENT_HELLO : HR_MSG_SERVER_HELLO;
     if (t == want && sid == 0)
       return K_HELLO;
     if (s->role == HR_ROLE_CLIENT && t == HR_MSG_ERROR && sid == 0)
@@ -753,7 +752,7 @@ static int classify(hr_session *s, const hr_msg_header *h, hr_stream **st) {
   return K_CONN_PV;
 }
 
-/* ---- receive ------------------------------------------------------------------- */
+/* ---- receive ------------------------------------------------------------- */
 
 static int stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   return s->role == HR_ROLE_SERVER ? hr__srv_on_stream_msg(s, st, m)
@@ -820,8 +819,8 @@ static int place(hr_session *s, const uint8_t *p, size_t n) {
   uint64_t off = s->rc.next;
   while (n && st && !st->ended) {
     uint64_t run = 0;
-    uint8_t *dst = hr__recv_where(&st->rv, s->rc.stream_id,
-                                  s->rc.buffer_index, off, &run);
+    uint8_t *dst =
+        hr__recv_where(&st->rv, s->rc.stream_id, s->rc.buffer_index, off, &run);
     if (!dst || run == 0)
       return hr__stream_error(s, s->rc.stream_id, HR_WIRE_INTERNAL,
                               "no destination for frame bytes");
@@ -853,8 +852,7 @@ static int on_data(hr_session *s, const hr_reader_event *ev) {
                                 ? "message before the HELLO exchange"
                                 : "TENSOR_DATA on a stream never opened");
     case K_STREAM_PV:
-      rv = hr__stream_error(s, ev->hdr.stream_id,
-                            HR_WIRE_PROTOCOL_VIOLATION,
+      rv = hr__stream_error(s, ev->hdr.stream_id, HR_WIRE_PROTOCOL_VIOLATION,
                             "TENSOR_DATA not allowed on this stream");
       break;
     case K_STREAM: {
@@ -888,6 +886,29 @@ static int on_data(hr_session *s, const hr_reader_event *ev) {
   if (s->rc.left == 0)
     return frame_complete(s);
   return 0;
+}
+
+/* A message the reader rejected from its header (or a TENSOR_DATA
+ * sub-header).  An unknown type is answered on its stream whatever the
+ * stream (§ 18: type before placement).  Otherwise placement comes first:
+ * on a never-opened id it is the never-opened rule (stream 0); on an
+ * ended one, PROTOCOL_VIOLATION on it; on an open one, the reader's code
+ * on it.  Late bytes of a stream we already refused are dropped. */
+static int on_reader_error(hr_session *s, const hr_reader_event *ev) {
+  uint32_t sid = ev->hdr.stream_id;
+  if (ev->fatal || sid == 0 || s->state == HR_CS_AWAIT_HELLO)
+    return hr__conn_error(s, ev->status.code, ev->status.reason);
+  if (ev->status.code == HR_WIRE_UNKNOWN_MESSAGE_TYPE ||
+      hr__stream_find(s, sid))
+    return hr__stream_error(s, sid, ev->status.code, ev->status.reason);
+  if (range_has(s->discard, HR_DISCARD_RANGES, s->ndiscard, s->discard_head,
+                sid))
+    return 0;
+  if (sid <= s->max_seen && was_opened(s, sid))
+    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
+                            "message on an ended stream");
+  return hr__conn_error(s, HR_WIRE_PROTOCOL_VIOLATION,
+                        "message on a stream never opened");
 }
 
 int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
@@ -924,12 +945,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
       rv = on_data(s, &ev);
       break;
     case HR_RD_ERROR:
-      if (ev.fatal || ev.hdr.stream_id == 0 ||
-          s->state == HR_CS_AWAIT_HELLO)
-        rv = hr__conn_error(s, ev.status.code, ev.status.reason);
-      else
-        rv = hr__stream_error(s, ev.hdr.stream_id, ev.status.code,
-                              ev.status.reason);
+      rv = on_reader_error(s, &ev);
       break;
     default:
       break;
@@ -945,8 +961,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
 }
 
 int hr_session_recv_target(hr_session *s, void **dst, size_t *len) {
-  if (!s || !dst || !len || s->in_cb || s->fatal ||
-      s->state == HR_CS_CLOSED)
+  if (!s || !dst || !len || s->in_cb || s->fatal || s->state == HR_CS_CLOSED)
     return 0;
   uint8_t bi;
   uint64_t off;
@@ -997,7 +1012,7 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
   return rv < 0 && hr_err_is_fatal(rv) ? rv : 0;
 }
 
-/* ---- output ------------------------------------------------------------------- */
+/* ---- output -------------------------------------------------------------- */
 
 int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
   if (!s || (!iov && max > 0) || max < 0)
@@ -1040,7 +1055,7 @@ int hr_session_want_write(const hr_session *s) {
   return s->frame_queued < s->set.send_budget;
 }
 
-/* ---- timers -------------------------------------------------------------------- */
+/* ---- timers -------------------------------------------------------------- */
 
 static hr_tstamp add_ts(hr_tstamp a, uint64_t b) {
   return a > HR_TSTAMP_NEVER - b ? HR_TSTAMP_NEVER : a + b;
@@ -1056,11 +1071,8 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
   if (!hr_reader_at_boundary(s->rd) && s->set.read_timeout)
     t = min_ts(t, add_ts(s->msg_started, s->set.read_timeout));
-  if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout) {
-    hr_tstamp last = s->last_rx > s->last_activity ? s->last_rx
-                                                   : s->last_activity;
-    t = min_ts(t, add_ts(last, s->set.idle_timeout));
-  }
+  if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout)
+    t = min_ts(t, add_ts(s->last_activity, s->set.idle_timeout));
   if (s->role == HR_ROLE_CLIENT && s->state != HR_CS_AWAIT_HELLO &&
       s->set.keepalive_interval) {
     if (s->keepalive_out)
@@ -1138,18 +1150,17 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
                            "keepalive: the peer stopped answering",
                            HR_ERR_TIMEOUT);
   } else {
-    if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 &&
-        s->set.idle_timeout) {
-      hr_tstamp last = s->last_rx > s->last_activity ? s->last_rx
-                                                     : s->last_activity;
-      if (now >= add_ts(last, s->set.idle_timeout) && !s->goaway_sent) {
+    /* Idle: no stream open and none opened or ended for idle_timeout
+     * (PINGs do not count, or two keepalive peers would never idle). */
+    if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout) {
+      if (now >= add_ts(s->last_activity, s->set.idle_timeout) &&
+          !s->goaway_sent) {
         rv = hr_session_shutdown(s, now);
         hr__session_set_state(s, HR_CS_CLOSED);
       }
     }
-    if (rv == 0 && s->state != HR_CS_CLOSED &&
-        s->role == HR_ROLE_CLIENT && s->set.keepalive_interval &&
-        !s->keepalive_out &&
+    if (rv == 0 && s->state != HR_CS_CLOSED && s->role == HR_ROLE_CLIENT &&
+        s->set.keepalive_interval && !s->keepalive_out &&
         now >= add_ts(s->last_rx, s->set.keepalive_interval)) {
       rv = hr__ping_send(s, NULL, NULL, 1);
       if (rv == 0) {
@@ -1166,7 +1177,7 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
   return rv < 0 && hr_err_is_fatal(rv) ? rv : 0;
 }
 
-/* ---- lifecycle ------------------------------------------------------------------- */
+/* ---- lifecycle ----------------------------------------------------------- */
 
 void hr_session_terminate(hr_session *s, hr_tstamp now) {
   if (!s)
@@ -1198,9 +1209,8 @@ int hr_session_shutdown(hr_session *s, hr_tstamp now) {
     m.hdr.type = HR_MSG_GOAWAY;
     /* The last request accepted, counted by its first id (§ 18); a
      * client names the last stream it opened. */
-    m.u.goaway.last_stream_id = s->goaway_last = s->role == HR_ROLE_SERVER
-                                                    ? s->last_open_first
-                                                    : s->next_id - 1;
+    m.u.goaway.last_stream_id = s->goaway_last =
+        s->role == HR_ROLE_SERVER ? s->last_open_first : s->next_id - 1;
     m.u.goaway.code = HR_WIRE_NO_ERROR;
     rv = hr__out_msg(s, &m, 0);
     if (rv == 0) {
@@ -1234,20 +1244,16 @@ void hr_session_work_done(hr_session *s, hr_work *w, hr_tstamp now) {
 void *hr_session_user_data(const hr_session *s) { return s ? s->ud : NULL; }
 int hr_session_role(const hr_session *s) { return s ? s->role : -1; }
 const hr_hello *hr_session_peer_hello(const hr_session *s) {
-  return s && s->have_peer && s->state != HR_CS_AWAIT_HELLO ? &s->peer
-                                                            : NULL;
+  return s && s->have_peer && s->state != HR_CS_AWAIT_HELLO ? &s->peer : NULL;
 }
-size_t hr_session_stream_count(const hr_session *s) {
-  return s ? s->ntab : 0;
-}
+size_t hr_session_stream_count(const hr_session *s) { return s ? s->ntab : 0; }
 const char *hr_session_state_name(const hr_session *s) {
   return s ? hr__conn_state_names[s->state] : "NULL";
 }
 
 int hr_session_new(hr_session **out, int role, const hr_settings *settings,
-                   const hr_session_callbacks *cbs,
-                   const hr_provider *provider, void *user_data,
-                   hr_tstamp now, const hr_mem *mem) {
+                   const hr_session_callbacks *cbs, const hr_provider *provider,
+                   void *user_data, hr_tstamp now, const hr_mem *mem) {
   if (!out || (role != HR_ROLE_CLIENT && role != HR_ROLE_SERVER))
     return HR_ERR_INVALID_ARGUMENT;
   hr_settings def;
@@ -1283,8 +1289,8 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
     memcpy(&s->cbs, cbs, n);
   }
   if (provider) {
-    size_t n = provider->size < sizeof s->prov ? provider->size
-                                               : sizeof s->prov;
+    size_t n =
+        provider->size < sizeof s->prov ? provider->size : sizeof s->prov;
     memcpy(&s->prov, provider, n);
     s->prov.size = n;
     s->has_prov = 1;

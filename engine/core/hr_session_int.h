@@ -58,36 +58,36 @@ typedef struct hr_xwork hr_xwork;
 /* One tensor of a send sequence: a plain tensor, a shard, a composite head
  * or member.  Composites are flattened pre-order into consecutive parts. */
 typedef struct hr_part {
-  hr_tensor *t;          /* source (reference held) */
-  hr_descriptor desc;    /* descriptor as sent (ext points into t or xjob) */
+  hr_tensor *t;       /* source (reference held) */
+  hr_descriptor desc; /* descriptor as sent (ext points into t or xjob) */
   hr_transport_fields xp;
   /* Direct parts send bytes straight from memory: src[k] + [0, len[k]),
    * kept alive by `hold`. */
   const uint8_t *src[HR_MAX_BUFFERS];
   uint64_t len[HR_MAX_BUFFERS];
-  hr_tensor *hold;       /* reference */
-  hr_xjob *xj;           /* transcoding job (reference; NULL: none) */
-  int xmode;             /* HR_XM_*: how the data is produced */
-  int transcoded;        /* the layout differs from the stored one */
+  hr_tensor *hold; /* reference */
+  hr_xjob *xj;     /* transcoding job (reference; NULL: none) */
+  int xmode;       /* HR_XM_*: how the data is produced */
+  int transcoded;  /* the layout differs from the stored one */
 } hr_part;
 
 /* One chunk of transcoded output in the stream's window. */
 typedef struct hr_chunk {
-  uint64_t begin, len;   /* byte range of the target buffer */
-  hr_tensor *mem;        /* holds the bytes (frames take references) */
-  hr_xwork *work;        /* in flight (NULL once done) */
-  int done;              /* produced */
-  int rc;                /* result of the work */
+  uint64_t begin, len; /* byte range of the target buffer */
+  hr_tensor *mem;      /* holds the bytes (frames take references) */
+  hr_xwork *work;      /* in flight (NULL once done) */
+  int done;            /* produced */
+  int rc;              /* result of the work */
 } hr_chunk;
 
 /* The sending side of a stream. */
 typedef struct hr_tx {
   hr_part *parts;
   size_t nparts;
-  size_t cur;            /* part being sent */
-  int phase;             /* HR_TXP_* */
-  unsigned buf;          /* buffer being sent */
-  uint64_t off;          /* next byte of that buffer */
+  size_t cur;   /* part being sent */
+  int phase;    /* HR_TXP_* */
+  unsigned buf; /* buffer being sent */
+  uint64_t off; /* next byte of that buffer */
   /* TENSOR_PUT replaces the first descriptor (client PUT). */
   const uint8_t *put_key;
   uint16_t put_key_len;
@@ -95,8 +95,8 @@ typedef struct hr_tx {
   /* Transcoding window of the current part (ring of chunks). */
   hr_chunk *win;
   uint32_t win_cap, win_head, win_count;
-  uint64_t next_chunk;   /* first byte not yet submitted */
-  int failed;            /* a work item failed: stream error queued */
+  uint64_t next_chunk; /* first byte not yet submitted */
+  int failed;          /* a work item failed: stream error queued */
 } hr_tx;
 
 enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE };
@@ -113,21 +113,21 @@ enum {
 struct hr_xjob {
   int refs;
   hr_mem mem;
-  void *plan;            /* hr_xc_plan */
-  hr_tensor *src;        /* the source tensor (reference) */
-  uint64_t out_size;     /* dense: target buffer bytes */
-  uint64_t grain;        /* chunk granularity */
-  hr_tensor *whole;      /* sparse: the materialised output */
+  void *plan;        /* hr_xc_plan */
+  hr_tensor *src;    /* the source tensor (reference) */
+  uint64_t out_size; /* dense: target buffer bytes */
+  uint64_t grain;    /* chunk granularity */
+  hr_tensor *whole;  /* sparse: the materialised output */
 };
 
 /* A received tensor node (plain tensor or composite head). */
 typedef struct hr_rnode {
   struct hr_rnode *parent;
-  hr_descriptor desc;      /* copy; ext/params_raw cleared (params parsed) */
-  uint8_t ext[16];         /* PANEL metadata kept for the tensor */
-  hr_tensor *t;            /* the tensor once built (plain: at begin) */
-  struct hr_rnode **kids;  /* composite: members so far */
-  uint32_t nkids, want;    /* members arrived / member_count */
+  hr_descriptor desc;     /* copy; ext/params_raw cleared (params parsed) */
+  uint8_t ext[16];        /* PANEL metadata kept for the tensor */
+  hr_tensor *t;           /* the tensor once built (plain: at begin) */
+  struct hr_rnode **kids; /* composite: members so far */
+  uint32_t nkids, want;   /* members arrived / member_count */
   int complete;
 } hr_rnode;
 
@@ -140,38 +140,38 @@ typedef struct hr_rshard {
 
 /* Mapping of the frame being received to its destination. */
 typedef struct hr_rcur {
-  hr_stream *st;           /* stream receiving (NULL: discard) */
+  hr_stream *st; /* stream receiving (NULL: discard) */
   uint32_t stream_id;
   uint8_t buffer_index;
-  uint64_t next;           /* buffer offset of the next byte */
-  uint64_t left;           /* bytes of the frame still to come */
+  uint64_t next; /* buffer offset of the next byte */
+  uint64_t left; /* bytes of the frame still to come */
   int active;
 } hr_rcur;
 
 /* The receiving side of a transfer (client GET, server PUT). */
 typedef struct hr_recv {
   hr_rx *rx;
-  uint32_t base;           /* first stream id */
-  int sharded;             /* answer carries HAS_SHARD */
-  uint32_t nshards;        /* total_shards (0: not known yet) */
+  uint32_t base;    /* first stream id */
+  int sharded;      /* answer carries HAS_SHARD */
+  uint32_t nshards; /* total_shards (0: not known yet) */
   uint32_t shards_ended;
   hr_rshard *shards;
-  hr_tensor *assembled;    /* N > 1: one box-sized tensor */
-  hr_descriptor adesc;     /* its descriptor */
+  hr_tensor *assembled;          /* N > 1: one box-sized tensor */
+  hr_descriptor adesc;           /* its descriptor */
   uint64_t astride[HR_MAX_RANK]; /* element strides of the box, storage order */
   unsigned aperm[HR_MAX_RANK];   /* storage order: aperm[0] outermost dim */
-  int aslab;               /* TILED/PANEL: shards must be slabs */
-  int has_box;             /* a REGION request: the box is the region */
+  int aslab;                     /* TILED/PANEL: shards must be slabs */
+  int has_box;                   /* a REGION request: the box is the region */
   uint64_t box_offset[HR_MAX_RANK];
   uint64_t box_shape[HR_MAX_RANK];
-  hr_rnode *root;          /* unsharded: the tree */
-  hr_rnode *top;           /* innermost open composite head (or NULL) */
-  hr_rnode *cur;           /* plain tensor receiving frames */
+  hr_rnode *root; /* unsharded: the tree */
+  hr_rnode *top;  /* innermost open composite head (or NULL) */
+  hr_rnode *cur;  /* plain tensor receiving frames */
   /* Application destination (client GET). */
   uint8_t *app;
   uint64_t app_cap, app_used;
   unsigned min_align;
-  uint64_t bytes;          /* tensor bytes landed */
+  uint64_t bytes; /* tensor bytes landed */
   int complete;
   /* Permissive torn composites: completed plain tensors, in order. */
   hr_tensor **done_list;
@@ -180,13 +180,13 @@ typedef struct hr_recv {
 
 /* A server GET (base stream or shard stream). */
 typedef struct hr_srvget_state {
-  uint8_t *key;            /* copied request */
-  hr_request req;          /* layouts' ext point into `ext_store` */
+  uint8_t *key;   /* copied request */
+  hr_request req; /* layouts' ext point into `ext_store` */
   uint8_t *ext_store;
   hr_get_info info;
-  int answered;            /* hr_get_answer/fail called */
+  int answered; /* hr_get_answer/fail called */
   int in_on_get;
-  uint32_t block_last;     /* last id of the reserved block */
+  uint32_t block_last; /* last id of the reserved block */
 } hr_srvget_state;
 
 struct hr_srv_get {
@@ -199,56 +199,56 @@ struct hr_srv_put {
 typedef struct hr_cliget_state {
   hr_get_cb cb;
   void *ud;
-  hr_get_opts opts;        /* copied; pointers into `store` */
+  hr_get_opts opts; /* copied; pointers into `store` */
   uint8_t *store;
   hr_get_dest dest;
   int has_dest;
-  int cancelling;          /* CANCEL sent (or failing): discard until end */
-  int fail_status;         /* first failure (0: none) */
+  int cancelling;  /* CANCEL sent (or failing): discard until end */
+  int fail_status; /* first failure (0: none) */
   uint32_t fail_wire;
   int fail_sent;
   char fail_msg[256];
-  uint8_t *ended;          /* per shard stream: ended (N known) */
-  int base_ended;          /* the base id got ERROR/END */
+  uint8_t *ended; /* per shard stream: ended (N known) */
+  int base_ended; /* the base id got ERROR/END */
 } hr_cliget_state;
 
 struct hr_stream {
   hr_session *s;
-  int kind;                /* enum hr_stream_kind */
-  uint32_t id;             /* first id */
-  uint32_t last;           /* last id of its block (== id unless parallel) */
+  int kind;      /* enum hr_stream_kind */
+  uint32_t id;   /* first id */
+  uint32_t last; /* last id of its block (== id unless parallel) */
   /* Scheduling (ready list). */
   hr_stream *rnext, *rprev;
   int in_ready;
-  int sent_any;            /* had a turn already (new streams go first) */
-  int ended;               /* finished; kept until the outermost call ends */
-  int counted;             /* counts against max_streams */
-  hr_stream *zlink;        /* list of ended streams awaiting free */
-  hr_tx tx;                /* sending side (server GET, client PUT) */
-  hr_recv rv;              /* receiving side (client GET, server PUT) */
+  int sent_any;     /* had a turn already (new streams go first) */
+  int ended;        /* finished; kept until the outermost call ends */
+  int counted;      /* counts against max_streams */
+  hr_stream *zlink; /* list of ended streams awaiting free */
+  hr_tx tx;         /* sending side (server GET, client PUT) */
+  hr_recv rv;       /* receiving side (client GET, server PUT) */
   hr_transfer_record rec;
-  int has_rec;             /* on_transfer reported for this stream */
+  int has_rec; /* on_transfer reported for this stream */
   /* Kind-specific. */
   hr_srvget_state sg;
   hr_srv_get gh;
   hr_srv_put ph;
-  hr_put_info pinfo;       /* server PUT: key copy + head desc */
+  hr_put_info pinfo; /* server PUT: key copy + head desc */
   uint8_t *pkey;
-  int put_accepted;        /* on_put_begin accepted */
+  int put_accepted; /* on_put_begin accepted */
   hr_cliget_state cg;
   hr_put_cb put_cb;
   hr_list_cb list_cb;
   void *cb_ud;
-  int cb_done;             /* the completion callback ran */
-  uint8_t *req;            /* client: the encoded request, until sent */
+  int cb_done;  /* the completion callback ran */
+  uint8_t *req; /* client: the encoded request, until sent */
   size_t req_len;
-  uint8_t *list_msg;       /* server LIST: the encoded response */
+  uint8_t *list_msg; /* server LIST: the encoded response */
   size_t list_len;
   /* Shard streams of one server answer share the base's request. */
   hr_stream *base;
-  uint32_t nshards;        /* server shard streams: N */
+  uint32_t nshards; /* server shard streams: N */
   uint32_t shard_index;
-  hr_tensor *chunk_hold;   /* a transcoded chunk being sent (reference) */
+  hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
 };
 
 /* ---- the output queue ---------------------------------------------------- */
@@ -256,16 +256,16 @@ struct hr_stream {
 /* One item handed out by pull(): up to two byte ranges. */
 typedef struct hr_oitem {
   struct hr_oitem *next;
-  const uint8_t *p1;       /* header / control bytes */
+  const uint8_t *p1; /* header / control bytes */
   size_t l1;
-  const uint8_t *p2;       /* frame data (tensor memory) */
+  const uint8_t *p2; /* frame data (tensor memory) */
   size_t l2;
-  hr_tensor *hold;         /* keeps p2 alive */
-  uint8_t *heap;           /* owned storage of p1 (large messages) */
-  int is_frame;            /* counts against send_budget */
-  int ctrl;                /* counts against the control backlog */
-  struct hr_ping *ping;    /* PING: stamp when first pulled */
-  uint8_t inl[40];         /* small messages and frame prefixes */
+  hr_tensor *hold;      /* keeps p2 alive */
+  uint8_t *heap;        /* owned storage of p1 (large messages) */
+  int is_frame;         /* counts against send_budget */
+  int ctrl;             /* counts against the control backlog */
+  struct hr_ping *ping; /* PING: stamp when first pulled */
+  uint8_t inl[40];      /* small messages and frame prefixes */
 } hr_oitem;
 
 typedef struct hr_ping {
@@ -273,7 +273,7 @@ typedef struct hr_ping {
   uint64_t opaque;
   hr_tstamp sent;
   int stamped;
-  int keepalive;           /* sent by the session itself */
+  int keepalive; /* sent by the session itself */
   hr_ping_cb cb;
   void *ud;
 } hr_ping;
@@ -284,16 +284,16 @@ typedef struct hr_idrange {
   uint32_t first, last;
 } hr_idrange;
 
-#define HR_ID_HISTORY 256   /* ranges of opened ids remembered */
+#define HR_ID_HISTORY 256     /* ranges of opened ids remembered */
 #define HR_DISCARD_RANGES 256 /* ranges whose late messages are dropped */
 #define HR_CTRL_BACKLOG_MAX ((uint64_t)1 << 20) /* flood limit (bytes) */
 
-/* ---- the session ---------------------------------------------------------- */
+/* ---- the session --------------------------------------------------------- */
 
 struct hr_session {
   hr_mem mem;
   int role;
-  int state;               /* enum hr_conn_state */
+  int state; /* enum hr_conn_state */
   hr_settings set;
   char peer_name_buf[64];
   uint8_t *devices_copy;
@@ -308,31 +308,31 @@ struct hr_session {
   hr_hello peer;
   uint8_t *peer_store;
   int have_peer;
-  int client_has_cpu;      /* the client advertised CPU (server side) */
-  uint32_t our_caps;       /* capabilities we advertised */
-  uint32_t peer_max;       /* largest payload we may send */
-  uint16_t peer_max_shards;/* client: server's MAX_SHARDS */
+  int client_has_cpu;       /* the client advertised CPU (server side) */
+  uint32_t our_caps;        /* capabilities we advertised */
+  uint32_t peer_max;        /* largest payload we may send */
+  uint16_t peer_max_shards; /* client: server's MAX_SHARDS */
   /* Streams. */
-  hr_stream **tab;         /* sorted by id */
+  hr_stream **tab; /* sorted by id */
   size_t ntab, captab;
-  size_t nrequests;        /* open streams counted for max_streams */
-  uint32_t max_seen;       /* highest id opened or reserved */
-  uint32_t last_open_first;/* server: first id of the last request */
-  uint32_t next_id;        /* client: next id to use */
+  size_t nrequests;         /* open streams counted for max_streams */
+  uint32_t max_seen;        /* highest id opened or reserved */
+  uint32_t last_open_first; /* server: first id of the last request */
+  uint32_t next_id;         /* client: next id to use */
   hr_idrange hist[HR_ID_HISTORY];
   unsigned nhist, hist_head;
   hr_idrange discard[HR_DISCARD_RANGES];
   unsigned ndiscard, discard_head;
   /* GOAWAY. */
   int goaway_sent, goaway_recv;
-  uint32_t goaway_last;    /* what we sent */
+  uint32_t goaway_last; /* what we sent */
   uint32_t goaway_peer_last;
   /* Output. */
   hr_oitem *qhead, *qtail;
-  size_t qoff;             /* bytes of qhead already consumed */
-  uint64_t frame_queued;   /* frame bytes queued, not consumed */
-  uint64_t ctrl_queued;    /* control bytes queued, not consumed */
-  hr_stream *rhead, *rtail;/* ready list */
+  size_t qoff;              /* bytes of qhead already consumed */
+  uint64_t frame_queued;    /* frame bytes queued, not consumed */
+  uint64_t ctrl_queued;     /* control bytes queued, not consumed */
+  hr_stream *rhead, *rtail; /* ready list */
   /* Receive. */
   hr_rcur rc;
   hr_tstamp now;
@@ -346,14 +346,14 @@ struct hr_session {
   int keepalive_out;
   hr_tstamp keepalive_sent;
   /* Callbacks and deferred frees. */
-  int depth;               /* public calls in progress (re-entrancy) */
-  int in_cb;               /* callbacks in progress */
+  int depth; /* public calls in progress (re-entrancy) */
+  int in_cb; /* callbacks in progress */
   int del_pending;
-  int fatal;               /* a fatal error happened */
-  hr_stream *zombies;      /* ended streams, freed at the outermost exit */
-  size_t works_inflight;   /* hr_work items not yet reported */
-  int deleted;             /* hr_session_del ran; freed with the last work */
-  uint32_t closing_error;  /* code of the connection ERROR we sent */
+  int fatal;              /* a fatal error happened */
+  hr_stream *zombies;     /* ended streams, freed at the outermost exit */
+  size_t works_inflight;  /* hr_work items not yet reported */
+  int deleted;            /* hr_session_del ran; freed with the last work */
+  uint32_t closing_error; /* code of the connection ERROR we sent */
 };
 
 /* ---- hr_outq.c ---------------------------------------------------------- */
@@ -363,9 +363,8 @@ struct hr_session {
  * HR_ERR_NOMEM. */
 int hr__out_msg(hr_session *s, const hr_msg *m, int ctrl);
 /* Queues a frame: prefix + data borrowed from `hold` (reference taken). */
-int hr__out_frame(hr_session *s, uint32_t stream_id, uint8_t bi,
-                  uint64_t off, const uint8_t *data, uint32_t len,
-                  hr_tensor *hold);
+int hr__out_frame(hr_session *s, uint32_t stream_id, uint8_t bi, uint64_t off,
+                  const uint8_t *data, uint32_t len, hr_tensor *hold);
 /* Queues pre-encoded bytes that `heap` owns (taken over on success). */
 int hr__out_bytes(hr_session *s, uint8_t *heap, size_t len, int is_frame);
 /* Convenience encoders. */
@@ -386,7 +385,7 @@ void hr__ready_remove(hr_session *s, hr_stream *st);
 /* One scheduling round; returns 0 or a fatal error. */
 int hr__schedule(hr_session *s);
 
-/* ---- hr_send.c ------------------------------------------------------------ */
+/* ---- hr_send.c ----------------------------------------------------------- */
 
 /* Largest TENSOR_DATA data length we may send now. */
 uint32_t hr__frame_cap(const hr_session *s);
@@ -411,7 +410,7 @@ void hr__xjob_unref(hr_xjob *xj);
 /* Work item bookkeeping on session teardown. */
 void hr__work_detach_stream(hr_stream *st);
 
-/* ---- hr_recv.c ------------------------------------------------------------ */
+/* ---- hr_recv.c ----------------------------------------------------------- */
 
 int hr__recv_init(hr_session *s, hr_recv *rv, const hr_rx_config *cfg);
 void hr__recv_free(hr_session *s, hr_recv *rv);
@@ -427,14 +426,14 @@ uint8_t *hr__recv_where(hr_recv *rv, uint32_t sid, uint8_t bi, uint64_t off,
 /* The result tensor (reference transferred) once complete. */
 hr_tensor *hr__recv_take(hr_recv *rv);
 
-/* ---- hr_select.c ---------------------------------------------------------- */
+/* ---- hr_select.c --------------------------------------------------------- */
 
 /* Plans a server answer of `t` to request `req` into shard streams: fills
  * parts lists (one per shard), and the decision summary.  Errors: wire
  * error code in *wire and a message (stream-level refusal), or fatal. */
 typedef struct hr_answer_plan {
-  uint32_t nshards;        /* 0: unsharded answer */
-  hr_tx *txs;              /* nshards (or 1) send sequences */
+  uint32_t nshards; /* 0: unsharded answer */
+  hr_tx *txs;       /* nshards (or 1) send sequences */
   uint8_t layout;
   int transcoded;
   uint8_t device;
@@ -478,7 +477,7 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st);
 void hr__stream_fail(hr_session *s, hr_stream *st, int status, uint32_t wire,
                      int sent, const char *msg);
 
-/* ---- hr_session.c helpers --------------------------------------------------- */
+/* ---- hr_session.c helpers ------------------------------------------------ */
 
 int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
                    hr_stream **out);

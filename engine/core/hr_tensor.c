@@ -21,9 +21,9 @@ struct hr_tensor {
   void *block;               /* library-owned memory (hr_tensor_alloc) */
   hr_release_fn release;     /* application buffers' release (wrap) */
   void *release_ctx;
-  hr_tensor **members;       /* composite members (references held) */
+  hr_tensor **members; /* composite members (references held) */
   size_t member_count;
-  unsigned depth;            /* composite nesting depth (0: plain) */
+  unsigned depth; /* composite nesting depth (0: plain) */
 };
 
 /* Copies `d` into t->desc, deep-copying the bytes its pointers reference
@@ -89,8 +89,7 @@ static int sum_sizes(const hr_descriptor *d, uint64_t *out) {
 int hr_tensor_wrap(hr_tensor **out, const hr_descriptor *desc,
                    void *const *buffers, hr_release_fn release,
                    void *release_ctx, const hr_mem *mem) {
-  if (!out || !desc || !plain_args_ok(desc) ||
-      (desc->buffer_count && !buffers))
+  if (!out || !desc || !plain_args_ok(desc) || (desc->buffer_count && !buffers))
     return HR_ERR_INVALID_ARGUMENT;
   for (unsigned k = 0; k < desc->buffer_count; k++)
     if (!buffers[k] && desc->buffers[k].size_bytes)
@@ -193,8 +192,7 @@ static int is_quant_type(uint8_t e) {
 }
 
 static int is_scale_type(uint8_t e) {
-  return e == HR_ELEM_FLOAT16 || e == HR_ELEM_BFLOAT16 ||
-         e == HR_ELEM_FLOAT32;
+  return e == HR_ELEM_FLOAT16 || e == HR_ELEM_BFLOAT16 || e == HR_ELEM_FLOAT32;
 }
 
 static int bad(hr_wire_status *st, const char *why) {
@@ -239,9 +237,8 @@ int hr__composite_check(const hr_descriptor *head,
     for (size_t i = 0; i < n; i++) {
       const hr_descriptor *m = members[i];
       if (m->element_type != head->element_type ||
-          !shape_like(head, m, p->axis, m->rank == head->rank
-                                            ? m->shape[p->axis]
-                                            : 0) ||
+          !shape_like(head, m, p->axis,
+                      m->rank == head->rank ? m->shape[p->axis] : 0) ||
           !hr__add_u64(sum, m->shape[p->axis], &sum))
         return bad(st, "CONCAT member: type, rank or shape differs");
     }
@@ -258,8 +255,7 @@ int hr__composite_check(const hr_descriptor *head,
     uint64_t dim = head->shape[p->axis];
     uint64_t groups = dim / p->group_size + (dim % p->group_size != 0);
     const hr_descriptor *q = members[0], *s = members[1];
-    if (!is_quant_type(q->element_type) ||
-        !shape_like(head, q, p->axis, dim))
+    if (!is_quant_type(q->element_type) || !shape_like(head, q, p->axis, dim))
       return bad(st, "GROUP_QUANTIZED member 0: type or shape");
     if (!is_scale_type(s->element_type) ||
         !shape_like(head, s, p->axis, groups))

@@ -71,14 +71,32 @@ typedef struct hr_settings {
                                   control messages are always let through) */
   uint32_t max_streams;        /* concurrent streams per connection (256) */
   uint64_t handshake_timeout;  /* ns; 10 s */
-  uint64_t idle_timeout;       /* ns; 300 s (0: none) */
-  uint64_t read_timeout;       /* ns a peer may stall inside a message; 30 s */
-  uint64_t keepalive_interval; /* ns of idleness before a PING (client);
+  uint64_t idle_timeout;       /* ns with no stream open, opened or
+                                  ended (PINGs do not count) before
+                                  GOAWAY (NO_ERROR) and close;
+                                  300 s (0: none) */
+  uint64_t read_timeout;       /* ns a peer may stall inside a message
+                                  (no byte of it arriving) before ERROR
+                                  TIMEOUT on stream 0; 30 s (0: none) */
+  uint64_t keepalive_interval; /* client: ns without input before a PING;
+                                  when nothing arrives for another
+                                  interval, ERROR TIMEOUT and close.
                                   30 s (0: none) */
-  uint32_t capabilities;       /* HR_CAP_* we advertise */
+  uint32_t capabilities;       /* HR_CAP_* we may advertise; masked by
+                                  what this build does (TRANSCODING and
+                                  REGION_REQUESTS only with the transcode
+                                  kernels; never RDMA/SHM yet) and, on a
+                                  server, by the provider (TENSOR_PUT needs
+                                  on_put_begin and on_put_commit, LIST
+                                  on_list).  A client advertises none. */
   uint16_t max_shards;         /* server: MAX_SHARDS advertised (64) */
   uint64_t transcode_mem_limit;/* server: bytes one transcode may
-                                  materialise at once (1 GiB) */
+                                  materialise at once (1 GiB): a sparse
+                                  target (built whole) or the index of a
+                                  sparse source.  Dense targets stream
+                                  chunk by chunk and never reach it.  Over
+                                  it, selection falls through to the next
+                                  preference; per shard (§ 18). */
   uint64_t transcode_chunk;    /* server: bytes per transcode work item
                                   (4 MiB) */
   uint32_t transcode_window;   /* server: work items in flight per stream (4) */
@@ -150,9 +168,14 @@ typedef struct hr_get_info {
 HR_EXTERN const hr_get_info *hr_srv_get_info(const hr_srv_get *g);
 
 /* Answers a GET with a tensor (a reference is taken; the caller keeps its
- * own).  The session picks the layout, device, shards and transcoding.
- * May be called from callbacks and later from the driving thread.
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (already answered). */
+ * own).  The session picks the layout, device, shards and transcoding
+ * (see docs/protocol.md); a request it cannot serve (device, region,
+ * transcoding failure) is answered with the ERROR the rules name.  The
+ * tensor's buffers must be host memory and must not change until the
+ * transfer ends.  May be called from callbacks and later from the driving
+ * thread, but not after on_get_cancel for `g`.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (already answered, or the session
+ * closed), HR_ERR_NOMEM (fatal for the session). */
 HR_EXTERN int hr_get_answer(hr_srv_get *g, hr_tensor *t);
 /* Refuses a GET with a wire error (NOT_FOUND, UNAUTHORIZED, ...) and a
  * message (UTF-8, NULL: none).  Same rules as hr_get_answer(). */
@@ -223,11 +246,30 @@ typedef struct hr_provider {
 
 /* Completion of a GET: `t` is the received tensor (a reference the
  * callback now owns; NULL on failure), `rec` the transfer record (valid
- * during the callback). */
+ * during the callback).  The tensor is:
+ *  - the answer as described (with HAS_SHARD for a REGION request or a
+ *    PARALLEL_OK request answered with one shard);
+ *  - for N > 1 shards, one tensor of the requested box (the parent, or
+ *    the region: then HAS_SHARD with parent_shape and shard_offset of the
+ *    region) in the shards' layout, every shard placed directly by its
+ *    shard_offset (ROW/COLUMN_MAJOR and PERMUTED shards cut any way;
+ *    TILED and PANEL shards must be whole tile rows / panels along dim 0,
+ *    else the GET fails with HR_ERR_UNSUPPORTED);
+ *  - a composite hr_tensor whose members are the received tensors.
+ * Failures: HR_ERR_REMOTE (the server's ERROR, code in rec->wire_error),
+ * HR_ERR_PROTO (we found a violation and sent ERROR), HR_ERR_LIMIT (the
+ * destination is too small or cannot be allocated: ERROR
+ * RESOURCE_EXHAUSTED sent), HR_ERR_UNSUPPORTED, HR_ERR_CLOSED (the
+ * session ended, or GOAWAY said the request was not processed: safe to
+ * retry elsewhere), HR_ERR_TIMEOUT. */
 typedef void (*hr_get_cb)(hr_session *s, uint32_t stream_id, hr_tensor *t,
                           const hr_transfer_record *rec, void *user_data);
 
-/* Where received bytes land. */
+/* Where received bytes land.  A composite's members, and a sharded
+ * answer's one box-sized tensor, are carved out of the same buffer at
+ * their alignments.  `release` is attached to the tensor returned by a
+ * successful GET; when the GET fails it is not called (the buffer is the
+ * application's again once the callback returns). */
 typedef struct hr_get_dest {
   /* Application buffer for the tensor's (or, with shards, the parent's)
    * bytes, or NULL to let the session allocate with min_alignment_log2.
@@ -290,9 +332,15 @@ HR_EXTERN int hr_session_list(hr_session *s, const uint8_t *prefix,
 /* Sends a PING; the callback gets the round trip. */
 HR_EXTERN int hr_session_ping(hr_session *s, hr_ping_cb cb, void *user_data);
 
-/* Cancels a GET or PUT (every stream of a parallel block).  The
- * completion callback then reports HR_ERR_REMOTE/CANCELLED or the result
- * if it raced.  Returns 0, HR_ERR_NOT_FOUND. */
+/* Cancels a GET or PUT.  `stream_id` may be any id of a parallel GET's
+ * block; CANCEL goes on every shard stream (every id of the block while
+ * the shard count is unknown; unused ids are ignored by servers).  The
+ * completion then reports HR_ERR_REMOTE with CANCELLED (the first ERROR
+ * on any of its streams ends it; later ones are dropped) or the result if
+ * it raced.  A request not yet sent (before the handshake) completes at
+ * once with HR_ERR_CLOSED and wire_error CANCELLED.  May be called from
+ * callbacks.  Returns 0, HR_ERR_NOT_FOUND (no such GET/PUT, or already
+ * complete), HR_ERR_NOMEM. */
 HR_EXTERN int hr_session_cancel(hr_session *s, uint32_t stream_id);
 
 /* ------------------------------------------------------------------------ */
@@ -310,7 +358,8 @@ struct hr_work {
 typedef struct hr_session_callbacks {
   size_t size; /* sizeof(hr_session_callbacks) */
   /* Run w->run() somewhere, then call hr_session_work_done(s, w) on the
-   * driving thread.  NULL: run inline (synchronously) at submission. */
+   * driving thread.  NULL, or a non-zero return (the host cannot take it
+   * now): the session runs it inline (synchronously) at submission. */
   int (*submit_work)(hr_session *s, hr_work *w, void *user_data);
   /* The handshake completed (both HELLOs). */
   void (*on_established)(hr_session *s, const hr_hello *peer,
@@ -320,7 +369,8 @@ typedef struct hr_session_callbacks {
   /* A connection-level error was sent or received; the session closes. */
   void (*on_error)(hr_session *s, uint32_t wire_error, int sent,
                    const char *message, void *user_data);
-  /* A transfer finished (server side too), for logs and metrics. */
+  /* A transfer finished (server side too), for logs and metrics.  A
+   * server reports each stream of an answer (each shard) on its own. */
   void (*on_transfer)(hr_session *s, const hr_transfer_record *rec,
                       void *user_data);
 } hr_session_callbacks;
@@ -343,10 +393,11 @@ HR_EXTERN int hr_session_new(hr_session **out, int role,
 HR_EXTERN void hr_session_del(hr_session *s);
 
 /*
- * Feeds received bytes.  Returns the bytes consumed (all of them unless a
- * callback paused), or a fatal error (HR_ERR_NOMEM, HR_ERR_CALLBACK_
- * FAILURE).  Protocol errors by the peer are not returned: the session
- * queues the ERROR it must send and moves to closing (want_read becomes 0).
+ * Feeds received bytes.  Returns the bytes consumed (all of them; after
+ * the session closed they are discarded), or a fatal error (HR_ERR_NOMEM,
+ * HR_ERR_CALLBACK_FAILURE; HR_ERR_IN_CALLBACK from a callback).  Protocol
+ * errors by the peer are not returned: the session queues the ERROR it
+ * must send (on the stream, or on stream 0 and then want_read becomes 0).
  */
 HR_EXTERN int64_t hr_session_recv(hr_session *s, const uint8_t *in,
                                   size_t len, hr_tstamp now);
@@ -382,10 +433,18 @@ HR_EXTERN int hr_session_handle_expiry(hr_session *s, hr_tstamp now);
 HR_EXTERN void hr_session_terminate(hr_session *s, hr_tstamp now);
 
 /* Starts a graceful shutdown: GOAWAY (NO_ERROR) with the last stream id
- * accepted; active streams finish, new ones are refused. */
+ * accepted (server: the first id of the last request it opened; client:
+ * the last id it opened); active streams finish, then both want_read and
+ * want_write drop to 0.  A server answers requests above last_stream_id
+ * that raced the GOAWAY with ERROR RESOURCE_EXHAUSTED.  Before the
+ * handshake it closes without sending anything.  May be called from
+ * callbacks.  Returns 0, HR_ERR_NOMEM. */
 HR_EXTERN int hr_session_shutdown(hr_session *s, hr_tstamp now);
 
-/* Reports a finished work item (see submit_work). */
+/* Reports a finished work item (see submit_work): calls w->done.  Work
+ * still in flight when hr_session_del() runs keeps the session's memory
+ * alive: report it as usual (no callback is made for it); the last report
+ * frees the session. */
 HR_EXTERN void hr_session_work_done(hr_session *s, hr_work *w, hr_tstamp now);
 
 HR_EXTERN void *hr_session_user_data(const hr_session *s);

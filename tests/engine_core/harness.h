@@ -26,7 +26,7 @@
 
 #include "engine_core/testutil.h"
 
-/* ---- random ---------------------------------------------------------------- */
+/* ---- random -------------------------------------------------------------- */
 
 static inline uint32_t t_rand(uint64_t *st) {
   *st = *st * 6364136223846793005ull + 1442695040888963407ull;
@@ -41,12 +41,12 @@ typedef struct store {
   char *keys[STORE_MAX];
   hr_tensor *ts[STORE_MAX];
   int n;
-  int defer;             /* on_get: keep the handle, answer later */
+  int defer; /* on_get: keep the handle, answer later */
   hr_srv_get *pending[16];
   int npending;
-  int cancels;           /* on_get_cancel calls */
+  int cancels; /* on_get_cancel calls */
   int puts_begun, puts_committed, puts_aborted;
-  uint32_t refuse_put;   /* on_put_begin answers this wire error */
+  uint32_t refuse_put; /* on_put_begin answers this wire error */
   uint32_t refuse_commit;
   uint32_t refuse_hello;
   int gets;
@@ -221,7 +221,7 @@ static inline hr_provider store_provider(store *st) {
   return p;
 }
 
-/* ---- results ---------------------------------------------------------------- */
+/* ---- results ------------------------------------------------------------- */
 
 typedef struct result {
   int calls;
@@ -292,7 +292,7 @@ static inline void result_clear(result *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* ---- the pair --------------------------------------------------------------- */
+/* ---- the pair ------------------------------------------------------------ */
 
 typedef struct work_q {
   hr_work *items[4096];
@@ -305,19 +305,19 @@ typedef struct pair {
   store st;
   hr_tstamp now;
   uint64_t seed;
-  int chunked;      /* feed in random chunks */
-  int zero_copy;    /* use recv_target/recv_placed */
-  int iov_max;      /* iovecs per pull (default 64) */
-  work_q wq;        /* deferred work (when async_work) */
+  int chunked;   /* feed in random chunks */
+  int zero_copy; /* use recv_target/recv_placed */
+  int iov_max;   /* iovecs per pull (default 64) */
+  work_q wq;     /* deferred work (when async_work) */
   int async_work;
-  int errors_c, errors_s;   /* on_error calls */
+  int errors_c, errors_s; /* on_error calls */
   uint32_t last_err_c, last_err_s;
   int err_sent_c, err_sent_s;
   int established;
   int goaways_c, goaways_s;
   int transfers_s;
   hr_transfer_record last_srv_rec;
-  hr_test_failmem fm;       /* allocator of both sessions */
+  hr_test_failmem fm; /* allocator of both sessions */
   int use_fm;
 } pair;
 
@@ -351,8 +351,7 @@ static inline void pair_on_established(hr_session *s, const hr_hello *h,
   p->established++;
 }
 
-static inline void pair_on_goaway(hr_session *s, const hr_goaway *g,
-                                  void *ud) {
+static inline void pair_on_goaway(hr_session *s, const hr_goaway *g, void *ud) {
   pair *p = ud;
   if (s == p->c)
     p->goaways_c++;
@@ -391,8 +390,7 @@ static inline int pair_open(pair *p, const hr_settings *cs,
     p->seed = 12345;
   if (!p->iov_max)
     p->iov_max = 64;
-  int rv = hr_session_new(&p->c, HR_ROLE_CLIENT, cs, &cb, NULL, p, p->now,
-                          mem);
+  int rv = hr_session_new(&p->c, HR_ROLE_CLIENT, cs, &cb, NULL, p, p->now, mem);
   if (rv)
     return rv;
   rv = hr_session_new(&p->s, HR_ROLE_SERVER, ss, &cb, &prov, p, p->now, mem);
@@ -475,10 +473,10 @@ static inline int run_work(pair *p) {
     p->wq.items[i]->run(p->wq.items[i]);
   for (int i = 0; i < n; i++)
     hr_session_work_done(p->wq.owner[i], p->wq.items[i], p->now);
-  memmove(p->wq.items, p->wq.items + n, (size_t)(p->wq.n - n) *
-                                           sizeof p->wq.items[0]);
-  memmove(p->wq.owner, p->wq.owner + n, (size_t)(p->wq.n - n) *
-                                           sizeof p->wq.owner[0]);
+  memmove(p->wq.items, p->wq.items + n,
+          (size_t)(p->wq.n - n) * sizeof p->wq.items[0]);
+  memmove(p->wq.owner, p->wq.owner + n,
+          (size_t)(p->wq.n - n) * sizeof p->wq.owner[0]);
   p->wq.n -= n;
   return n;
 }
@@ -499,7 +497,7 @@ static inline int run(pair *p) {
   return -1;
 }
 
-/* ---- tensors ---------------------------------------------------------------- */
+/* ---- tensors ------------------------------------------------------------- */
 
 static inline void fill_bytes(hr_tensor *t, uint64_t seed) {
   const hr_descriptor *d = hr_tensor_descriptor(t);

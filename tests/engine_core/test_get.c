@@ -63,14 +63,13 @@ static void get_small_row_major(void **state) {
   }
 }
 
-
 static const uint8_t all_elems[] = {
-    HR_ELEM_BOOL,     HR_ELEM_INT8,          HR_ELEM_UINT8,
-    HR_ELEM_INT16,    HR_ELEM_UINT16,        HR_ELEM_INT32,
-    HR_ELEM_UINT32,   HR_ELEM_INT64,         HR_ELEM_UINT64,
-    HR_ELEM_FLOAT16,  HR_ELEM_BFLOAT16,      HR_ELEM_FLOAT32,
-    HR_ELEM_FLOAT64,  HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
-    HR_ELEM_COMPLEX64, HR_ELEM_COMPLEX128,   HR_ELEM_INT4,
+    HR_ELEM_BOOL,      HR_ELEM_INT8,          HR_ELEM_UINT8,
+    HR_ELEM_INT16,     HR_ELEM_UINT16,        HR_ELEM_INT32,
+    HR_ELEM_UINT32,    HR_ELEM_INT64,         HR_ELEM_UINT64,
+    HR_ELEM_FLOAT16,   HR_ELEM_BFLOAT16,      HR_ELEM_FLOAT32,
+    HR_ELEM_FLOAT64,   HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
+    HR_ELEM_COMPLEX64, HR_ELEM_COMPLEX128,    HR_ELEM_INT4,
     HR_ELEM_UINT4};
 
 /* Every element type, ROW_MAJOR, several shapes (scalar, empty, odd). */
@@ -85,8 +84,8 @@ static void get_every_element_type(void **state) {
     assert_int_equal(pair_open(&p, NULL, NULL), 0);
     for (size_t e = 0; e < sizeof all_elems; e++)
       for (size_t sh = 0; sh < 4; sh++) {
-        hr_tensor *t = row_major(all_elems[e], ranks[sh], shapes[sh],
-                                 e * 31 + sh);
+        hr_tensor *t =
+            row_major(all_elems[e], ranks[sh], shapes[sh], e * 31 + sh);
         assert_non_null(t);
         result r = {0};
         hr_get_opts o = get_opts("k");
@@ -305,8 +304,8 @@ static void get_parallel_shards(void **state) {
         shape[0] = 4100;
         shape[1] = 2100;
       }
-      hr_tensor *t = dense(HR_ELEM_FLOAT32, layouts[li], 2, shape, NULL, 0,
-                           (uint64_t)k);
+      hr_tensor *t =
+          dense(HR_ELEM_FLOAT32, layouts[li], 2, shape, NULL, 0, (uint64_t)k);
       result r = {0};
       hr_get_opts o = get_opts("k");
       o.flags = HR_REQ_PARALLEL_OK;
@@ -453,7 +452,6 @@ static void get_devices(void **state) {
   hr_tensor_unref(t);
 }
 
-
 /* Element (i, j) of a rank-2 tensor of 4-byte elements in any dense or
  * STRIDED layout (enough for these tests). */
 static uint32_t elem2(hr_tensor *t, uint64_t i, uint64_t j) {
@@ -582,8 +580,7 @@ static void get_regions(void **state) {
   assert_int_equal(r.status, 0);
   assert_int_equal(r.rec.shards, 3);
   assert_int_equal(memcmp(hr_tensor_buffer(r.t, 0),
-                          (uint8_t *)hr_tensor_buffer(big, 0) +
-                              100 * 4096 * 4,
+                          (uint8_t *)hr_tensor_buffer(big, 0) + 100 * 4096 * 4,
                           2500 * 4096 * 4),
                    0);
   const hr_descriptor *d = hr_tensor_descriptor(r.t);
@@ -731,6 +728,92 @@ static void get_foreign_shards(void **state) {
     }
 }
 
+/* A composite torn by the server's ERROR: strict clients report only the
+ * error; permissive ones also hand out the members that arrived, never
+ * as a composite. */
+static void get_torn_composite(void **state) {
+  (void)state;
+  for (int strict = 0; strict < 2; strict++) {
+    hr_settings cs;
+    hr_settings_default(&cs);
+    cs.strict_composites = strict;
+    pair p = {0};
+    assert_int_equal(pair_open(&p, &cs, NULL), 0);
+    hr_session_del(p.s);
+    p.s = NULL;
+    fake f = {{0}, 0};
+    hr_msg m;
+    memset(&m, 0, sizeof m);
+    m.hdr.type = HR_MSG_SERVER_HELLO;
+    m.u.hello.magic = HR_MAGIC;
+    m.u.hello.version_major = 1;
+    m.u.hello.max_message_size = 1 << 20;
+    m.u.hello.layout_count = 2;
+    m.u.hello.layouts[0].tag = HR_LAYOUT_ROW_MAJOR;
+    m.u.hello.layouts[1].tag = HR_LAYOUT_COMPOSITE;
+    fake_msg(&f, &m);
+    assert_true(pump(&p, p.c, NULL) > 0);
+    result r = {0};
+    hr_get_opts o = get_opts("x");
+    assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+    /* Head: TUPLE of 2, then member 0 whole, member 1 cut by ERROR. */
+    memset(&m, 0, sizeof m);
+    m.hdr.type = HR_MSG_TENSOR_DESCRIPTOR;
+    m.hdr.stream_id = 1;
+    m.u.tensor.desc.descriptor_version = 1;
+    m.u.tensor.desc.element_type = HR_ELEM_NONE;
+    m.u.tensor.desc.layout.tag = HR_LAYOUT_COMPOSITE;
+    m.u.tensor.desc.params.member_count = 2;
+    m.u.tensor.desc.params.rule = HR_COMPOSITE_TUPLE;
+    m.u.tensor.xport.total_shards = 1;
+    fake_msg(&f, &m);
+    hr_msg e;
+    memset(&e, 0, sizeof e);
+    e.hdr.type = HR_MSG_TENSOR_DATA_END;
+    e.hdr.stream_id = 1;
+    fake_msg(&f, &e);
+    for (int i = 0; i < 2; i++) {
+      memset(&m, 0, sizeof m);
+      m.hdr.type = HR_MSG_TENSOR_DESCRIPTOR;
+      m.hdr.stream_id = 1;
+      hr_descriptor *d = &m.u.tensor.desc;
+      d->descriptor_version = 1;
+      d->element_type = HR_ELEM_UINT8;
+      d->rank = 1;
+      d->shape[0] = 4;
+      d->layout.tag = HR_LAYOUT_ROW_MAJOR;
+      d->buffer_count = 1;
+      d->buffers[0].size_bytes = 4;
+      m.u.tensor.xport.total_data_bytes = 4;
+      m.u.tensor.xport.total_shards = 1;
+      fake_msg(&f, &m);
+      assert_int_equal(hr_wire_encode_data_prefix(f.b + f.n, 1, 0, 0, 2), 24);
+      f.n += 24;
+      f.b[f.n++] = (uint8_t)(10 + i);
+      f.b[f.n++] = (uint8_t)(20 + i);
+      if (i == 0) {
+        assert_int_equal(hr_wire_encode_data_prefix(f.b + f.n, 1, 0, 2, 2), 24);
+        f.n += 24;
+        f.b[f.n++] = 30;
+        f.b[f.n++] = 40;
+        fake_msg(&f, &e);
+      }
+    }
+    memset(&m, 0, sizeof m);
+    m.hdr.type = HR_MSG_ERROR;
+    m.hdr.stream_id = 1;
+    m.u.error.code = HR_WIRE_INTERNAL;
+    fake_msg(&f, &m);
+    assert_int_equal(feed(&p, p.c, f.b, f.n), 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.status, HR_ERR_REMOTE);
+    assert_null(r.t);
+    assert_int_equal(r.partial, strict ? 0 : 1);
+    result_clear(&r);
+    pair_close(&p);
+  }
+}
+
 /* max_streams: the server refuses a stream above it. */
 static void get_max_streams(void **state) {
   (void)state;
@@ -837,6 +920,7 @@ int main(void) {
       cmocka_unit_test(get_devices),
       cmocka_unit_test(get_regions),
       cmocka_unit_test(get_foreign_shards),
+      cmocka_unit_test(get_torn_composite),
       cmocka_unit_test(get_max_streams),
       cmocka_unit_test(hello_refused),
       cmocka_unit_test(del_from_callback),

@@ -105,10 +105,10 @@ static void desc_msg(raw *r, uint32_t type, uint32_t sid, uint8_t layout,
   memset(&m, 0, sizeof m);
   m.hdr.type = type;
   m.hdr.stream_id = sid;
-  hr_descriptor *d = type == HR_MSG_TENSOR_PUT ? &m.u.put.desc
-                                               : &m.u.tensor.desc;
-  hr_transport_fields *x = type == HR_MSG_TENSOR_PUT ? &m.u.put.xport
-                                                     : &m.u.tensor.xport;
+  hr_descriptor *d =
+      type == HR_MSG_TENSOR_PUT ? &m.u.put.desc : &m.u.tensor.desc;
+  hr_transport_fields *x =
+      type == HR_MSG_TENSOR_PUT ? &m.u.put.xport : &m.u.tensor.xport;
   if (type == HR_MSG_TENSOR_PUT) {
     m.u.put.key = (const uint8_t *)"p";
     m.u.put.key_len = 1;
@@ -134,7 +134,7 @@ static void data_msg(raw *r, uint32_t sid, uint64_t off, uint32_t len) {
   r->n += len;
 }
 
-/* ---- output -------------------------------------------------------------------- */
+/* ---- output -------------------------------------------------------------- */
 
 typedef struct outs {
   int n;
@@ -188,7 +188,7 @@ static int find_error(const outs *o, uint32_t *sid, uint32_t *code) {
   return 0;
 }
 
-/* ---- server table ---------------------------------------------------------------- */
+/* ---- server table -------------------------------------------------------- */
 
 enum { S_FRESH, S_EST, S_OPEN, S_ENDED, S_PUT };
 
@@ -196,16 +196,14 @@ typedef struct srow {
   const char *name;
   int state;
   void (*build)(raw *r);
-  uint32_t sid;   /* expected ERROR stream */
-  uint32_t code;  /* expected code; 0: no ERROR at all */
-  int closed;     /* the connection closes */
+  uint32_t sid;  /* expected ERROR stream */
+  uint32_t code; /* expected code; 0: no ERROR at all */
+  int closed;    /* the connection closes */
 } srow;
 
 static void b_request1(raw *r) { request(r, 1, "k", 0, 1); }
 static void b_ping(raw *r) { ping(r, HR_MSG_PING, 0); }
-static void b_server_hello(raw *r) {
-  hello(r, 1, HR_MAGIC, 1, 0, NULL, 0);
-}
+static void b_server_hello(raw *r) { hello(r, 1, HR_MAGIC, 1, 0, NULL, 0); }
 static void b_bad_magic(raw *r) { hello(r, 0, 0x12345678, 1, 0, NULL, 0); }
 static void b_major2(raw *r) { hello(r, 0, HR_MAGIC, 2, 0, NULL, 0); }
 static void b_big_hello(raw *r) {
@@ -237,13 +235,13 @@ static void b_unknown_s3(raw *r) { put_hdr(r, 0x13, 3, 4); }
 static void b_unknown_s0(raw *r) { put_hdr(r, 0x13, 0, 4); }
 static void b_private_s3(raw *r) { put_hdr(r, 0xF0, 3, 0); }
 static void b_ping_s3(raw *r) { ping(r, HR_MSG_PING, 3); }
+static void b_ping_s1(raw *r) { ping(r, HR_MSG_PING, 1); }
+static void b_short_data(raw *r) { put_hdr(r, HR_MSG_TENSOR_DATA, 5, 12); }
 static void b_rdma_open(raw *r) { empty(r, HR_MSG_RDMA_READY, 1); }
 static void b_desc_on_get(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
 }
-static void b_malformed_req(raw *r) {
-  put_hdr(r, HR_MSG_TENSOR_REQUEST, 7, 3);
-}
+static void b_malformed_req(raw *r) { put_hdr(r, HR_MSG_TENSOR_REQUEST, 7, 3); }
 static void b_too_large(raw *r) {
   hr_wire_put_header(r->b, HR_MSG_TENSOR_REQUEST, 7, (16u << 20) + 1);
   r->n = 12;
@@ -340,8 +338,8 @@ static const srow srows[] = {
      HR_WIRE_PROTOCOL_VIOLATION, 1},
     {"bad magic", S_FRESH, b_bad_magic, 0, HR_WIRE_UNSUPPORTED_VERSION, 1},
     {"major 2", S_FRESH, b_major2, 0, HR_WIRE_UNSUPPORTED_VERSION, 1},
-    {"HELLO above 65536", S_FRESH, b_big_hello, 0,
-     HR_WIRE_MESSAGE_TOO_LARGE, 1},
+    {"HELLO above 65536", S_FRESH, b_big_hello, 0, HR_WIRE_MESSAGE_TOO_LARGE,
+     1},
     {"second CLIENT_HELLO", S_EST, b_client_hello, 0,
      HR_WIRE_PROTOCOL_VIOLATION, 1},
     {"SERVER_HELLO from a client", S_EST, b_server_hello, 0,
@@ -371,30 +369,38 @@ static const srow srows[] = {
      HR_WIRE_UNKNOWN_MESSAGE_TYPE, 1},
     {"unagreed private type", S_EST, b_private_s3, 3,
      HR_WIRE_UNKNOWN_MESSAGE_TYPE, 0},
-    {"PING on stream 3", S_EST, b_ping_s3, 3, HR_WIRE_PROTOCOL_VIOLATION, 0},
+    {"PING on a never-opened stream", S_EST, b_ping_s3, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
+    {"PING on an open stream", S_OPEN, b_ping_s1, 1, HR_WIRE_PROTOCOL_VIOLATION,
+     0},
+    {"PING on an ended stream", S_ENDED, b_ping_s1, 1,
+     HR_WIRE_PROTOCOL_VIOLATION, 0},
     {"RDMA_READY not negotiated", S_OPEN, b_rdma_open, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0},
     {"DESCRIPTOR on a GET stream", S_OPEN, b_desc_on_get, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0},
-    {"malformed request", S_EST, b_malformed_req, 7,
-     HR_WIRE_MALFORMED_PAYLOAD, 0},
+    {"malformed request", S_EST, b_malformed_req, 7, HR_WIRE_MALFORMED_PAYLOAD,
+     0},
     {"payload above max_message_size", S_EST, b_too_large, 0,
      HR_WIRE_MESSAGE_TOO_LARGE, 1},
     {"ERROR on stream 0", S_EST, b_error_s0, 0, 0, 1},
-    {"GOAWAY on stream 3", S_EST, b_goaway_s3, 3, HR_WIRE_PROTOCOL_VIOLATION,
-     0},
+    {"GOAWAY on a never-opened stream", S_EST, b_goaway_s3, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
+    {"short TENSOR_DATA on an open PUT", S_PUT, b_short_data, 5,
+     HR_WIRE_MALFORMED_PAYLOAD, 0},
+    {"short TENSOR_DATA never opened", S_EST, b_short_data, 0,
+     HR_WIRE_PROTOCOL_VIOLATION, 1},
     {"CANCEL on stream 0", S_EST, b_cancel_s0, 0, HR_WIRE_PROTOCOL_VIOLATION,
      1},
     {"PUT of a shard", S_EST, b_put_shard, 7, HR_WIRE_PUT_REJECTED, 0},
     {"PUT on CUDA", S_EST, b_put_cuda, 7, HR_WIRE_DEVICE_UNAVAILABLE, 0},
-    {"PUT frames with a gap", S_PUT, b_put_gap, 5,
-     HR_WIRE_PROTOCOL_VIOLATION, 0},
+    {"PUT frames with a gap", S_PUT, b_put_gap, 5, HR_WIRE_PROTOCOL_VIOLATION,
+     0},
     {"PUT ends early", S_PUT, b_put_early_end, 5, HR_WIRE_PROTOCOL_VIOLATION,
      0},
     {"DESCRIPTOR in a plain PUT", S_PUT, b_put_desc_plain, 5,
      HR_WIRE_PROTOCOL_VIOLATION, 0},
-    {"region rank differs", S_EST, b_region_rank, 7, HR_WIRE_INVALID_REGION,
-     0},
+    {"region rank differs", S_EST, b_region_rank, 7, HR_WIRE_INVALID_REGION, 0},
     {"region outside", S_EST, b_region_outside, 7, HR_WIRE_INVALID_REGION, 0},
     {"parallel block past 2^32", S_EST, b_block_past_end, 0,
      HR_WIRE_PROTOCOL_VIOLATION, 1},
@@ -412,9 +418,9 @@ static void server_table(void **state) {
     store_put(&st, "k", t);
     hr_provider prov = store_provider(&st);
     hr_session *s;
-    assert_int_equal(hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, &prov,
-                                    NULL, 0, NULL),
-                     0);
+    assert_int_equal(
+        hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, &prov, NULL, 0, NULL),
+        0);
     static raw r;
     outs o;
     if (row->state != S_FRESH) {
@@ -447,8 +453,8 @@ static void server_table(void **state) {
         fail_msg("%s: no ERROR", row->name);
       if (sid != row->sid || code != row->code)
         fail_msg("%s: ERROR %s on %u, want %s on %u", row->name,
-                 hr_wire_error_name(code), sid,
-                 hr_wire_error_name(row->code), row->sid);
+                 hr_wire_error_name(code), sid, hr_wire_error_name(row->code),
+                 row->sid);
     }
     if (!!row->closed != !hr_session_want_read(s))
       fail_msg("%s: closed %d, want %d", row->name, !hr_session_want_read(s),
@@ -459,7 +465,7 @@ static void server_table(void **state) {
   }
 }
 
-/* ---- client table -------------------------------------------------------------- */
+/* ---- client table -------------------------------------------------------- */
 
 enum { C_FRESH, C_EST, C_GET };
 
@@ -470,7 +476,7 @@ typedef struct crow {
   uint32_t sid;
   uint32_t code;
   int closed;
-  int get_status;  /* the open GET's completion (C_GET), 1: still open */
+  int get_status; /* the open GET's completion (C_GET), 1: still open */
 } crow;
 
 static const uint8_t only_rm[1] = {HR_LAYOUT_ROW_MAJOR};
@@ -486,8 +492,7 @@ static void c_colmajor(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_COLUMN_MAJOR, 0, 4);
 }
 static void c_cuda(raw *r) {
-  desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, HR_DEV_CUDA,
-           4);
+  desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, HR_DEV_CUDA, 4);
 }
 static void c_overrun(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
@@ -533,10 +538,10 @@ static const crow crows[] = {
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
     {"layout neither asked nor advertised", C_GET, c_colmajor, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
-    {"CUDA buffer (rule 6)", C_GET, c_cuda, 1, HR_WIRE_DEVICE_UNAVAILABLE, 0,
-     HR_ERR_PROTO},
-    {"frame past the buffer", C_GET, c_overrun, 1,
+    {"CUDA buffer never advertised (rule 6)", C_GET, c_cuda, 1,
      HR_WIRE_PROTOCOL_VIOLATION, 0, HR_ERR_PROTO},
+    {"frame past the buffer", C_GET, c_overrun, 1, HR_WIRE_PROTOCOL_VIOLATION,
+     0, HR_ERR_PROTO},
     {"peer ERROR", C_GET, c_error, 0, 0, 0, HR_ERR_REMOTE},
     {"complete, late ERROR dropped", C_GET, c_good, 0, 0, 0, 0},
     {"complete, late descriptor", C_GET, c_good_then_desc, 1,
@@ -548,9 +553,8 @@ static void client_table(void **state) {
   for (size_t i = 0; i < sizeof crows / sizeof *crows; i++) {
     const crow *row = &crows[i];
     hr_session *c;
-    assert_int_equal(hr_session_new(&c, HR_ROLE_CLIENT, NULL, NULL, NULL,
-                                    NULL, 0, NULL),
-                     0);
+    assert_int_equal(
+        hr_session_new(&c, HR_ROLE_CLIENT, NULL, NULL, NULL, NULL, 0, NULL), 0);
     outs o;
     drain(c, &o); /* CLIENT_HELLO */
     assert_int_equal(o.n, 1);
@@ -583,8 +587,8 @@ static void client_table(void **state) {
         fail_msg("%s: no ERROR", row->name);
       if (sid != row->sid || code != row->code)
         fail_msg("%s: ERROR %s on %u, want %s on %u", row->name,
-                 hr_wire_error_name(code), sid,
-                 hr_wire_error_name(row->code), row->sid);
+                 hr_wire_error_name(code), sid, hr_wire_error_name(row->code),
+                 row->sid);
     }
     if (!!row->closed != !hr_session_want_read(c))
       fail_msg("%s: closed %d, want %d", row->name, !hr_session_want_read(c),
@@ -600,14 +604,13 @@ static void client_table(void **state) {
   }
 }
 
-/* ---- flood ------------------------------------------------------------------------ */
+/* ---- flood --------------------------------------------------------------- */
 
 static void ping_flood(void **state) {
   (void)state;
   hr_session *s;
-  assert_int_equal(hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, NULL, NULL,
-                                  0, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, NULL, NULL, 0, NULL), 0);
   static raw r;
   r.n = 0;
   b_client_hello(&r);
@@ -627,7 +630,7 @@ static void ping_flood(void **state) {
   hr_session_del(s);
 }
 
-/* ---- failing allocator ------------------------------------------------------------- */
+/* ---- failing allocator --------------------------------------------------- */
 
 /* A whole exchange (handshake, GETs plain, sharded-size-free and
  * composite, a PUT and a LIST) with the Nth allocation failing, for every
@@ -651,34 +654,43 @@ static void failmalloc(void **state) {
     hr_test_failmem_init(&p.fm, n);
     store_put(&p.st, "t", t);
     store_put(&p.st, "c", c);
-    result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0};
-    int g1 = -1, g2 = -1, g3 = -1, g4 = -1;
+    result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0}, r5 = {0};
+    int g1 = -1, g2 = -1, g3 = -1, g4 = -1, g5 = -1;
     int rv = pair_open(&p, NULL, NULL);
     if (rv == 0) {
       hr_get_opts o = get_opts("t");
       g1 = hr_session_get(p.c, &o, on_get_done, &r1, NULL);
       o = get_opts("c");
       g2 = hr_session_get(p.c, &o, on_get_done, &r2, NULL);
-      g3 = hr_session_put(p.c, (const uint8_t *)"u", 1, 0, t, on_put_done,
-                          &r3, NULL);
+      g3 = hr_session_put(p.c, (const uint8_t *)"u", 1, 0, t, on_put_done, &r3,
+                          NULL);
       g4 = hr_session_list(p.c, NULL, 0, NULL, 0, 10, on_list_done, &r4);
+      /* Transcoded when the kernels are linked (plans, chunks, work). */
+      o = get_opts("t");
+      hr_layout_entry cm = {HR_LAYOUT_COLUMN_MAJOR, 0, NULL};
+      o.layouts = &cm;
+      o.layout_count = 1;
+      o.flags = HR_REQ_ALLOW_TRANSCODE;
+      g5 = hr_session_get(p.c, &o, on_get_done, &r5, NULL);
       rv = run(&p);
       assert_true(rv == 0 || rv == HR_ERR_NOMEM);
       assert_true(g1 == 0 || g1 == HR_ERR_NOMEM || g1 == HR_ERR_STATE);
       assert_true(g2 == 0 || g2 == HR_ERR_NOMEM || g2 == HR_ERR_STATE);
       assert_true(g3 == 0 || g3 == HR_ERR_NOMEM || g3 == HR_ERR_STATE);
       assert_true(g4 == 0 || g4 == HR_ERR_NOMEM || g4 == HR_ERR_STATE);
+      assert_true(g5 == 0 || g5 == HR_ERR_NOMEM || g5 == HR_ERR_STATE);
       if (!p.fm.failed) {
         if (r1.status)
           print_message("r1: %d %s %s\n", r1.status,
-                        hr_wire_error_name(r1.rec.wire_error),
-                        r1.rec.message);
+                        hr_wire_error_name(r1.rec.wire_error), r1.rec.message);
         assert_int_equal(rv, 0);
         assert_int_equal(r1.status, 0);
         assert_true(same_tensor(r1.t, t));
         assert_true(same_tensor(r2.t, c));
         assert_int_equal(r3.status, 0);
         assert_int_equal(r4.entries, 2); /* the PUT is not ACKed yet */
+        assert_int_equal(r5.status, 0);
+        assert_int_equal(r5.t != NULL, 1);
         clean = 1;
       }
     } else {
@@ -691,10 +703,12 @@ static void failmalloc(void **state) {
     assert_int_equal(r2.calls, g2 == 0);
     assert_int_equal(r3.calls, g3 == 0);
     assert_int_equal(r4.calls, g4 == 0);
+    assert_int_equal(r5.calls, g5 == 0);
     result_clear(&r1);
     result_clear(&r2);
     result_clear(&r3);
     result_clear(&r4);
+    result_clear(&r5);
     store_clear(&p.st);
     if (p.fm.live != 0)
       fail_msg("fail at %ld: %ld blocks leaked", n, p.fm.live);

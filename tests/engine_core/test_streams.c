@@ -17,7 +17,7 @@ static void get_key(pair *p, const char *key, result *r) {
   assert_int_equal(r->calls, 1);
 }
 
-/* ---- PUT ------------------------------------------------------------------- */
+/* ---- PUT ----------------------------------------------------------------- */
 
 static void put_then_get(void **state) {
   (void)state;
@@ -56,8 +56,7 @@ static void put_then_get(void **state) {
     hr_tensor *t2 = row_major(HR_ELEM_INT8, 1, (uint64_t[]){3}, 6);
     memset(&r, 0, sizeof r);
     assert_int_equal(hr_session_put(p.c, (const uint8_t *)"w", 1,
-                                    HR_PUT_REPLACE, t2, on_put_done, &r,
-                                    NULL),
+                                    HR_PUT_REPLACE, t2, on_put_done, &r, NULL),
                      0);
     assert_int_equal(run(&p), 0);
     assert_int_equal(r.status, 0);
@@ -127,9 +126,9 @@ static void put_refused_at_once(void **state) {
   p.st.refuse_put = HR_WIRE_PUT_REJECTED;
   hr_tensor *t = row_major(HR_ELEM_UINT8, 1, (uint64_t[]){5000}, 5);
   result r = {0};
-  assert_int_equal(hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t,
-                                  on_put_done, &r, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t, on_put_done, &r, NULL),
+      0);
   /* The client sends everything before the refusal comes back. */
   int64_t sent = 0, n;
   while ((n = pump(&p, p.c, p.s)) > 0)
@@ -143,17 +142,17 @@ static void put_refused_at_once(void **state) {
   assert_int_equal(hr_session_stream_count(p.s), 0);
   p.st.refuse_put = 0;
   memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t,
-                                  on_put_done, &r, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t, on_put_done, &r, NULL),
+      0);
   assert_int_equal(run(&p), 0);
   assert_int_equal(r.status, 0);
   /* Refused at commit. */
   p.st.refuse_commit = HR_WIRE_RESOURCE_EXHAUSTED;
   memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_put(p.c, (const uint8_t *)"y", 1, 0, t,
-                                  on_put_done, &r, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_put(p.c, (const uint8_t *)"y", 1, 0, t, on_put_done, &r, NULL),
+      0);
   assert_int_equal(run(&p), 0);
   assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
   hr_tensor_unref(t);
@@ -173,9 +172,9 @@ static void put_torn(void **state) {
   hr_tensor *t = row_major(HR_ELEM_UINT8, 1, (uint64_t[]){50000}, 5);
   result r = {0};
   uint32_t sid;
-  assert_int_equal(hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t,
-                                  on_put_done, &r, &sid),
-                   0);
+  assert_int_equal(
+      hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t, on_put_done, &r, &sid),
+      0);
   for (int i = 0; i < 5; i++)
     assert_true(pump(&p, p.c, p.s) > 0);
   assert_int_equal(hr_session_cancel(p.c, sid), 0);
@@ -190,9 +189,9 @@ static void put_torn(void **state) {
   assert_int_equal(hr_session_stream_count(p.s), 0);
   /* Connection lost mid-PUT. */
   memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t,
-                                  on_put_done, &r, &sid),
-                   0);
+  assert_int_equal(
+      hr_session_put(p.c, (const uint8_t *)"x", 1, 0, t, on_put_done, &r, &sid),
+      0);
   for (int i = 0; i < 5; i++)
     assert_true(pump(&p, p.c, p.s) > 0);
   hr_session_terminate(p.s, p.now);
@@ -207,7 +206,7 @@ static void put_torn(void **state) {
   pair_close(&p);
 }
 
-/* ---- LIST ---------------------------------------------------------------------- */
+/* ---- LIST ---------------------------------------------------------------- */
 
 static void list_pages(void **state) {
   (void)state;
@@ -224,11 +223,10 @@ static void list_pages(void **state) {
   int total = 0, pages = 0;
   for (;;) {
     result r = {0};
-    assert_int_equal(hr_session_list(p.c, (const uint8_t *)"a", 1,
-                                     (const uint8_t *)after,
-                                     (uint16_t)strlen(after), 3,
-                                     on_list_done, &r),
-                     0);
+    assert_int_equal(
+        hr_session_list(p.c, (const uint8_t *)"a", 1, (const uint8_t *)after,
+                        (uint16_t)strlen(after), 3, on_list_done, &r),
+        0);
     assert_int_equal(run(&p), 0);
     assert_int_equal(r.calls, 1);
     assert_int_equal(r.status, 0);
@@ -276,7 +274,7 @@ static void list_cut_by_message_size(void **state) {
   pair_close(&p);
 }
 
-/* ---- PING ------------------------------------------------------------------------- */
+/* ---- PING ---------------------------------------------------------------- */
 
 static void ping_rtt(void **state) {
   (void)state;
@@ -304,7 +302,7 @@ static void ping_rtt(void **state) {
   assert_int_equal(r.status, HR_ERR_CLOSED);
 }
 
-/* ---- CANCEL --------------------------------------------------------------------------- */
+/* ---- CANCEL -------------------------------------------------------------- */
 
 static void cancel_pending_and_streaming(void **state) {
   (void)state;
@@ -348,8 +346,7 @@ static void cancel_pending_and_streaming(void **state) {
   assert_int_equal(hr_session_stream_count(p.c), 0);
   assert_int_equal(p.errors_c + p.errors_s, 0);
   /* A parallel request cancelled while unanswered. */
-  hr_tensor *big = row_major(HR_ELEM_FLOAT32, 2, (uint64_t[]){4200, 2048},
-                             9);
+  hr_tensor *big = row_major(HR_ELEM_FLOAT32, 2, (uint64_t[]){4200, 2048}, 9);
   store_put(&p.st, "huge", big);
   p.st.defer = 1;
   memset(&r, 0, sizeof r);
@@ -389,7 +386,7 @@ static void cancel_pending_and_streaming(void **state) {
   pair_close(&p);
 }
 
-/* ---- GOAWAY ---------------------------------------------------------------------------- */
+/* ---- GOAWAY -------------------------------------------------------------- */
 
 static void goaway_drain(void **state) {
   (void)state;
@@ -441,7 +438,7 @@ static void goaway_from_client(void **state) {
   pair_close(&p);
 }
 
-/* ---- timeouts (fake clock) ---------------------------------------------------------------- */
+/* ---- timeouts (fake clock) ----------------------------------------------- */
 
 static int64_t take_error(hr_session *s, uint32_t *sid, uint32_t *code) {
   hr_iov iov[16];
@@ -459,9 +456,8 @@ static int64_t take_error(hr_session *s, uint32_t *sid, uint32_t *code) {
     hr_wire_parse_header(buf + pos, &h);
     if (h.type == HR_MSG_ERROR) {
       hr_msg m;
-      assert_int_equal(hr_wire_decode(buf + pos, 12 + h.payload_length, NULL,
-                                      &m, NULL),
-                       0);
+      assert_int_equal(
+          hr_wire_decode(buf + pos, 12 + h.payload_length, NULL, &m, NULL), 0);
       *sid = h.stream_id;
       *code = m.u.error.code;
       return 1;
@@ -475,9 +471,8 @@ static void timeouts(void **state) {
   (void)state;
   /* Handshake. */
   hr_session *s;
-  assert_int_equal(hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, NULL, NULL,
-                                  100, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_new(&s, HR_ROLE_SERVER, NULL, NULL, NULL, NULL, 100, NULL), 0);
   assert_int_equal(hr_session_get_expiry(s), 100 + 10 * SEC);
   assert_int_equal(hr_session_handle_expiry(s, 100 + 10 * SEC - 1), 0);
   assert_true(hr_session_want_read(s));
@@ -530,6 +525,8 @@ static void timeouts(void **state) {
   assert_int_equal(run(&p), 0);
   assert_int_equal(p.errors_c, 0);
   assert_int_equal(hr_session_get_expiry(p.c), p.now + 30 * SEC);
+  /* PINGs are not activity: the server still idles out on time. */
+  assert_int_equal(hr_session_get_expiry(p.s), 5 + 300 * SEC);
   p.now += 30 * SEC;
   assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
   assert_true(pump(&p, p.c, NULL) > 0); /* the PING is lost */
@@ -541,7 +538,7 @@ static void timeouts(void **state) {
   pair_close(&p);
 }
 
-/* ---- fairness and backpressure ------------------------------------------------------------ */
+/* ---- fairness and backpressure ------------------------------------------- */
 
 /* Parses the byte stream the server sends and records, per stream, how
  * many TENSOR_DATA frames went and when DATA_END came. */

@@ -144,8 +144,7 @@ static void test_alloc_alignment(void **state) {
     assert_int_equal(hr_tensor_bytes(t), 44);
     hr_tensor_unref(t);
   }
-  assert_int_equal(hr_tensor_alloc(NULL, &d, 0, NULL),
-                   HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_tensor_alloc(NULL, &d, 0, NULL), HR_ERR_INVALID_ARGUMENT);
   assert_int_equal(hr_tensor_alloc((hr_tensor *[1]){0}, &d, 22, NULL),
                    HR_ERR_INVALID_ARGUMENT);
 }
@@ -251,8 +250,7 @@ static void test_composite(void **state) {
                    HR_ERR_PROTO);
 
   /* CONCAT along axis 0: 2 + 5 = 7. */
-  head_desc(&h, HR_COMPOSITE_CONCAT, HR_ELEM_FLOAT32, 2, (uint64_t[]){7, 3},
-            2);
+  head_desc(&h, HR_COMPOSITE_CONCAT, HR_ELEM_FLOAT32, 2, (uint64_t[]){7, 3}, 2);
   h.params.axis = 0;
   assert_int_equal(hr_tensor_new_composite(&c, &h, ab, 2, NULL, &st), 0);
   hr_tensor_unref(c);

@@ -120,14 +120,12 @@ static void selection(void **state) {
   result_clear(&r);
   /* Without ALLOW_TRANSCODE: the stored layout listed second wins. */
   get_with(&p, rm, l1, 2, 0, &r);
-  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag,
-                   HR_LAYOUT_ROW_MAJOR);
+  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag, HR_LAYOUT_ROW_MAJOR);
   assert_int_equal(p.last_srv_rec.transcoded, 0);
   result_clear(&r);
   /* Nothing satisfiable: native. */
   get_with(&p, rm, l1, 1, 0, &r);
-  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag,
-                   HR_LAYOUT_ROW_MAJOR);
+  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag, HR_LAYOUT_ROW_MAJOR);
   result_clear(&r);
   /* STRIDED only matches a STRIDED tensor; then the next one. */
   hr_layout_entry l2[2] = {tag(HR_LAYOUT_STRIDED), tag(HR_LAYOUT_TILED)};
@@ -205,8 +203,7 @@ static void selection(void **state) {
   /* INT4 is never transcoded. */
   hr_tensor *i4 = row_major(HR_ELEM_INT4, 2, (uint64_t[]){5, 3}, 1);
   get_with(&p, i4, l1, 1, HR_REQ_ALLOW_TRANSCODE, &r);
-  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag,
-                   HR_LAYOUT_ROW_MAJOR);
+  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag, HR_LAYOUT_ROW_MAJOR);
   result_clear(&r);
   hr_tensor_unref(i4);
   assert_int_equal(p.errors_c + p.errors_s, 0);
@@ -447,9 +444,8 @@ static void transcoded_shards_and_region(void **state) {
   assert_int_equal(n, 30 * 40 * 4);
   const float *src = hr_tensor_buffer(rm, 0);
   for (int i = 0; i < 30; i++)
-    assert_int_equal(memcmp(got + i * 40 * 4, src + (10 + i) * 4100 + 20,
-                            40 * 4),
-                     0);
+    assert_int_equal(
+        memcmp(got + i * 40 * 4, src + (10 + i) * 4100 + 20, 40 * 4), 0);
   free(got);
   result_clear(&r);
   hr_tensor_unref(rm);

@@ -15,10 +15,10 @@
  * a sanitizer too.  Blocks carry a 16-byte header holding their size. */
 typedef struct hr_test_failmem {
   hr_mem mem;
-  long fail_at;  /* index of the first failing allocation, -1: none */
-  long count;    /* allocations attempted so far */
-  long live;     /* blocks currently allocated */
-  int failed;    /* an allocation was refused */
+  long fail_at; /* index of the first failing allocation, -1: none */
+  long count;   /* allocations attempted so far */
+  long live;    /* blocks currently allocated */
+  int failed;   /* an allocation was refused */
 } hr_test_failmem;
 
 static inline int hr_test_failmem_take(hr_test_failmem *f) {
@@ -85,12 +85,18 @@ static inline void hr_test_failmem_init(hr_test_failmem *f, long fail_at) {
 /* Bytes per element (INT4/UINT4: 1, callers handle the packing). */
 static inline unsigned hr_test_elem_bytes(uint8_t elem) {
   switch (elem) {
-  case HR_ELEM_INT16: case HR_ELEM_UINT16: case HR_ELEM_FLOAT16:
+  case HR_ELEM_INT16:
+  case HR_ELEM_UINT16:
+  case HR_ELEM_FLOAT16:
   case HR_ELEM_BFLOAT16:
     return 2;
-  case HR_ELEM_INT32: case HR_ELEM_UINT32: case HR_ELEM_FLOAT32:
+  case HR_ELEM_INT32:
+  case HR_ELEM_UINT32:
+  case HR_ELEM_FLOAT32:
     return 4;
-  case HR_ELEM_INT64: case HR_ELEM_UINT64: case HR_ELEM_FLOAT64:
+  case HR_ELEM_INT64:
+  case HR_ELEM_UINT64:
+  case HR_ELEM_FLOAT64:
   case HR_ELEM_COMPLEX64:
     return 8;
   case HR_ELEM_COMPLEX128:
