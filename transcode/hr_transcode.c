@@ -544,6 +544,7 @@ typedef struct xc_ctx {
   const xc_core *c;
   uint8_t *out;              /* receives element `ea` */
   uint64_t ea;
+  int nt;                    /* large run: transposes bypass the cache */
   uint64_t x[XC_MAX_FD];     /* coordinates of the current position */
 } xc_ctx;
 
@@ -645,7 +646,7 @@ static void box(xc_ctx *t, unsigned L, uint64_t start, uint64_t count) {
       uint64_t vp = vpa > pbeg ? min_u64(pcnt, vpa - pbeg) : 0;
       if (xpose) {
         hr__xc_xpose(dd, drow, ss, v[p].sstride, v[in].sstride, pcnt, ni, vp,
-                     valid_count(v, x, in), e, c->isa, c->nt_min);
+                     valid_count(v, x, in), e, c->isa, t->nt);
       } else if (v[in].couple == p) {
         uint64_t dec = v[in].cmult * pbeg;
         int64_t vi0 = dec < v[in].lim ? (int64_t)(v[in].lim - dec) : 0;
@@ -701,7 +702,10 @@ static void run_affine(const xc_core *c, uint64_t ea, uint64_t eb,
   t.c = c;
   t.out = dst;
   t.ea = ea;
+  t.nt = (eb - ea) * c->esize >= c->nt_min;
   cover(&t, 0, ea, eb);
+  if (t.nt)
+    hr__xc_fence();
 }
 
 /* ------------------------------------------------------------------------ */
