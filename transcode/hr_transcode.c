@@ -672,13 +672,12 @@ static void box(xc_ctx *t, unsigned L, uint64_t start, uint64_t count) {
   }
 }
 
-/* Covers [lo, hi), which lies inside one block of dim d - 1, with boxes. */
+/* Covers the non-empty [lo, hi), which lies inside one block of dim d - 1,
+ * with boxes. */
 static void cover(xc_ctx *t, unsigned d, uint64_t lo, uint64_t hi) {
   const uint64_t B = t->c->xd[d].ostride;
   uint64_t f = lo % B ? lo - lo % B + B : lo;
   uint64_t l = hi - hi % B;
-  if (lo >= hi)
-    return;
   if (f > l) {
     cover(t, d + 1, lo, hi);
     return;
@@ -771,17 +770,9 @@ static void run_generic(const xc_core *c, uint64_t ea, uint64_t eb,
       for (unsigned k = 0; k < c->rank; k++)
         if (k != fi->k)
           rowoff += (uint64_t)sd_off(&c->sd[k], idx[k]);
-      const xc_sdim *s = &c->sd[fi->k];
-      if (fi->mult == 1) {
-        generic_run(c, s, rowoff, idx[fi->k] + x0, nv, dst);
-      } else {
-        for (uint64_t j = 0; j < nv; j++)
-          memcpy(dst + j * e,
-                 c->src + (int64_t)(rowoff +
-                                    (uint64_t)sd_off(
-                                        s, idx[fi->k] + fi->mult * (x0 + j))),
-                 e);
-      }
+      /* The innermost fine dim always steps its logical dim by 1: grid
+       * dims (mult > 1) come before their intra-tile dims. */
+      generic_run(c, &c->sd[fi->k], rowoff, idx[fi->k] + x0, nv, dst);
     }
     if (nv < cnt)
       memset(dst + nv * e, 0, (size_t)((cnt - nv) * e));

@@ -56,10 +56,9 @@ void hr__xc_gather(uint8_t *dst, const uint8_t *src, int64_t si, uint64_t n,
     XC_GATHER_CASE(2);
     XC_GATHER_CASE(4);
     XC_GATHER_CASE(8);
-    XC_GATHER_CASE(16);
-  default:
+  default: /* 16 */
     for (uint64_t j = 0; j < n; j++)
-      memcpy(dst + j * esize, src + (int64_t)j * si, esize);
+      memcpy(dst + j * 16, src + (int64_t)j * si, 16);
     break;
   }
 }
