@@ -381,6 +381,7 @@ XC_AVX2 static inline void micro_w816_avx2(uint8_t *d, uint64_t drow,
                         int64_t si, uint64_t vp, uint64_t vi, int nt) {        \
     enum { Q = 64 / N };                                                       \
     _Alignas(64) uint8_t in[Q * 64];                                           \
+    _Alignas(64) uint8_t out[Q * 64];                                          \
     const uint64_t vpq = vp - vp % Q, viq = vi - vi % Q;                       \
     for (uint64_t c0 = 0; c0 < viq; c0 += XC_SWEEP) {                          \
       uint64_t c1 = min_u64(c0 + XC_SWEEP, viq);                               \
@@ -400,10 +401,14 @@ XC_AVX2 static inline void micro_w816_avx2(uint8_t *d, uint64_t drow,
                 MICRO(d + rr * drow + cc * N, drow, in + 64 * cc + rr * N, 64, \
                       1);                                                      \
           } else {                                                             \
+            /* Through the cache: whole lines at once, so that no line is   \
+             * evicted half written (the rows alias in L1 too). */          \
             for (int rr = 0; rr < Q; rr += MR)                                 \
               for (int cc = 0; cc < Q; cc += MC)                               \
-                MICRO(d + rr * drow + cc * N, drow, in + 64 * cc + rr * N, 64, \
+                MICRO(out + 64 * rr + cc * N, 64, in + 64 * cc + rr * N, 64,   \
                       0);                                                      \
+            for (int j = 0; j < Q; j++)                                        \
+              memcpy(d + j * drow, out + 64 * j, 64);                          \
           }                                                                    \
         }                                                                      \
       }                                                                        \
