@@ -693,7 +693,7 @@ static unsigned scaled(unsigned n) {
 static void test_random_dense_sources(void **state) {
   (void)state;
   xc_rng r = {g_seed};
-  unsigned n = scaled(5000);
+  unsigned n = scaled(4000);
   for (unsigned c = 0; c < n; c++) {
     tcase t;
     memset(&t, 0, sizeof t);
@@ -708,7 +708,7 @@ static void test_random_dense_sources(void **state) {
 static void test_random_sparse_sources(void **state) {
   (void)state;
   xc_rng r = {g_seed ^ 0x5555};
-  unsigned n = scaled(2000);
+  unsigned n = scaled(1500);
   for (unsigned c = 0; c < n; c++) {
     tcase t;
     memset(&t, 0, sizeof t);
