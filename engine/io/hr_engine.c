@@ -47,7 +47,6 @@
 #define MAX_REJECTING 64
 #define LINGER_NS (1000000000ull)
 #define ACCEPT_PAUSE_NS (100000000ull)
-#define LEFTOVER_RETRY_NS (1000000ull)
 #define SETTLE_PASSES 4
 
 enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
@@ -91,9 +90,6 @@ struct hr_conn {
   int graceful_done; /* hr_session_shutdown() was called */
   int peer_eof;      /* the peer closed its side */
   unsigned work_inflight;
-  /* Input a paused session did not take yet. */
-  uint8_t *left;
-  size_t left_off, left_len, left_cap;
   uint64_t rx_bytes, tx_bytes;
   /* Why it closed. */
   uint32_t wire_error;
@@ -504,39 +500,6 @@ static void session_callbacks(hr_session_callbacks *cbs) {
 /* Connection I/O                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Feeds input a paused session left over.  Returns 1 when all of it was
- * taken, 0 while some remains, a fatal error otherwise. */
-static int feed_leftover(hr_conn *c, hr_tstamp now) {
-  int64_t n;
-
-  while (c->left_len) {
-    n = hr_session_recv(c->s, c->left + c->left_off, c->left_len, now);
-    if (n < 0)
-      return (int)n;
-    if (n == 0)
-      return 0;
-    c->left_off += (size_t)n;
-    c->left_len -= (size_t)n;
-  }
-  c->left_off = 0;
-  return 1;
-}
-
-/* Keeps the bytes a session did not consume. */
-static int keep_leftover(hr_conn *c, const uint8_t *p, size_t n) {
-  if (c->left_cap < n) {
-    uint8_t *b = hr__mem_realloc(&c->e->mem, c->left, n);
-    if (!b)
-      return HR_ERR_NOMEM;
-    c->left = b;
-    c->left_cap = n;
-  }
-  memmove(c->left, p, n);
-  c->left_off = 0;
-  c->left_len = n;
-  return 0;
-}
-
 /* Reads what the socket holds, up to the byte budget.  Returns 0 or a
  * fatal error; socket errors and EOF mark the connection for closing. */
 static int conn_read(hr_conn *c, hr_tstamp now) {
@@ -544,11 +507,6 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   size_t budget = e->cfg.io_budget;
   int rv;
 
-  if (c->left_len) {
-    rv = feed_leftover(c, now);
-    if (rv <= 0)
-      return rv < 0 ? rv : 0;
-  }
   while (budget > 0 && hr_session_want_read(c->s)) {
     void *dst;
     size_t want;
@@ -579,12 +537,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
         took = hr_session_recv(c->s, e->staging, (size_t)n, now);
         if (took < 0)
           return (int)took;
-        if ((size_t)took < (size_t)n) {
-          rv = keep_leftover(c, e->staging + took, (size_t)n - (size_t)took);
-          if (rv)
-            return rv;
-          return 0; /* paused: stop reading until it takes the rest */
-        }
+        /* The session takes everything it is given (session.h). */
+        if ((size_t)took != (size_t)n)
+          return HR_ERR_INTERNAL;
       }
     }
     if (n == 0) {
@@ -679,7 +634,7 @@ static int conn_events(hr_conn *c) {
   case CS_CONNECTING:
     return HR_POLL_OUT;
   case CS_OPEN:
-    if (hr_session_want_read(c->s) && !c->left_len && !c->peer_eof)
+    if (hr_session_want_read(c->s) && !c->peer_eof)
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
@@ -699,7 +654,6 @@ static void conn_free(hr_conn *c) {
   hr_engine *e = c->e;
 
   hr_session_del(c->s);
-  hr__mem_free(&e->mem, c->left);
   hr__mem_free(&e->mem, c->puts);
   hr__mem_free(&e->mem, c);
 }
@@ -855,8 +809,6 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
   if (e->settle_pending)
     next = now;
   for (c = e->conns; c; c = c->next) {
-    if (c->left_len && now + LEFTOVER_RETRY_NS < next)
-      next = now + LEFTOVER_RETRY_NS;
     t = hr_session_get_expiry(c->s);
     if (t < next)
       next = t;
@@ -952,26 +904,13 @@ static void settle(hr_engine *e) {
         if (hr_err_is_fatal(hr_session_shutdown(c->s, now)))
           c->want_close = 1;
       }
-      if (c->left_len && !c->want_close) {
-        int rv = feed_leftover(c, now);
-        if (rv < 0) {
-          c->want_close = 1;
-          conn_note(c, rv, "session failed", 0);
-        }
-        busy = 1;
-      }
       if (!c->want_close && !c->out_blocked && hr_session_want_write(c->s))
         conn_flush(c, now);
       if (!c->want_close) {
         int r = hr_session_want_read(c->s), w = hr_session_want_write(c->s);
-        if (!r && !w)
-          c->want_close = 1;
-        /* A graceful close ends once no stream is left and the GOAWAY is
-         * out, whatever the peer does. */
-        else if (c->graceful_done && !w && !c->out_blocked &&
-                 hr_session_stream_count(c->s) == 0)
-          c->want_close = 1;
-        else if (c->peer_eof)
+        /* nghttp2's rule: both 0 means done (after a shutdown the session
+         * drops both once its streams finished and the GOAWAY is out). */
+        if ((!r && !w) || c->peer_eof)
           c->want_close = 1;
       }
       if (c->want_close) {
