@@ -73,10 +73,10 @@ struct hr_conn {
   hr_engine *e;
   hr_conn *prev, *next; /* in e->conns, e->lingering or e->dead */
   int fd;
-  void *cookie;  /* the host's per-fd slot */
-  int watching;  /* events last passed to ops->watch */
-  int state;     /* enum conn_state */
-  int role;      /* HR_ROLE_* */
+  void *cookie; /* the host's per-fd slot */
+  int watching; /* events last passed to ops->watch */
+  int state;    /* enum conn_state */
+  int role;     /* HR_ROLE_* */
   hr_session *s;
   hr_provider user_prov; /* server: the application's provider */
   hr_conn_cb cb;
@@ -154,7 +154,7 @@ struct hr_engine {
   hr__pool *pool;
   unsigned pool_threads;
 
-  hr_tstamp timer_at; /* deadline the host's timer is armed for */
+  hr_tstamp timer_at;      /* deadline the host's timer is armed for */
   hr_tstamp accept_resume; /* listeners paused (EMFILE) until then */
   int accept_paused;
 
@@ -433,8 +433,7 @@ static int tr_on_put_commit(hr_session *s, const hr_put_info *info,
   return rv;
 }
 
-static void tr_on_put_abort(hr_session *s, const hr_put_info *info,
-                            void *ud) {
+static void tr_on_put_abort(hr_session *s, const hr_put_info *info, void *ud) {
   hr_conn *c = ud;
 
   if (c->user_prov.on_put_abort) {
@@ -472,8 +471,7 @@ static int tr_on_hello(hr_session *s, const hr_hello *peer,
 /* The provider a server session sees: the application's, with the
  * engine's accounting in between; NULL members stay NULL so that the
  * session advertises the same capabilities. */
-static void wrap_provider(const hr_provider *up, hr_provider *out,
-                          hr_conn *c) {
+static void wrap_provider(const hr_provider *up, hr_provider *out, hr_conn *c) {
   memset(out, 0, sizeof *out);
   out->size = sizeof *out;
   out->user_data = c;
@@ -631,8 +629,7 @@ static int conn_events(hr_conn *c) {
   int ev = 0;
 
   switch (c->state) {
-  case CS_CONNECTING:
-    return HR_POLL_OUT;
+  case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
     if (hr_session_want_read(c->s) && !c->peer_eof)
       ev |= HR_POLL_IN;
@@ -645,8 +642,7 @@ static int conn_events(hr_conn *c) {
     if (!c->peer_eof)
       ev |= HR_POLL_IN;
     return ev;
-  default:
-    return 0;
+  default: return 0;
   }
 }
 
@@ -1159,8 +1155,8 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   long ncpu;
   int rv;
 
-  if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) ||
-      !ops->watch || !ops->timer)
+  if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) || !ops->watch ||
+      !ops->timer)
     return HR_ERR_INVALID_ARGUMENT;
   if (cfg && cfg->version != HR_ENGINE_CONFIG_VERSION)
     return HR_ERR_INVALID_ARGUMENT;
@@ -1237,12 +1233,8 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
   e->depth++;
   now = now_of(e);
   switch (o->kind) {
-  case OBJ_LISTENER:
-    listener_io((hr_listener *)o, now);
-    break;
-  case OBJ_WAKE:
-    wake_io(e, now);
-    break;
+  case OBJ_LISTENER: listener_io((hr_listener *)o, now); break;
+  case OBJ_WAKE: wake_io(e, now); break;
   case OBJ_CONN: {
     hr_conn *c = (hr_conn *)o;
     if (c->state == CS_LINGER)
@@ -1256,8 +1248,7 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
     }
     break;
   }
-  default:
-    break;
+  default: break;
   }
   e->depth--;
   settle(e);
@@ -1388,7 +1379,9 @@ void hr_engine_wakeup(hr_engine *e) {
   } while (n < 0 && errno == EINTR);
 }
 
-size_t hr_engine_conn_count(const hr_engine *e) { return e ? e->nconns : 0; }
+size_t hr_engine_conn_count(const hr_engine *e) {
+  return e ? e->nconns : 0;
+}
 
 int hr_engine_listen(hr_engine *e, const char *addr,
                      const hr_provider *provider, hr_listener **out) {
@@ -1432,7 +1425,9 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   return 0;
 }
 
-int hr_listener_port(const hr_listener *l) { return l ? l->port : -1; }
+int hr_listener_port(const hr_listener *l) {
+  return l ? l->port : -1;
+}
 
 void hr_listener_close(hr_listener *l) {
   hr_engine *e;
@@ -1552,8 +1547,7 @@ void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx) {
     *tx = c ? c->tx_bytes : 0;
 }
 
-void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx,
-                     void *user_data) {
+void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx, void *user_data) {
   if (!c)
     return;
   c->tap_rx = rx;
