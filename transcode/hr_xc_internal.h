@@ -32,9 +32,10 @@
 
 #include "hr_internal.h"
 
-/* At most two fine dims per logical dim, plus one split per dim for a
- * tile-aligned TILED/PANEL source: 3 * 32. */
-#define XC_MAX_FD (3 * HR_MAX_RANK)
+/* At most two fine dims per logical dim: a TILED/PANEL target splits a
+ * dim in two, and a tile-aligned TILED/PANEL source splits only a dim the
+ * target left whole. */
+#define XC_MAX_FD (2 * HR_MAX_RANK)
 
 /* How the dense output is produced. */
 enum xc_mode {
@@ -170,8 +171,9 @@ int hr__xc_sparse_index(xc_core *c, const hr_xc_tensor *src,
 uint64_t hr__xc_count_nonzero(const xc_core *c);
 
 /*
- * Writes a sparse target from such a core.  `layout` is CSR, CSC or COO;
- * `is64` the index width; `nnz` the count from hr__xc_count_nonzero().
+ * Writes a sparse target from such a core into bufs (sized from the count
+ * of hr__xc_count_nonzero()).  `layout` is CSR, CSC or COO; `is64` the
+ * index width.
  */
 void hr__xc_fill_sparse(const xc_core *c, uint8_t layout, int is64,
                         void *const *bufs);

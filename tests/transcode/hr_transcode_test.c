@@ -94,6 +94,8 @@ static void random_perm(xc_rng *r, uint8_t *o, unsigned n) {
 static void cap_tiles(xc_rng *r, uint32_t *tile, const uint64_t *s,
                       unsigned rank) {
   uint64_t n = xc_prod(s, rank), cap = 4 * n + 4096;
+  if (n == 0)
+    return; /* a zero extent: the buffer is empty whatever the tiles */
   for (;;) {
     uint64_t padded = 1;
     for (unsigned k = 0; k < rank && padded <= cap; k++)
