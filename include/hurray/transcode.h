@@ -147,9 +147,8 @@ typedef struct hr_xc_plan hr_xc_plan;
  */
 HR_EXTERN int hr_xc_plan_new(hr_xc_plan **out, const hr_xc_tensor *src,
                              const hr_xc_target *dst,
-                             const hr_xc_region *region,
-                             const hr_xc_opts *opts, const hr_mem *mem,
-                             hr_wire_status *st);
+                             const hr_xc_region *region, const hr_xc_opts *opts,
+                             const hr_mem *mem, hr_wire_status *st);
 
 /* Frees the plan and its scratch; NULL is a no-op. */
 HR_EXTERN void hr_xc_plan_del(hr_xc_plan *p);
