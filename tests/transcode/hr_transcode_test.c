@@ -11,10 +11,13 @@
  * HR_XC_SEED=<n> in the environment replays another random sequence;
  * HR_XC_CASES=<percent> scales the number of random cases.
  */
-#include <cmocka.h>
-#include <setjmp.h>
+/* cmocka needs these three first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
 
 #include <pthread.h>
 #include <stdio.h>

@@ -12,10 +12,13 @@
  * The vectors are found through $HR_VECTORS, else $HR_VECTORS_DEFAULT
  * (set by CTest); without them the test is skipped (exit 77).
  */
-#include <cmocka.h>
-#include <setjmp.h>
+/* cmocka needs these three first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
