@@ -282,6 +282,8 @@ int hr_gpu_query(const hr_gpu *g, hr_gpu_caps *caps) {
 
 const hr_gpu_ops *hr_gpu_get_ops(const hr_gpu *g) { return g ? g->ops : NULL; }
 
+void *hr__gpu_backend_dev(const hr_gpu *g) { return g->dev; }
+
 /* ---- memory ------------------------------------------------------------ */
 
 static int new_buf(hr_gpu *g, hr_gpu_buf **out, hr_gpu_buf **b) {

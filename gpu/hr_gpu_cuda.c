@@ -14,6 +14,7 @@
  * HR_GPU_EVENT_IPC) can be exported to other processes.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -55,6 +56,12 @@ typedef struct cu_fns {
   CUresult (*IpcCloseMemHandle)(CUdeviceptr);
   CUresult (*IpcGetEventHandle)(CUipcEventHandle *, CUevent);
   CUresult (*IpcOpenEventHandle)(CUevent *, CUipcEventHandle);
+  CUresult (*ModuleLoadData)(CUmodule *, const void *);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, unsigned, unsigned, CUstream, void **,
+                           void **);
 } cu_fns;
 
 static const char *const sym_names[] = {
@@ -89,6 +96,10 @@ static const char *const sym_names[] = {
     "cuIpcCloseMemHandle",
     "cuIpcGetEventHandle",
     "cuIpcOpenEventHandle",
+    "cuModuleLoadData",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
 };
 #define NSYMS (sizeof sym_names / sizeof *sym_names)
 _Static_assert(sizeof(cu_fns) == NSYMS * sizeof(hr__gpu_fn),
@@ -100,6 +111,8 @@ _Static_assert(sizeof(CUipcEventHandle) <= sizeof(hr_gpu_ipc_handle),
 
 static const char *const lib_names[] = {"libcuda.so.1", NULL};
 
+#define CU_MAX_MODULES 8
+
 typedef struct cu_dev {
   hr_mem mem;
   void *lib;
@@ -110,6 +123,14 @@ typedef struct cu_dev {
   int managed;
   char name[128];
   size_t total;
+  /* Modules loaded by hr__gpu_cuda_launch(), one per embedded image,
+   * unloaded when the device closes. */
+  pthread_mutex_t mods_mu;
+  struct {
+    const void *image;
+    CUmodule mod;
+  } mods[CU_MAX_MODULES];
+  unsigned nmods;
 } cu_dev;
 
 /* Streams and events: the vendor object, and whether we destroy it. */
@@ -179,8 +200,12 @@ static int cu_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
 
 static void cu_close(void *dev) {
   cu_dev *d = dev;
+  if (d->nmods && cur(d) == 0)
+    for (unsigned i = 0; i < d->nmods; i++)
+      d->f.ModuleUnload(d->mods[i].mod);
   if (d->have_ctx)
     d->f.PrimaryCtxRelease(d->dev);
+  pthread_mutex_destroy(&d->mods_mu);
   hr_mem mem = d->mem;
   hr__mem_free(&mem, d);
 }
@@ -191,6 +216,7 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   if (!d)
     return HR_ERR_NOMEM;
   d->mem = *mem;
+  pthread_mutex_init(&d->mods_mu, NULL);
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
   if (rv == 0)
@@ -499,3 +525,52 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .ipc_event_export = cu_ipc_event_export,
     .ipc_event_import = cu_ipc_event_import,
 };
+
+/* Returns the module of `image`, loading it on first use. */
+static int get_module(cu_dev *d, const void *image, CUmodule *out) {
+  int rv = 0;
+  pthread_mutex_lock(&d->mods_mu);
+  unsigned i = 0;
+  while (i < d->nmods && d->mods[i].image != image)
+    i++;
+  if (i < d->nmods) {
+    *out = d->mods[i].mod;
+  } else if (i == CU_MAX_MODULES) {
+    rv = HR_ERR_LIMIT;
+  } else {
+    /* No loadable code for this device (an architecture the image lacks
+     * and a driver too old for its PTX) means "not supported here". */
+    CUresult r = d->f.ModuleLoadData(out, image);
+    if (r == CUDA_SUCCESS) {
+      d->mods[i].image = image;
+      d->mods[i].mod = *out;
+      d->nmods++;
+    } else {
+      rv = r == CUDA_ERROR_OUT_OF_MEMORY ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
+    }
+  }
+  pthread_mutex_unlock(&d->mods_mu);
+  return rv;
+}
+
+int hr__gpu_cuda_launch(hr_gpu *g, const void *image, hr_gpu_stream *s,
+                        const hr__gpu_cuda_kernel *k) {
+  if (!g || !image || !s || !k || !k->name || hr_gpu_stream_device(s) != g)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (hr_gpu_get_ops(g) != &hr__gpu_cuda_ops)
+    return HR_ERR_UNSUPPORTED;
+  cu_dev *d = hr__gpu_backend_dev(g);
+  CUmodule mod;
+  CUfunction fn;
+  int rv = cur(d);
+  if (rv == 0)
+    rv = get_module(d, image, &mod);
+  if (rv == 0 && d->f.ModuleGetFunction(&fn, mod, k->name) != CUDA_SUCCESS)
+    rv = HR_ERR_UNSUPPORTED;
+  if (rv == 0)
+    rv = map_err(d->f.LaunchKernel(
+        fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+        k->block[2], k->shmem, (CUstream)hr_gpu_stream_native(s), k->args,
+        NULL));
+  return rv;
+}

@@ -61,4 +61,28 @@ void hr__gpu_sleep_ns(uint64_t ns);
 /* Copies a NUL-terminated name into a fixed buffer, truncating. */
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src);
 
+/* The backend's device object behind `g` (its ops->open() result). */
+void *hr__gpu_backend_dev(const hr_gpu *g);
+
+#ifdef HR_GPU_HAVE_CUDA
+/*
+ * Kernel launch on the cuda backend, for layers that embed device code
+ * (transcode/cuda/).  `image` is a fatbin or PTX image with static storage:
+ * it is loaded once per device (cuModuleLoadData) and kept until the device
+ * closes.  The launch is asynchronous on `s`, a stream of `g`.  Returns 0,
+ * HR_ERR_UNSUPPORTED (g is not a cuda device, the image has no code for it,
+ * or it lacks the kernel), HR_ERR_INVALID_ARGUMENT, HR_ERR_LIMIT (too many
+ * images) or the mapped launch error.
+ */
+typedef struct hr__gpu_cuda_kernel {
+  const char *name;  /* extern "C" kernel name */
+  unsigned grid[3];  /* blocks */
+  unsigned block[3]; /* threads per block */
+  unsigned shmem;    /* dynamic shared memory in bytes */
+  void **args;       /* kernel parameters, cuLaunchKernel style */
+} hr__gpu_cuda_kernel;
+int hr__gpu_cuda_launch(hr_gpu *g, const void *image, hr_gpu_stream *s,
+                        const hr__gpu_cuda_kernel *k);
+#endif
+
 #endif /* HR_GPU_INT_H */

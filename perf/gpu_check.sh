@@ -9,7 +9,11 @@
 #      the tests/gpu/gt_nocmocka.h stand-in);
 #   3. runs the ADR-018 contract tests and the API tests on the simulated
 #      device (a sanity check of the harness) and on CUDA;
-#   4. runs perf/gpu_bench: H2D and D2H of SIZE (default 1 GiB) through the
+#   4. runs the CUDA transcode kernels' test (tests/transcode_cuda: device
+#      output against the CPU kernels) and transcode/cuda/xc_cuda_bench
+#      (the row-major -> column-major transpose in GB/s against a D2D copy
+#      of the same bytes); CMake builds only, as nvcc embeds the kernels;
+#   5. runs perf/gpu_bench: H2D and D2H of SIZE (default 1 GiB) through the
 #      library's staging path against one copy to/from pinned memory
 #      (cuMemcpyAsync on cuMemHostAlloc memory, i.e. cudaMemcpy of pinned
 #      memory), printing the ratios; the target is >= 0.85.
@@ -73,7 +77,7 @@ command -v "$cc" >/dev/null || cc=gcc
 echo "compiler: $($cc --version | head -1)"
 
 # ---- build ---------------------------------------------------------------
-bin_api="" bin_contract="" bin_bench=""
+bin_api="" bin_contract="" bin_bench="" bin_xc="" bin_xc_bench=""
 build_cmake() {
   command -v cmake >/dev/null || { echo "cmake: not found"; return 1; }
   local gen=()
@@ -92,7 +96,7 @@ build_cmake() {
     return 1
   }
   cmake --build "$b" -j"$jobs" --target gpu_api gpu_contract gpu_bench \
-    >"$out/cmake-build.log" 2>&1 || {
+    xc_cuda xc_cuda_bench >"$out/cmake-build.log" 2>&1 || {
     echo "CMake build failed (tail of $out/cmake-build.log):"
     tail -20 "$out/cmake-build.log"
     return 1
@@ -100,6 +104,8 @@ build_cmake() {
   bin_api=$b/tests/gpu/gpu_api
   bin_contract=$b/tests/gpu/gpu_contract
   bin_bench=$b/gpu/gpu_bench
+  bin_xc=$b/tests/transcode_cuda/xc_cuda
+  bin_xc_bench=$b/transcode/cuda/xc_cuda_bench
 }
 
 build_direct() {
@@ -162,6 +168,27 @@ run_test() { # run_test NAME BINARY BACKEND
 run_test "contract tests on sim" "$bin_contract" sim
 run_test "API tests on cuda" "$bin_api" cuda
 run_test "contract tests on cuda" "$bin_contract" cuda
+
+if [ -n "$bin_xc" ]; then
+  step "transcode kernels on cuda"
+  run_limited 300 "$bin_xc"
+  rc=$?
+  case $rc in
+    0) record "transcode kernels on cuda" "PASS" ;;
+    77) record "transcode kernels on cuda" "SKIPPED (no device or no nvcc)" ;;
+    *) record "transcode kernels on cuda" "FAIL (exit $rc)" ;;
+  esac
+  step "transpose vs D2D copy"
+  run_limited 300 "$bin_xc_bench" 256
+  rc=$?
+  case $rc in
+    0) record "transpose vs D2D copy" "PASS (see GB/s above)" ;;
+    77) record "transpose vs D2D copy" "SKIPPED" ;;
+    *) record "transpose vs D2D copy" "FAIL (exit $rc)" ;;
+  esac
+else
+  record "transcode kernels on cuda" "SKIPPED (direct build: needs CMake)"
+fi
 
 step "staging benchmark ($size)"
 run_limited 300 "$bin_bench" --backend cuda --size "$size"

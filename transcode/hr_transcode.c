@@ -1181,6 +1181,9 @@ void hr__xc_plan_set_nt_min(hr_xc_plan *p, uint64_t bytes) {
 int hr__xc_plan_mode(const hr_xc_plan *p) {
   return p->core.mode;
 }
+const xc_core *hr__xc_plan_core(const hr_xc_plan *p) {
+  return &p->core;
+}
 int hr__xc_plan_isa(const hr_xc_plan *p) {
   return p->core.isa;
 }

@@ -120,6 +120,8 @@ void hr__xc_plan_set_nt_min(hr_xc_plan *p, uint64_t bytes);
 /* The executor a plan uses (enum xc_mode) and its instruction set. */
 int hr__xc_plan_mode(const hr_xc_plan *p);
 int hr__xc_plan_isa(const hr_xc_plan *p);
+/* The plan's dense producer (for the device kernels of transcode/cuda/). */
+const xc_core *hr__xc_plan_core(const hr_xc_plan *p);
 /* The best instruction set of this machine. */
 int hr__xc_best_isa(void);
 

@@ -241,6 +241,42 @@ HR_EXTERN int hr_xc_plan_describe(const hr_xc_plan *p, hr_descriptor *d);
 HR_EXTERN int hr_xc_supported(uint8_t elem, uint8_t src_layout,
                               uint8_t dst_layout);
 
+/* ---- on a CUDA device (transcode/cuda/) -------------------------------- */
+
+typedef struct hr_gpu hr_gpu;
+typedef struct hr_gpu_stream hr_gpu_stream;
+
+/*
+ * Produces the whole dense target of `plan` on a CUDA device:
+ * `src_dev` is the device address of the source buffer (it replaces the
+ * plan's buffers[0], which is never read: build the plan with the
+ * source's descriptor, its size and any non-NULL pointer, e.g. the device
+ * address), `dst_dev` receives hr_xc_plan_out_size() bytes (padding
+ * zeroed).  Asynchronous: the kernel is enqueued on `stream` (a stream of
+ * `g`) and the call returns; wait on the stream or an event recorded after
+ * it before reading dst_dev or changing src_dev.  The plan may be deleted
+ * once the call returned.  Both addresses must be aligned to the element
+ * size (8 bytes for 16-byte elements), as device allocations are.
+ *
+ * Supported: sources whose elements sit at affine offsets (ROW_MAJOR,
+ * COLUMN_MAJOR, PERMUTED, STRIDED) and the targets ROW_MAJOR,
+ * COLUMN_MAJOR, PERMUTED, TILED and PANEL, with the plan's region.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL g, plan or stream, a NULL or
+ * misaligned address with a non-empty output, a stream of another
+ * device), HR_ERR_UNSUPPORTED (the library was built without the
+ * kernels, `g` is not a cuda device or the embedded code has none for it,
+ * a sparse source or target, a TILED or PANEL source), HR_ERR_NOMEM or
+ * HR_ERR_IO (launch failures).  May be called from any thread.
+ * version-added: 0.1
+ */
+HR_EXTERN int hr_xc_cuda_run(hr_gpu *g, const hr_xc_plan *plan,
+                             const void *src_dev, void *dst_dev,
+                             hr_gpu_stream *stream);
+
+/* Returns 1 when the library embeds the CUDA transcode kernels (it was
+ * built where nvcc was found), else 0.  version-added: 0.1 */
+HR_EXTERN int hr_xc_cuda_built(void);
+
 #ifdef __cplusplus
 }
 #endif
