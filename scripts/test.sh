@@ -34,7 +34,7 @@ ctest --test-dir build/asan -j"$jobs" --timeout 900
 
 stage "clang ThreadSanitizer: threaded tests"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=clang -DHR_WERROR=ON \
-  -DHR_TSAN=ON -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF \
+  -DHR_TSAN=ON -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF -DHR_XC_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/tsan -j"$jobs"
 ctest --test-dir build/tsan -j"$jobs" -L threaded --timeout 900 --no-tests=error
