@@ -377,10 +377,11 @@ void hr__group_lane_down(hr_session *s) {
   }
   if (g->joining == s) {
     g->joining = NULL;
-    /* A HELLO that left may have been taken: the server may count this
-     * connection as a lane.  It keeps the position, closed, so that both
-     * numberings agree (and later requests stay below it). */
-    if (s->consumed == 0)
+    /* A HELLO that left may have been taken: unless the server said no,
+     * it may count this connection as a lane.  It keeps the position,
+     * closed, so that both numberings agree (and later requests stay
+     * below it). */
+    if (s->consumed == 0 || s->refused)
       return;
     s->lane = (int)g->nlanes;
     g->lanes[g->nlanes++] = s;

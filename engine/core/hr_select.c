@@ -15,8 +15,9 @@
  * tensor stored ROW_MAJOR or COLUMN_MAJOR we choose the order its bytes
  * already have (identity / reversed), so the answer costs no copy.
  *
- * Shards: N = min(max_shards asked, our MAX_SHARDS, lanes x 4,
- * ceil(bytes / 16 MiB), the extent cut), cut along the outermost stored
+ * Shards: N = min(max_shards asked, our MAX_SHARDS, lanes x
+ * shards_per_lane (4), ceil(bytes / shard_bytes (16 MiB)), the extent
+ * cut), cut along the outermost stored
  * dimension of the layout sent whose extent in the box exceeds 1 (dim 0
  * for row-major, the last for column-major, order[0] for PERMUTED, unless
  * those are 1; always dim 0 on whole tile rows or panels for TILED and
@@ -28,8 +29,6 @@
 #include <string.h>
 
 #include "hr_session_int.h"
-
-#define SHARD_BYTES ((uint64_t)16 << 20)
 
 /* The layout chosen for one tensor. */
 typedef struct choice {
@@ -830,13 +829,14 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
     for (unsigned k = 0; k < d->rank; k++)
       elems *= box_shape[k];
     uint64_t bytes = elems * elem_bytes(d->element_type);
-    uint64_t want = bytes / SHARD_BYTES + (bytes % SHARD_BYTES != 0);
+    uint64_t sb = s->set.shard_bytes;
+    uint64_t want = bytes / sb + (bytes % sb != 0);
     if (want > req->max_shards)
       want = req->max_shards;
     if (want > s->set.max_shards)
       want = s->set.max_shards;
-    if (want > (uint64_t)lanes * 4)
-      want = (uint64_t)lanes * 4;
+    if (want > (uint64_t)lanes * s->set.shards_per_lane)
+      want = (uint64_t)lanes * s->set.shards_per_lane;
     unsigned od = cut_dim(d, &c, box_shape);
     uint64_t unit = slab_unit(d, &c);
     uint64_t units = unit ? (box_shape[od] + unit - 1) / unit : 0;
@@ -844,11 +844,11 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
       want = units;
     n = want ? (uint32_t)want : 1;
     if (n > 1) {
-      plan->nshards = n;
       hr_tx *txs = hr__mem_realloc(&s->mem, plan->txs, n * sizeof *txs);
       if (!txs)
         return HR_ERR_NOMEM;
       plan->txs = txs;
+      plan->nshards = n;
       memset(txs + 1, 0, (n - 1) * sizeof *txs);
       for (uint32_t i = 0; i < n; i++) {
         uint64_t u0 = units * i / n, u1 = units * (i + 1) / n;

@@ -169,6 +169,8 @@ void hr_settings_default(hr_settings *st) {
   st->transcode_window = 4;
   st->strict_composites = 1;
   st->peer_name = NULL;
+  st->shard_bytes = (uint64_t)16 << 20;
+  st->shards_per_lane = 4;
 }
 
 /* ---- id history and the discard set -------------------------------------- */
@@ -823,6 +825,7 @@ static int on_conn_msg(hr_session *s, const hr_msg *m) {
                 m->u.error.message_len);
     uint32_t code = m->u.error.code > HR_WIRE_ERROR_LAST ? HR_WIRE_INTERNAL
                                                          : m->u.error.code;
+    s->refused = s->state == HR_CS_AWAIT_HELLO;
     out_truncate(s);
     hr__session_set_state(s, HR_CS_CLOSED);
     if (s->cbs.on_error) {
@@ -1431,6 +1434,10 @@ int hr__session_create(hr_session **out, int role, const hr_settings *settings,
   s->mem = *m;
   s->role = role;
   s->set = *in;
+  if (!s->set.shard_bytes)
+    s->set.shard_bytes = (uint64_t)16 << 20;
+  if (!s->set.shards_per_lane)
+    s->set.shards_per_lane = 4;
   s->ud = user_data;
   s->now = now;
   s->created = now;

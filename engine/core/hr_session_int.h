@@ -415,6 +415,7 @@ struct hr_session {
   int lane_down;     /* hr__group_lane_down() ran */
   hr_registry *reg;  /* server: where SESSION_JOIN tokens are looked up */
   uint64_t consumed; /* bytes the host wrote (pull/consumed) */
+  int refused;       /* client: ERROR came instead of SERVER_HELLO */
   /* GOAWAY. */
   int goaway_sent, goaway_recv;
   uint32_t goaway_last; /* what we sent */

@@ -106,6 +106,12 @@ typedef struct hr_settings {
   const uint8_t *auth_token;   /* client: AUTH_TOKEN extension (NULL: none) */
   uint16_t auth_token_len;
   const char *peer_name;       /* PEER_NAME ("libhurray/<version>") */
+  /* ---- appended in 0.1 (0: the default) ---- */
+  uint64_t shard_bytes;        /* server: a parallel answer has at most
+                                  ceil(bytes / shard_bytes) shards
+                                  (16 MiB) */
+  uint16_t shards_per_lane;    /* server: ... and at most lanes x this
+                                  (4) */
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */
