@@ -9,9 +9,12 @@
  * the output into two ranges, as an engine's pool would).  Buffers are
  * huge-page advised and pre-faulted; each figure is the best of 3 runs.
  *
- *   transcode_bench [--quick] [--reps N] [--threads N]
+ *   transcode_bench [--quick] [--reps N] [--threads N] [--chunk BYTES]
  *
- * --quick uses 16 MiB tensors for a smoke run.
+ * --quick uses 16 MiB tensors for a smoke run.  --chunk adds a column:
+ * one thread producing the output in consecutive calls of BYTES each, as a
+ * streaming engine does frame by frame (chunks below 8 MiB are written
+ * through the cache, larger ones with non-temporal stores).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -28,6 +31,7 @@ typedef struct bench_job {
   const uint8_t *src;
   uint8_t *dst;
   uint64_t begin, len;
+  uint64_t chunk; /* bytes per call; 0: the whole range at once */
   int rv;
 } bench_job;
 
@@ -52,18 +56,25 @@ static void *alloc_huge(size_t n) {
 
 static void *job_main(void *a) {
   bench_job *j = a;
-  if (j->plan)
-    j->rv = hr_xc_run(j->plan, j->begin, j->len, j->dst + j->begin);
-  else
-    memcpy(j->dst + j->begin, j->src + j->begin, (size_t)j->len);
+  uint64_t step = j->chunk ? j->chunk : j->len;
+  for (uint64_t o = 0; o < j->len; o += step) {
+    uint64_t b = j->begin + o, n = j->len - o < step ? j->len - o : step;
+    if (j->plan) {
+      int rv = hr_xc_run(j->plan, b, n, j->dst + b);
+      if (rv)
+        j->rv = rv;
+    } else {
+      memcpy(j->dst + b, j->src + b, (size_t)n);
+    }
+  }
   return NULL;
 }
 
 /* Runs the output [0, total) split into `nt` ranges (cut on multiples of
  * `grain`), one thread each; returns the seconds taken. */
 static double run_once(const hr_xc_plan *plan, const uint8_t *src,
-                       uint8_t *dst, uint64_t total, uint64_t grain,
-                       int nt) {
+                       uint8_t *dst, uint64_t total, uint64_t grain, int nt,
+                       uint64_t chunk) {
   bench_job jobs[64];
   pthread_t th[64];
   uint64_t at = 0;
@@ -72,7 +83,7 @@ static double run_once(const hr_xc_plan *plan, const uint8_t *src,
     end = i == nt - 1 ? total : end / grain * grain;
     if (end < at)
       end = at;
-    jobs[i] = (bench_job){plan, src, dst, at, end - at, 0};
+    jobs[i] = (bench_job){plan, src, dst, at, end - at, chunk, 0};
     at = end;
   }
   double t0 = now_s();
@@ -94,10 +105,11 @@ static double run_once(const hr_xc_plan *plan, const uint8_t *src,
 }
 
 static double best_of(int reps, const hr_xc_plan *plan, const uint8_t *src,
-                      uint8_t *dst, uint64_t total, uint64_t grain, int nt) {
+                      uint8_t *dst, uint64_t total, uint64_t grain, int nt,
+                      uint64_t chunk) {
   double best = 1e30;
   for (int r = 0; r < reps; r++) {
-    double t = run_once(plan, src, dst, total, grain, nt);
+    double t = run_once(plan, src, dst, total, grain, nt, chunk);
     if (t < best)
       best = t;
   }
@@ -147,6 +159,7 @@ static int spot_check(enum op op, const uint64_t *s, unsigned e,
 int main(int argc, char **argv) {
   uint64_t bytes = 256ull << 20;
   int reps = 3, threads = 2;
+  uint64_t chunk = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
       bytes = 16ull << 20;
@@ -154,8 +167,12 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+      chunk = strtoull(argv[++i], NULL, 0);
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--reps N] [--threads N]\n",
+      fprintf(stderr,
+              "usage: %s [--quick] [--reps N] [--threads N] "
+              "[--chunk BYTES]\n",
               argv[0]);
       return 2;
     }
@@ -183,21 +200,27 @@ int main(int argc, char **argv) {
   printf("transcode_bench: %llu MiB tensors, best of %d, %s\n",
          (unsigned long long)(bytes >> 20), reps,
          bytes >= (256ull << 20) ? "full size" : "quick");
-  printf("%-9s %-17s %-12s %9s %7s   %9s %7s\n", "dtype", "operation",
-         "shape", "1T GB/s", "x mcpy", "2T GB/s", "x mcpy");
-  printf("%.*s\n", 80,
+  printf("%-9s %-17s %-13s %8s %6s  %8s %6s", "dtype", "operation", "shape",
+         "1T GB/s", "x mcpy", "2T GB/s", "x mcpy");
+  if (chunk)
+    printf("  %10s %6s", "chunk GB/s", "x mcpy");
+  printf("\n%.*s\n", chunk ? 96 : 78,
          "-----------------------------------------------------------------"
-         "---------------------");
+         "-----------------------------------");
   int bad = 0;
   for (int ti = 0; ti < 3; ti++) {
     const unsigned e = types[ti].e;
     const uint64_t elems = bytes / e;
-    double mc[2];
-    mc[0] = best_of(reps, NULL, src, dst, bytes, 4096, 1);
-    mc[1] = best_of(reps, NULL, src, dst, bytes, 4096, threads);
-    printf("%-9s %-17s %-12s %9.2f %7s   %9.2f %7s\n", types[ti].name,
-           "memcpy", "", bytes / mc[0] / 1e9, "1.00", bytes / mc[1] / 1e9,
-           "1.00");
+    double mc[3];
+    mc[0] = best_of(reps, NULL, src, dst, bytes, 4096, 1, 0);
+    mc[1] = best_of(reps, NULL, src, dst, bytes, 4096, threads, 0);
+    printf("%-9s %-17s %-13s %8.2f %6s  %8.2f %6s", types[ti].name, "memcpy",
+           "", bytes / mc[0] / 1e9, "1.00", bytes / mc[1] / 1e9, "1.00");
+    if (chunk) {
+      mc[2] = best_of(reps, NULL, src, dst, bytes, 4096, 1, chunk);
+      printf("  %10.2f %6s", bytes / mc[2] / 1e9, "1.00");
+    }
+    printf("\n");
     for (int op = 0; op < OP_COUNT; op++) {
       hr_descriptor d;
       memset(&d, 0, sizeof d);
@@ -250,22 +273,31 @@ int main(int argc, char **argv) {
         return 1;
       }
       uint64_t out = hr_xc_plan_out_size(p), grain = hr_xc_plan_grain(p);
-      double t1 = best_of(reps, p, src, dst, out, grain, 1);
+      double t1 = best_of(reps, p, src, dst, out, grain, 1, 0);
       int ok = spot_check((enum op)op, d.shape, e, src, dst);
-      double t2 = best_of(reps, p, src, dst, out, grain, threads);
+      double t2 = best_of(reps, p, src, dst, out, grain, threads, 0);
       ok &= spot_check((enum op)op, d.shape, e, src, dst);
-      printf("%-9s %-17s %-12s %9.2f %7.2f   %9.2f %7.2f%s\n",
-             types[ti].name, op_names[op], shape, bytes / t1 / 1e9,
-             mc[0] / t1, bytes / t2 / 1e9, mc[1] / t2,
-             ok ? "" : "  WRONG OUTPUT");
+      printf("%-9s %-17s %-13s %8.2f %6.2f  %8.2f %6.2f", types[ti].name,
+             op_names[op], shape, bytes / t1 / 1e9, mc[0] / t1,
+             bytes / t2 / 1e9, mc[1] / t2);
+      if (chunk) {
+        memset(dst, 0, bytes);
+        double t3 = best_of(reps, p, src, dst, out, grain, 1, chunk);
+        ok &= spot_check((enum op)op, d.shape, e, src, dst);
+        printf("  %10.2f %6.2f", bytes / t3 / 1e9, mc[2] / t3);
+      }
+      printf("%s\n", ok ? "" : "  WRONG OUTPUT");
       bad |= !ok;
       hr_xc_plan_del(p);
     }
   }
   printf("(GB/s = 10^9 tensor bytes per second; x mcpy = throughput relative "
-         "to memcpy\n of the same bytes with the same thread count; %d "
-         "threads in the 2T column)\n",
+         "to memcpy\n of the same bytes with the same thread count and "
+         "chunking; %d threads in\n the 2T column",
          threads);
+  if (chunk)
+    printf("; chunk: 1 thread, %llu-byte calls", (unsigned long long)chunk);
+  printf(")\n");
   munmap(src, bytes);
   munmap(dst, bytes);
   return bad;

@@ -544,6 +544,7 @@ typedef struct xc_ctx {
   const xc_core *c;
   uint8_t *out;              /* receives element `ea` */
   uint64_t ea;
+  int nt;                    /* large run: transposes bypass the cache */
   uint64_t x[XC_MAX_FD];     /* coordinates of the current position */
 } xc_ctx;
 
@@ -645,7 +646,7 @@ static void box(xc_ctx *t, unsigned L, uint64_t start, uint64_t count) {
       uint64_t vp = vpa > pbeg ? min_u64(pcnt, vpa - pbeg) : 0;
       if (xpose) {
         hr__xc_xpose(dd, drow, ss, v[p].sstride, v[in].sstride, pcnt, ni, vp,
-                     valid_count(v, x, in), e, c->isa, c->nt_min);
+                     valid_count(v, x, in), e, c->isa, t->nt);
       } else if (v[in].couple == p) {
         uint64_t dec = v[in].cmult * pbeg;
         int64_t vi0 = dec < v[in].lim ? (int64_t)(v[in].lim - dec) : 0;
@@ -671,13 +672,12 @@ static void box(xc_ctx *t, unsigned L, uint64_t start, uint64_t count) {
   }
 }
 
-/* Covers [lo, hi), which lies inside one block of dim d - 1, with boxes. */
+/* Covers the non-empty [lo, hi), which lies inside one block of dim d - 1,
+ * with boxes. */
 static void cover(xc_ctx *t, unsigned d, uint64_t lo, uint64_t hi) {
   const uint64_t B = t->c->xd[d].ostride;
   uint64_t f = lo % B ? lo - lo % B + B : lo;
   uint64_t l = hi - hi % B;
-  if (lo >= hi)
-    return;
   if (f > l) {
     cover(t, d + 1, lo, hi);
     return;
@@ -701,7 +701,10 @@ static void run_affine(const xc_core *c, uint64_t ea, uint64_t eb,
   t.c = c;
   t.out = dst;
   t.ea = ea;
+  t.nt = (eb - ea) * c->esize >= c->nt_min;
   cover(&t, 0, ea, eb);
+  if (t.nt)
+    hr__xc_fence();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -767,17 +770,9 @@ static void run_generic(const xc_core *c, uint64_t ea, uint64_t eb,
       for (unsigned k = 0; k < c->rank; k++)
         if (k != fi->k)
           rowoff += (uint64_t)sd_off(&c->sd[k], idx[k]);
-      const xc_sdim *s = &c->sd[fi->k];
-      if (fi->mult == 1) {
-        generic_run(c, s, rowoff, idx[fi->k] + x0, nv, dst);
-      } else {
-        for (uint64_t j = 0; j < nv; j++)
-          memcpy(dst + j * e,
-                 c->src + (int64_t)(rowoff +
-                                    (uint64_t)sd_off(
-                                        s, idx[fi->k] + fi->mult * (x0 + j))),
-                 e);
-      }
+      /* The innermost fine dim always steps its logical dim by 1: grid
+       * dims (mult > 1) come before their intra-tile dims. */
+      generic_run(c, &c->sd[fi->k], rowoff, idx[fi->k] + x0, nv, dst);
     }
     if (nv < cnt)
       memset(dst + nv * e, 0, (size_t)((cnt - nv) * e));

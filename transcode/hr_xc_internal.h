@@ -82,7 +82,7 @@ typedef struct xc_core {
   uint64_t out_elems;            /* target buffer size in elements */
   int mode;                      /* enum xc_mode */
   int isa;                       /* enum xc_isa */
-  uint64_t nt_min;               /* transposes of at least this many bytes
+  uint64_t nt_min;               /* runs of at least this many bytes
                                     bypass the cache (XC_NT_MIN) */
   const uint8_t *src;            /* dense source buffer */
   int64_t sbase;                 /* byte offset of logical index 0..0 */
@@ -107,9 +107,9 @@ void hr__xc_core_run(const xc_core *c, uint64_t ea, uint64_t eb,
  * dims); used to index sparse sources. */
 uint64_t hr__xc_core_key(const xc_core *c, const uint64_t *idx);
 
-/* Transposes writing at least this many bytes use non-temporal stores, as
- * memcpy does for large copies; smaller outputs stay in the cache, where an
- * engine sending them right away wants them. */
+/* Runs producing at least this many bytes write transposes with
+ * non-temporal stores, as memcpy does for large copies; smaller outputs
+ * stay in the cache, where an engine sending them right away wants them. */
 #define XC_NT_MIN (8u << 20)
 
 /* Test hooks: force the generic executor (dense sources only), or a
@@ -134,17 +134,19 @@ void hr__xc_rows(uint8_t *dst, uint64_t drow, const uint8_t *src, int64_t sp,
                  int64_t si, uint64_t np, uint64_t ni, uint64_t vp,
                  int64_t vi0, uint64_t vstep, unsigned esize);
 
+/* Orders non-temporal stores before what follows (x86 sfence). */
+void hr__xc_fence(void);
+
 /*
  * Blocked transpose: dst[r * drow + c * esize] = src[r * sp + c * si] for
  * r < vp, c < vi; the rest of the np x ni destination block is zeroed.
  * Uses SIMD micro-kernels when sp == esize and `isa` allows, with
- * non-temporal stores when the valid block has at least `nt_min` bytes
- * and the destination rows are 64-byte aligned.
+ * non-temporal stores when `nt` and the destination is aligned to the
+ * micro-kernel's stores (the caller fences).
  */
 void hr__xc_xpose(uint8_t *dst, uint64_t drow, const uint8_t *src,
                   int64_t sp, int64_t si, uint64_t np, uint64_t ni,
-                  uint64_t vp, uint64_t vi, unsigned esize, int isa,
-                  uint64_t nt_min);
+                  uint64_t vp, uint64_t vi, unsigned esize, int isa, int nt);
 
 /* Copies n elements with source stride si (bytes) into contiguous dst. */
 void hr__xc_gather(uint8_t *dst, const uint8_t *src, int64_t si, uint64_t n,

@@ -10,9 +10,13 @@
  *
  * Threads: every engine call and every callback happens on the loop
  * thread, except hr_engine_wakeup().  The only threads the library creates
- * are the engine's worker pool (transcoding, file reads); their
- * completions come back to the loop thread through an eventfd the engine
- * watches like any other descriptor.
+ * are the engine's worker pool (transcoding), started on its first work
+ * item; their completions come back to the loop thread through an eventfd
+ * the engine watches like any other descriptor.
+ *
+ * Data path: the engine moves tensor bytes itself — gathering writes of
+ * the session's iovecs, reads straight into the destination tensor — and
+ * uses the host's loop only for readiness and the timer.
  *
  * Callbacks must not call hr_engine_del(); everything else is allowed
  * from callbacks unless its doc says otherwise.
@@ -42,6 +46,11 @@ typedef struct hr_listener hr_listener; /* a listening socket */
 /*
  * What the host's loop provides.  The hooks must not call into the engine
  * (a zero timeout is delivered on the next loop turn, not by recursion).
+ *
+ * Readiness is level-triggered: the host keeps reporting an fd while it
+ * stays ready and watched.  The engine caps the bytes it moves per report
+ * and connection (io_budget) so that busy connections take turns, and
+ * relies on being called again for the rest.
  */
 typedef struct hr_loop_ops {
   size_t size; /* sizeof(hr_loop_ops) */
@@ -49,19 +58,38 @@ typedef struct hr_loop_ops {
    * forget the fd).  Idempotent: called again with the same fd to change
    * the events.  `*fd_cookie` is the host's per-fd slot (starts NULL; the
    * host may store its own object there and gets the same pointer back on
-   * every call for this fd).  Return 0 or a negative HR_ERR_*. */
+   * every call for this fd; set it back to NULL on events 0).  The engine
+   * always calls watch(fd, 0) before it closes `fd`, so a later fd with
+   * the same number is a new one.  May be called from inside any engine
+   * call.  Return 0 or a negative HR_ERR_*. */
   int (*watch)(void *loop_data, int fd, int events, void **fd_cookie);
   /* Arm the single timer to fire in `ms` milliseconds (0: on the next loop
    * turn), replacing the previous one; -1 cancels it. */
   int (*timer)(void *loop_data, int64_t ms);
   /* Monotonic clock in ns (NULL: CLOCK_MONOTONIC). */
   hr_tstamp (*now)(void *loop_data);
+  /* Called once by hr_engine_del() after the engine stopped watching
+   * everything and cancelled its timer, so a binding can free `loop_data`
+   * (NULL: nothing to do). */
+  void (*release)(void *loop_data);
 } hr_loop_ops;
 
 /* The host reports readiness (`revents`: HR_POLL_IN|HR_POLL_OUT, plus
- * errors as both) and timer expiry.  Return 0 or a fatal error. */
+ * errors as both) and timer expiry.  Callbacks run from inside these calls.
+ * An fd the engine no longer watches is ignored.  Return 0, a fatal error
+ * (HR_ERR_NOMEM), or HR_ERR_IN_CALLBACK when called from a callback. */
 HR_EXTERN int hr_engine_on_fd(hr_engine *e, int fd, int revents);
 HR_EXTERN int hr_engine_on_timeout(hr_engine *e);
+
+/*
+ * Sends what sessions queued while the engine was not running: call it
+ * after hr_session_get/put/list/ping/cancel from the host's own code
+ * (outside engine callbacks).  Inside callbacks it is not needed: the
+ * engine writes every session's output before it returns to the loop.
+ * Like hr_engine_on_fd(), callbacks may run from it.  Returns 0, a fatal
+ * error, or HR_ERR_IN_CALLBACK.
+ */
+HR_EXTERN int hr_engine_flush(hr_engine *e);
 
 /* ------------------------------------------------------------------------ */
 /* Engine                                                                    */
@@ -71,10 +99,32 @@ HR_EXTERN int hr_engine_on_timeout(hr_engine *e);
 
 typedef struct hr_engine_config {
   int version;            /* HR_ENGINE_CONFIG_VERSION */
-  hr_settings session;    /* defaults for every session */
-  unsigned worker_threads;/* pool size (0: number of CPUs, at most 8) */
-  uint32_t max_connections; /* server: accepted connections (1024) */
-  uint64_t max_inflight_bytes; /* server: across all connections (1 GiB) */
+  hr_settings session;    /* defaults for every session (pointers inside
+                             are deep-copied) */
+  unsigned worker_threads;/* pool size (0: number of CPUs, at most 8);
+                             threads start on the first work item */
+  uint32_t max_connections; /* server: accepted connections (1024); one
+                             over the cap gets ERROR RESOURCE_EXHAUSTED on
+                             stream 0 and is closed */
+  uint64_t max_inflight_bytes; /* server: bytes of PUT landing buffers
+                             allocated at once, across all connections
+                             (1 GiB); a PUT over it is refused with
+                             RESOURCE_EXHAUSTED (0: no cap) */
+  /* ---- appended in 0.1 (all zero-initialisable) ---- */
+  uint64_t drain_timeout; /* ns hr_engine_close() waits for connections
+                             to finish before cutting them (30 s) */
+  uint32_t io_budget;     /* bytes read or written per readiness report
+                             and connection before the next connection's
+                             turn (16 MiB) */
+  int socket_buffer;      /* SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's
+                             autotuning, the default) */
+  /* Called on the loop thread after hr_engine_wakeup() (NULL: none). */
+  void (*on_wakeup)(hr_engine *e, void *user_data);
+  /* Every finished transfer of every connection, for logs and metrics
+   * (NULL: none). */
+  void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
+                      void *user_data);
+  void *user_data;        /* for on_wakeup and on_transfer */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */
@@ -82,27 +132,38 @@ HR_EXTERN void hr_engine_config_default(hr_engine_config *c);
 
 /*
  * Creates an engine bound to the host's loop.  `ops` and `cfg` are copied
- * (cfg may be NULL: defaults).  Starts the worker pool.  Returns 0,
- * HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM, HR_ERR_IO (eventfd, threads).
+ * (cfg may be NULL: defaults).  Creates the worker pool (its threads start
+ * on first use) and watches its completion eventfd.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (ops without watch or timer, a bad version),
+ * HR_ERR_NOMEM, HR_ERR_IO (eventfd), or the error of ops->watch.
  */
 HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
                             void *loop_data, const hr_engine_config *cfg,
                             const hr_mem *mem);
 
-/* Begins shutdown: listeners close, sessions send GOAWAY and drain.
- * `on_closed` is called (on the loop thread) when the last connection is
- * gone; then hr_engine_del() succeeds. */
+/* Begins shutdown: listeners close (their handles become invalid),
+ * sessions send GOAWAY and drain (active streams finish, new ones are
+ * refused); connections still open after drain_timeout are cut.  `on_closed` (may be NULL) is called once, from
+ * an engine entry point on the loop thread, when the last connection is
+ * gone; then hr_engine_del() succeeds.  New connects fail with
+ * HR_ERR_STATE.  Returns 0, or HR_ERR_STATE when already closing. */
 HR_EXTERN int hr_engine_close(hr_engine *e,
                               void (*on_closed)(hr_engine *e, void *ud),
                               void *ud);
 
-/* Frees the engine.  Returns HR_ERR_BUSY (and frees nothing) while
- * connections live; HR_ERR_IN_CALLBACK from a callback. */
+/* Frees the engine (listeners included).  Returns HR_ERR_BUSY (and frees
+ * nothing) while connections live or work items are out; HR_ERR_IN_CALLBACK
+ * from a callback.  NULL is a no-op. */
 HR_EXTERN int hr_engine_del(hr_engine *e);
 
 /* Thread-safe: makes the loop thread run the engine soon (used by the
- * pool; exposed for hosts that hand work in from other threads). */
+ * pool; exposed for hosts that hand work in from other threads): it then
+ * calls config.on_wakeup and flushes every session. */
 HR_EXTERN void hr_engine_wakeup(hr_engine *e);
+
+/* Connections alive (client and server, not counting sockets that only
+ * linger to deliver a final ERROR). */
+HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
 
 /* ------------------------------------------------------------------------ */
 /* Server                                                                    */
@@ -110,24 +171,31 @@ HR_EXTERN void hr_engine_wakeup(hr_engine *e);
 
 /*
  * Listens on `addr` ("HOST:PORT", "[v6]:PORT"; port 0 picks one) and
- * serves every accepted connection with `provider` (copied).  *out may be
- * NULL.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO.
+ * serves every accepted connection with `provider` (copied; its callbacks
+ * run on the loop thread).  Server sessions get the engine's session
+ * settings; hr_session_user_data() of such a session is its hr_conn.
+ * `out` may be NULL.  Returns 0, HR_ERR_INVALID_ARGUMENT (bad address or
+ * provider), HR_ERR_IO (bind/listen), HR_ERR_STATE (closing), HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
                                const hr_provider *provider,
                                hr_listener **out);
 /* The bound port (after port 0). */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
-/* Stops accepting; existing connections go on. */
+/* Stops accepting and frees the listener; existing connections go on. */
 HR_EXTERN void hr_listener_close(hr_listener *l);
 
 /* ------------------------------------------------------------------------ */
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Called once when a client connection is established (status 0) or
- * failed, and once more when it closes (status HR_ERR_CLOSED or an
- * error).  `conn` stays valid until the close callback returns. */
+/* Called once when a client connection is established (both HELLOs
+ * exchanged: status 0) or failed before that (an error; no second call
+ * then), and once more when an established connection closes (status
+ * HR_ERR_CLOSED after a clean close, HR_ERR_REMOTE when the peer sent an
+ * ERROR on stream 0, HR_ERR_PROTO when we did, HR_ERR_TIMEOUT, HR_ERR_IO).
+ * hr_conn_error() says more.  Every stream's completion has run before the
+ * closing call.  `conn` stays valid until the close callback returns. */
 typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
 
 /*
@@ -144,8 +212,33 @@ HR_EXTERN int hr_engine_connect(hr_engine *e, const char *url,
  * it.  Valid until the connection's close callback returns. */
 HR_EXTERN hr_session *hr_conn_session(hr_conn *c);
 
-/* Closes a connection gracefully (GOAWAY, then close once idle). */
+/* Closes a connection gracefully (GOAWAY, then close once its streams are
+ * done).  Deferred to the engine's next entry point; may be called from
+ * callbacks. */
 HR_EXTERN void hr_conn_close(hr_conn *c);
+
+/* Cuts a connection without a GOAWAY: every stream completes with
+ * HR_ERR_CLOSED.  Deferred like hr_conn_close(); may be called from
+ * callbacks. */
+HR_EXTERN void hr_conn_abort(hr_conn *c);
+
+/* Why the connection closed or is closing: the wire error sent or received
+ * on stream 0 (0 if none), whether we sent it, and a UTF-8 message (the
+ * peer's text, or a local reason such as a socket error; "" if none; valid
+ * while `c` is).  Any out pointer may be NULL.  Returns the status the
+ * close callback gets (0 while the connection is healthy). */
+HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error,
+                            int *sent, const char **message);
+
+/* Bytes received and sent on the socket so far (any pointer may be NULL). */
+HR_EXTERN void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx);
+
+/* A tap on the raw byte stream (debugging, `hurray get --dump-wire`):
+ * `rx` sees every byte received, `tx` every byte sent, in order, on the
+ * loop thread.  NULL removes a tap. */
+typedef void (*hr_tap_fn)(const void *bytes, size_t len, void *user_data);
+HR_EXTERN void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx,
+                               void *user_data);
 
 #ifdef __cplusplus
 }

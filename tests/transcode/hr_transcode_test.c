@@ -693,7 +693,7 @@ static unsigned scaled(unsigned n) {
 static void test_random_dense_sources(void **state) {
   (void)state;
   xc_rng r = {g_seed};
-  unsigned n = scaled(5000);
+  unsigned n = scaled(4000);
   for (unsigned c = 0; c < n; c++) {
     tcase t;
     memset(&t, 0, sizeof t);
@@ -708,7 +708,7 @@ static void test_random_dense_sources(void **state) {
 static void test_random_sparse_sources(void **state) {
   (void)state;
   xc_rng r = {g_seed ^ 0x5555};
-  unsigned n = scaled(2000);
+  unsigned n = scaled(1500);
   for (unsigned c = 0; c < n; c++) {
     tcase t;
     memset(&t, 0, sizeof t);
@@ -1143,6 +1143,71 @@ static void test_huge_logical(void **state) {
   hr_xc_plan_del(p);
 }
 
+/* API paths the random cases do not take. */
+static void test_api_edges(void **state) {
+  (void)state;
+  assert_int_equal(hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_COMPOSITE,
+                                   HR_LAYOUT_ROW_MAJOR),
+                   0);
+  assert_int_equal(hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_SPARSE_BSR,
+                                   HR_LAYOUT_SPARSE_COO),
+                   1);
+
+  /* A PANEL source whose mr comes from the entry's metadata only: 3 x 2
+   * INT8 in panels of 2 rows, the last padded. */
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_INT8;
+  d.rank = 2;
+  d.shape[0] = 3;
+  d.shape[1] = 2;
+  d.layout.tag = HR_LAYOUT_PANEL;
+  uint8_t meta[4] = {2, 0, 0, 0};
+  d.layout.ext = meta;
+  d.layout.ext_len = 4;
+  uint8_t panel[8] = {1, 3, 2, 4, 5, 9, 6, 9}, out[6];
+  hr_xc_tensor x = {.desc = &d, .buffers = {panel}, .sizes = {8}};
+  hr_xc_target row = {.layout = HR_LAYOUT_ROW_MAJOR};
+  hr_xc_plan *p;
+  assert_int_equal(hr_xc_plan_new(&p, &x, &row, NULL, NULL, NULL, NULL), 0);
+  assert_true(hr_xc_plan_grain(p) <= 6);
+  assert_int_equal(hr_xc_run(p, 0, 6, out), 0);
+  assert_memory_equal(out, ((uint8_t[]){1, 2, 3, 4, 5, 6}), 6);
+  hr_xc_plan_del(p);
+
+  /* Sparse targets: the two-pass protocol and its misuse. */
+  small_csr s;
+  small_csr_init(&s);
+  hr_xc_tensor cx = small_csr_tensor(&s);
+  hr_xc_target coo = {.layout = HR_LAYOUT_SPARSE_COO};
+  hr_descriptor od;
+  uint64_t sizes[HR_MAX_BUFFERS];
+  assert_int_equal(hr_xc_plan_new(&p, &cx, &coo, NULL, NULL, NULL, NULL), 0);
+  assert_int_equal(hr__xc_plan_force_generic(p), HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_xc_plan_describe(p, &od), HR_ERR_STATE);
+  uint8_t ib[3 * 2 * 4], vb[3 * 4];
+  assert_int_equal(hr_xc_run_sparse(p, (void *[]){ib, vb}), HR_ERR_STATE);
+  assert_int_equal(hr_xc_plan_count(p, NULL), 0);
+  assert_int_equal(hr_xc_plan_buffer_sizes(p, sizes), 2);
+  assert_true(sizes[0] == sizeof ib && sizes[1] == sizeof vb);
+  assert_true(hr_xc_plan_out_size(p) == sizeof ib + sizeof vb);
+  assert_int_equal(hr_xc_run_sparse(p, (void *[]){ib, NULL}),
+                   HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_xc_run_sparse(p, (void *[]){ib, vb}), 0);
+  static const uint8_t want_ib[] = {0, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0,
+                                    0, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0};
+  assert_memory_equal(ib, want_ib, sizeof ib);
+  assert_memory_equal(vb, s.val, sizeof vb);
+  assert_int_equal(hr_xc_plan_describe(p, &od), 0);
+  assert_int_equal(od.layout.tag, HR_LAYOUT_SPARSE_COO);
+  assert_true(od.params.nnz == 3);
+  assert_int_equal(od.params.index_type, HR_ELEM_INT32);
+  assert_int_equal(od.params.sorted, 1);
+  assert_int_equal(od.buffer_count, 2);
+  hr_xc_plan_del(p);
+}
+
 /* The scratch cap of sparse sources. */
 static void test_scratch_limit(void **state) {
   (void)state;
@@ -1305,6 +1370,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_errors),
       cmocka_unit_test(test_huge_logical),
       cmocka_unit_test(test_scratch_limit),
+      cmocka_unit_test(test_api_edges),
       cmocka_unit_test(test_failmalloc),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_bench_shapes),

@@ -1,0 +1,95 @@
+/*
+ * `hurray put [--replace] [--timeout S] URL KEY FILE.npy`: sends a .npy
+ * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing
+ * key.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hurray/files.h>
+
+#include "cli.h"
+
+#define SYNOPSIS "[--replace] URL KEY FILE.npy"
+
+int cli_put(int argc, char **argv) {
+  const char *pos[3];
+  int i, npos = 0, replace = 0, rv, status;
+  int64_t timeout_ms = 0;
+  hr_transfer_record rec;
+  hr_tensor *t;
+  cli_conn cc;
+  cli_conn_opts co;
+  char why[256], action[1100];
+  size_t key_len;
+
+  for (i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+      printf("usage: hurray put " SYNOPSIS "\n");
+      return 0;
+    } else if (!strcmp(s, "--replace")) {
+      replace = 1;
+    } else if (!strcmp(s, "--timeout") && i + 1 < argc) {
+      uint64_t secs;
+      if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
+        return cli_usage("put", SYNOPSIS, "--timeout takes seconds");
+      timeout_ms = secs ? (int64_t)secs * 1000 : -1;
+    } else if (s[0] == '-' && s[1]) {
+      return cli_usage("put", SYNOPSIS, "unknown or incomplete option %s", s);
+    } else if (npos < 3) {
+      pos[npos++] = s;
+    } else {
+      return cli_usage("put", SYNOPSIS, "unexpected argument \"%s\"", s);
+    }
+  }
+  if (npos != 3)
+    return cli_usage("put", SYNOPSIS, "give a URL, a KEY and a FILE.npy");
+  key_len = strlen(pos[1]);
+  if (key_len < 1 || key_len > HR_MAX_KEY)
+    return cli_usage("put", SYNOPSIS, "keys are 1 to 1024 bytes");
+  rv = hr_npy_load(&t, pos[2], NULL, why, sizeof why);
+  if (rv) {
+    cli_err("put", "cannot read %s: %s (give a .npy file)", pos[2], why);
+    return CLI_EXIT_FAIL;
+  }
+  memset(&co, 0, sizeof co);
+  co.cmd = "put";
+  co.url = pos[0];
+  co.progress = isatty(STDERR_FILENO);
+  co.expect_bytes = hr_tensor_bytes(t);
+  co.timeout_ms = timeout_ms;
+  if (cli_connect(&cc, &co)) {
+    hr_tensor_unref(t);
+    return CLI_EXIT_FAIL;
+  }
+  cli_progress_total(&cc, hr_tensor_bytes(t), 1);
+  {
+    const hr_hello *h = hr_client_server_hello(cc.client);
+    if (h && !(h->capability_flags & HR_CAP_TENSOR_PUT)) {
+      cli_err("put", "cannot store \"%s\": the server does not accept PUT "
+                     "(start it with `hurray serve --allow-put`)",
+              pos[1]);
+      hr_tensor_unref(t);
+      cli_disconnect(&cc, "put");
+      return CLI_EXIT_FAIL;
+    }
+  }
+  memset(&rec, 0, sizeof rec);
+  rv = hr_client_put(cc.client, (const uint8_t *)pos[1], (uint16_t)key_len,
+                     replace ? HR_PUT_REPLACE : 0, t, &rec);
+  cli_progress_done(&cc);
+  if (rv) {
+    snprintf(action, sizeof action, "cannot store \"%s\"", pos[1]);
+    status = cli_client_fail("put", action, pos[0],
+                             hr_client_last_error(cc.client));
+  } else {
+    printf("stored %s as \"%s\" (%llu bytes)\n", pos[2], pos[1],
+           (unsigned long long)hr_tensor_bytes(t));
+    status = 0;
+  }
+  hr_tensor_unref(t);
+  rv = cli_disconnect(&cc, "put");
+  return status ? status : rv;
+}

@@ -1,0 +1,340 @@
+/*
+ * `hurray serve [--listen HOST:PORT] [--allow-put] [--max-shards N]
+ *               [-v] PATH...`
+ *
+ * Serves every .npy under each PATH (key: the path relative to PATH,
+ * without ".npy"; a PATH that is a file gives its own name) and every
+ * tensor of each .safetensors (key: the file's relative path without
+ * ".safetensors", "/", the tensor's name), mapped and sent without a copy.
+ * Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
+ * drains gracefully (active streams finish, new ones are refused) and
+ * exits 0; a second signal exits at once with 1.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <hurray/files.h>
+#include <hurray/hr_event.h>
+#include <hurray/store.h>
+
+#include "cli.h"
+
+#define SYNOPSIS                                                               \
+  "[--listen HOST:PORT] [--allow-put] [--max-shards N] [-v] PATH..."
+#define DEFAULT_LISTEN "127.0.0.1:7474"
+
+typedef struct serve {
+  hr_store *store;
+  size_t loaded, skipped;
+  struct event_base *base;
+  hr_engine *engine;
+  int signals;
+  int verbose;
+} serve;
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static void add_tensor(serve *sv, const char *key, size_t key_len,
+                       hr_tensor *t, const char *path) {
+  int rv;
+
+  if (key_len < 1 || key_len > HR_MAX_KEY ||
+      !hr_utf8_valid((const uint8_t *)key, key_len)) {
+    cli_err("serve", "skipping %s: its key is not 1-1024 bytes of UTF-8",
+            path);
+    sv->skipped++;
+    return;
+  }
+  rv = hr_store_put(sv->store, key, key_len, t, 0);
+  if (rv == HR_ERR_STATE) {
+    cli_err("serve", "skipping %s: key \"%.*s\" is already served", path,
+            (int)key_len, key);
+    sv->skipped++;
+  } else if (rv) {
+    cli_err("serve", "skipping %s: %s", path, hr_strerror(rv));
+    sv->skipped++;
+  } else {
+    sv->loaded++;
+  }
+}
+
+/* `rel` is the path relative to the PATH argument ("" stem for a PATH
+ * that is a file is handled by the caller). */
+static void load_file(serve *sv, const char *path, const char *rel) {
+  char why[256], key[HR_MAX_KEY + 64];
+  size_t n;
+  int rv;
+
+  if (ends_with(rel, ".npy")) {
+    hr_tensor *t;
+    rv = hr_npy_load(&t, path, NULL, why, sizeof why);
+    if (rv) {
+      cli_err("serve", "skipping %s: %s", path, why);
+      sv->skipped++;
+      return;
+    }
+    n = strlen(rel) - 4;
+    add_tensor(sv, rel, n, t, path);
+    hr_tensor_unref(t);
+  } else if (ends_with(rel, ".safetensors")) {
+    hr_safetensors *f;
+    size_t i, stem = strlen(rel) - strlen(".safetensors");
+    rv = hr_safetensors_open(&f, path, NULL, why, sizeof why);
+    if (rv) {
+      cli_err("serve", "skipping %s: %s", path, why);
+      sv->skipped++;
+      return;
+    }
+    for (i = 0; i < hr_safetensors_count(f); i++) {
+      const char *name = hr_safetensors_name(f, i);
+      hr_tensor *t;
+      int len = snprintf(key, sizeof key, "%.*s/%s", (int)stem, rel, name);
+      if (len < 0 || (size_t)len >= sizeof key) {
+        cli_err("serve", "skipping %s in %s: the key is too long", name,
+                path);
+        sv->skipped++;
+        continue;
+      }
+      if (hr_safetensors_tensor(f, i, &t) != 0) {
+        cli_err("serve", "skipping %s in %s: out of memory", name, path);
+        sv->skipped++;
+        continue;
+      }
+      add_tensor(sv, key, (size_t)len, t, path);
+      hr_tensor_unref(t);
+    }
+    hr_safetensors_close(f);
+  }
+}
+
+static void walk(serve *sv, const char *dir, const char *rel, int depth) {
+  DIR *d;
+  struct dirent *de;
+
+  if (depth > 32) {
+    cli_err("serve", "skipping %s: directories nested too deep", dir);
+    return;
+  }
+  d = opendir(dir);
+  if (!d) {
+    cli_err("serve", "skipping %s: %s", dir, strerror(errno));
+    return;
+  }
+  while ((de = readdir(d))) {
+    char path[PATH_MAX], sub[PATH_MAX];
+    struct stat st;
+    if (de->d_name[0] == '.')
+      continue; /* ., .. and hidden files */
+    if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >=
+            (int)sizeof path ||
+        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "",
+                 de->d_name) >= (int)sizeof sub)
+      continue;
+    if (stat(path, &st) != 0)
+      continue;
+    if (S_ISDIR(st.st_mode))
+      walk(sv, path, sub, depth + 1);
+    else if (S_ISREG(st.st_mode))
+      load_file(sv, path, sub);
+  }
+  closedir(d);
+}
+
+static void on_closed(hr_engine *e, void *ud) {
+  serve *sv = ud;
+
+  (void)e;
+  event_base_loopbreak(sv->base);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *ud) {
+  serve *sv = ud;
+
+  (void)what;
+  if (++sv->signals > 1) {
+    cli_err("serve", "second signal: exiting without draining");
+    exit(CLI_EXIT_FAIL);
+  }
+  fprintf(stderr, "hurray serve: %s: draining (active transfers finish, "
+                  "new ones are refused)\n",
+          sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  hr_engine_close(sv->engine, on_closed, sv);
+}
+
+static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
+  serve *sv = ud;
+
+  (void)c;
+  if (!sv->verbose)
+    return;
+  if (rec->status)
+    fprintf(stderr, "hurray serve: transfer failed: %s%s%s\n",
+            hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
+            rec->message);
+  else
+    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s\n",
+            (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
+            rec->transcoded ? " (transcoded)" : "");
+}
+
+int cli_serve(int argc, char **argv) {
+  const char *listen_addr = DEFAULT_LISTEN;
+  hr_store_config scfg;
+  hr_engine_config ecfg;
+  hr_provider prov;
+  hr_listener *lis;
+  struct event *sigterm = NULL, *sigint = NULL;
+  serve sv;
+  int i, npaths = 0, allow_put = 0, rv, status = 0;
+  uint64_t max_shards = 0;
+  const char **paths;
+
+  memset(&sv, 0, sizeof sv);
+  paths = calloc((size_t)argc, sizeof *paths);
+  if (!paths)
+    return CLI_EXIT_FAIL;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      printf("usage: hurray serve " SYNOPSIS "\n");
+      free(paths);
+      return 0;
+    } else if (!strcmp(a, "--listen") && i + 1 < argc) {
+      listen_addr = argv[++i];
+    } else if (!strcmp(a, "--allow-put")) {
+      allow_put = 1;
+    } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+      sv.verbose = 1;
+    } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
+      if (cli_parse_u64(argv[++i], &max_shards) || max_shards < 1 ||
+          max_shards > 65535) {
+        free(paths);
+        return cli_usage("serve", SYNOPSIS,
+                         "--max-shards takes a number from 1 to 65535");
+      }
+    } else if ((!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key") ||
+                !strcmp(a, "--auth-token-file")) &&
+               i + 1 < argc) {
+      cli_err("serve",
+              "%s is not supported in this build yet (TLS and "
+              "authentication come in a later release); serve without it",
+              a);
+      free(paths);
+      return CLI_EXIT_USAGE;
+    } else if (a[0] == '-' && a[1]) {
+      free(paths);
+      return cli_usage("serve", SYNOPSIS, "unknown or incomplete option %s",
+                       a);
+    } else {
+      paths[npaths++] = a;
+    }
+  }
+  if (npaths == 0) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS, "give at least one PATH to serve");
+  }
+
+  hr_store_config_default(&scfg);
+  scfg.allow_put = allow_put;
+  if (hr_store_new(&sv.store, &scfg, NULL) != 0) {
+    free(paths);
+    return CLI_EXIT_FAIL;
+  }
+  for (i = 0; i < npaths; i++) {
+    struct stat st;
+    const char *p = paths[i], *base;
+    if (stat(p, &st) != 0) {
+      cli_err("serve", "cannot read %s: %s (check the path)", p,
+              strerror(errno));
+      status = CLI_EXIT_FAIL;
+      goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      walk(&sv, p, "", 0);
+    } else {
+      base = strrchr(p, '/');
+      base = base ? base + 1 : p;
+      if (!ends_with(base, ".npy") && !ends_with(base, ".safetensors")) {
+        cli_err("serve", "%s is neither .npy nor .safetensors (give those "
+                         "files or a directory holding them)",
+                p);
+        status = CLI_EXIT_FAIL;
+        goto out;
+      }
+      load_file(&sv, p, base);
+    }
+  }
+
+  sv.base = event_base_new();
+  if (!sv.base) {
+    cli_err("serve", "cannot create the event loop");
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
+  hr_engine_config_default(&ecfg);
+  if (max_shards)
+    ecfg.session.max_shards = (uint16_t)max_shards;
+  ecfg.on_transfer = on_transfer;
+  ecfg.user_data = &sv;
+  rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
+  if (rv) {
+    cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
+  hr_store_provider(sv.store, &prov);
+  rv = hr_engine_listen(sv.engine, listen_addr, &prov, &lis);
+  if (rv) {
+    cli_err("serve", "cannot listen on %s: %s (is the port in use? try "
+                     "--listen 127.0.0.1:0)",
+            listen_addr,
+            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
+            : rv == HR_ERR_IO             ? strerror(errno)
+                                          : hr_strerror(rv));
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  sigterm = evsignal_new(sv.base, SIGTERM, on_signal, &sv);
+  sigint = evsignal_new(sv.base, SIGINT, on_signal, &sv);
+  if (!sigterm || !sigint || evsignal_add(sigterm, NULL) ||
+      evsignal_add(sigint, NULL)) {
+    cli_err("serve", "cannot install the signal handlers");
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
+  {
+    /* The port line is what scripts parse (--listen HOST:0). */
+    const char *colon = strrchr(listen_addr, ':');
+    int hl = colon ? (int)(colon - listen_addr) : (int)strlen(listen_addr);
+    printf("listening on %.*s:%d\n", hl, listen_addr, hr_listener_port(lis));
+    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s\n", sv.loaded,
+            sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
+            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");
+    fflush(stdout);
+  }
+  event_base_dispatch(sv.base);
+out:
+  if (sigterm)
+    event_free(sigterm);
+  if (sigint)
+    event_free(sigint);
+  if (sv.engine && hr_engine_del(sv.engine) != 0) {
+    cli_err("serve", "connections still open at exit");
+    status = CLI_EXIT_FAIL;
+  }
+  if (sv.base)
+    event_base_free(sv.base);
+  hr_store_del(sv.store);
+  free(paths);
+  return status;
+}

@@ -1,0 +1,160 @@
+/*
+ * The libevent binding: hr_loop_ops on a host's event_base.
+ *
+ * Two persistent events per watched fd (reading, writing), added and
+ * deleted as the engine's watch calls say, and one timer event per engine.
+ * Callbacks only call the engine's entry points; the engine may stop
+ * watching an fd from inside its own callback, so nothing of the fd's
+ * record is touched after the call.
+ */
+#include <hurray/hr_event.h>
+
+#include <string.h>
+
+#include "hr_internal.h"
+
+typedef struct ev_binding {
+  hr_mem mem;
+  struct event_base *base;
+  struct event *timer;
+  hr_engine *engine;
+} ev_binding;
+
+/* The per-fd record, kept in the engine's fd_cookie slot.  Reading and
+ * writing are two events on the same fd, added and deleted on their own:
+ * libevent then changes the epoll interest with one epoll_ctl(MOD)
+ * instead of a DEL and an ADD, which matters on the bulk path where
+ * HR_POLL_OUT comes and goes with every full socket buffer. */
+typedef struct ev_fd {
+  struct event *rd, *wr;
+  ev_binding *b;
+  int events; /* HR_POLL_* currently added */
+} ev_fd;
+
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+  ev_fd *f = arg;
+
+  (void)what;
+  /* `f` may be freed from inside this call. */
+  hr_engine_on_fd(f->b->engine, (int)fd, HR_POLL_IN);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg) {
+  ev_fd *f = arg;
+
+  (void)what;
+  hr_engine_on_fd(f->b->engine, (int)fd, HR_POLL_OUT);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+  ev_binding *b = arg;
+
+  (void)fd;
+  (void)what;
+  hr_engine_on_timeout(b->engine);
+}
+
+static void fd_free(ev_binding *b, ev_fd *f) {
+  /* event_free() deletes first, also an event whose callback runs. */
+  if (f->rd)
+    event_free(f->rd);
+  if (f->wr)
+    event_free(f->wr);
+  hr__mem_free(&b->mem, f);
+}
+
+/* Adds or deletes one of the two events to match `want`. */
+static int toggle(struct event *ev, int want, int have) {
+  if (want && !have)
+    return event_add(ev, NULL) == 0 ? 0 : HR_ERR_IO;
+  if (!want && have)
+    return event_del(ev) == 0 ? 0 : HR_ERR_IO;
+  return 0;
+}
+
+static int ev_watch(void *loop_data, int fd, int events, void **cookie) {
+  ev_binding *b = loop_data;
+  ev_fd *f = *cookie;
+  int rv;
+
+  if (events == 0) {
+    if (f) {
+      fd_free(b, f);
+      *cookie = NULL;
+    }
+    return 0;
+  }
+  if (!f) {
+    f = hr__mem_calloc(&b->mem, 1, sizeof *f);
+    if (!f)
+      return HR_ERR_NOMEM;
+    f->b = b;
+    f->rd = event_new(b->base, fd, EV_READ | EV_PERSIST, on_readable, f);
+    f->wr = event_new(b->base, fd, EV_WRITE | EV_PERSIST, on_writable, f);
+    if (!f->rd || !f->wr) {
+      fd_free(b, f);
+      return HR_ERR_NOMEM;
+    }
+    *cookie = f;
+  }
+  rv = toggle(f->rd, events & HR_POLL_IN, f->events & HR_POLL_IN);
+  if (rv == 0)
+    rv = toggle(f->wr, events & HR_POLL_OUT, f->events & HR_POLL_OUT);
+  if (rv == 0)
+    f->events = events;
+  return rv;
+}
+
+static int ev_timer(void *loop_data, int64_t ms) {
+  ev_binding *b = loop_data;
+  struct timeval tv;
+
+  if (ms < 0)
+    return event_del(b->timer) == 0 ? 0 : HR_ERR_IO;
+  tv.tv_sec = (time_t)(ms / 1000);
+  tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+  /* A zero timeout fires on the next loop turn, never from here. */
+  return event_add(b->timer, &tv) == 0 ? 0 : HR_ERR_IO;
+}
+
+static void ev_release(void *loop_data) {
+  ev_binding *b = loop_data;
+
+  event_free(b->timer);
+  hr__mem_free(&b->mem, b);
+}
+
+int hr_ev_attach(hr_engine **out, struct event_base *base,
+                 const hr_engine_config *cfg, const hr_mem *mem) {
+  hr_loop_ops ops;
+  ev_binding *b;
+  int rv;
+
+  if (!out || !base)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!mem)
+    mem = hr_mem_default();
+  b = hr__mem_calloc(mem, 1, sizeof *b);
+  if (!b)
+    return HR_ERR_NOMEM;
+  b->mem = *mem;
+  b->base = base;
+  b->timer = evtimer_new(base, on_timer, b);
+  if (!b->timer) {
+    hr__mem_free(mem, b);
+    return HR_ERR_NOMEM;
+  }
+  memset(&ops, 0, sizeof ops);
+  ops.size = sizeof ops;
+  ops.watch = ev_watch;
+  ops.timer = ev_timer;
+  ops.release = ev_release;
+  rv = hr_engine_new(&b->engine, &ops, b, cfg, mem);
+  if (rv) {
+    event_free(b->timer);
+    hr__mem_free(mem, b);
+    return rv;
+  }
+  *out = b->engine;
+  return 0;
+}

@@ -1,0 +1,1623 @@
+/*
+ * The engine: hr_sessions over non-blocking TCP sockets, driven by the
+ * host's loop through hr_loop_ops.
+ *
+ * Shape.  Every entry point (hr_engine_on_fd, hr_engine_on_timeout,
+ * hr_engine_flush) raises `depth`, does its work, and on the way out runs
+ * settle(): every connection's pending output is written (the write is
+ * always tried before HR_POLL_OUT is armed), connections that are done are
+ * torn down, watches are brought up to date and the single timer is
+ * re-armed from the earliest session deadline.  Calls the host makes
+ * outside an entry point that need callbacks (closing a connection,
+ * closing the engine) only mark the work and arm a zero timer, so no user
+ * callback ever runs from inside the call that caused it.
+ *
+ * Data path (see guides/performance.md): tensor bytes never pass through
+ * a staging copy on the bulk path.  Output is one gathering write
+ * (sendmsg: writev with MSG_NOSIGNAL) of the session's iovecs (frame
+ * prefixes plus pointers into tensors); input is recv() straight into
+ * hr_session_recv_target() when the session names a destination, and
+ * into a 64 KiB staging buffer for control messages.
+ *
+ * Teardown.  A finished connection's session is terminated (its streams'
+ * completions run), the client's close callback runs, and the socket
+ * lingers half-closed for up to a second so that a final ERROR or GOAWAY
+ * reaches the peer before close() could turn into a reset.  A session
+ * with work items still on the pool is freed only when they are back.
+ */
+#include <hurray/engine.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hr_internal.h"
+#include "hr_pool.h"
+#include "hr_sock.h"
+
+#define STAGING_SIZE (64u * 1024u)
+#define IOV_BATCH 128
+#define ACCEPT_BATCH 64
+#define MAX_REJECTING 64
+#define LINGER_NS (1000000000ull)
+#define ACCEPT_PAUSE_NS (100000000ull)
+#define LEFTOVER_RETRY_NS (1000000ull)
+#define SETTLE_PASSES 4
+
+enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
+
+/* What an fd slot points at: every watched object starts with this. */
+typedef struct obj {
+  int kind; /* enum obj_kind */
+} obj;
+
+enum conn_state {
+  CS_CONNECTING, /* client: non-blocking connect in progress */
+  CS_OPEN,       /* the session runs */
+  CS_LINGER,     /* session gone; the socket drains half-closed */
+  CS_DEAD        /* socket closed; waits for work items, then freed */
+};
+
+typedef struct put_acct {
+  uint32_t stream_id;
+  uint64_t bytes;
+} put_acct;
+
+struct hr_conn {
+  obj o;
+  hr_engine *e;
+  hr_conn *prev, *next; /* in e->conns, e->lingering or e->dead */
+  int fd;
+  void *cookie;  /* the host's per-fd slot */
+  int watching;  /* events last passed to ops->watch */
+  int state;     /* enum conn_state */
+  int role;      /* HR_ROLE_* */
+  hr_session *s;
+  hr_provider user_prov; /* server: the application's provider */
+  hr_conn_cb cb;
+  void *ud;
+  int notified_up;   /* cb(0) ran */
+  int want_close;    /* settle tears it down */
+  int close_status;  /* for the close callback */
+  int out_blocked;   /* a write came short, or the byte budget ran out:
+                        wait for HR_POLL_OUT */
+  int graceful_req;  /* hr_conn_close() or engine close asked */
+  int graceful_done; /* hr_session_shutdown() was called */
+  int peer_eof;      /* the peer closed its side */
+  unsigned work_inflight;
+  /* Input a paused session did not take yet. */
+  uint8_t *left;
+  size_t left_off, left_len, left_cap;
+  uint64_t rx_bytes, tx_bytes;
+  /* Why it closed. */
+  uint32_t wire_error;
+  int wire_sent;
+  char message[256];
+  hr_tap_fn tap_rx, tap_tx;
+  void *tap_ud;
+  /* Accepted PUTs holding landing-buffer bytes (max_inflight_bytes). */
+  put_acct *puts;
+  size_t nputs, cap_puts;
+  /* Linger: bytes still to send before the half-close (a rejection's
+   * ERROR), and the deadline of the drain. */
+  uint8_t pre[160];
+  size_t pre_off, pre_len;
+  int shut_wr;
+  hr_tstamp linger_until;
+  int is_reject; /* never counted as a connection */
+};
+
+struct hr_listener {
+  obj o;
+  hr_engine *e;
+  hr_listener *next;
+  int fd;
+  void *cookie;
+  int watching;
+  int closed;
+  int port;
+  hr_provider prov;
+};
+
+typedef struct job {
+  hr__job base; /* first: the pool hands back hr__job pointers */
+  hr_work *w;
+  hr_conn *c;
+} job;
+
+struct hr_engine {
+  hr_mem mem;
+  hr_loop_ops ops;
+  void *loop_data;
+  hr_engine_config cfg;
+  /* Deep copies of the pointers inside cfg.session. */
+  uint8_t *devices_copy, *token_copy;
+  char *peer_name_copy;
+
+  int depth;          /* entry points and callbacks in progress */
+  int in_user_cb;     /* inside a user callback (hr_engine_del forbidden) */
+  int settle_pending; /* work marked outside an entry point */
+  hr_conn *conns;     /* CONNECTING and OPEN */
+  hr_conn *lingering; /* CS_LINGER */
+  hr_conn *dead;      /* CS_DEAD with work out */
+  size_t nconns, nserver, nrejecting;
+  hr_listener *listeners;
+  /* fd -> object map; fds are small integers. */
+  obj **fdmap;
+  size_t fdmap_len;
+
+  obj wake;
+  int wake_fd;
+  void *wake_cookie;
+  hr__pool *pool;
+  unsigned pool_threads;
+
+  hr_tstamp timer_at; /* deadline the host's timer is armed for */
+  hr_tstamp accept_resume; /* listeners paused (EMFILE) until then */
+  int accept_paused;
+
+  int closing;
+  int shutdown_sent;
+  hr_tstamp drain_deadline;
+  void (*on_closed)(hr_engine *, void *);
+  void *closed_ud;
+  int closed_notified;
+
+  uint64_t put_bytes; /* max_inflight_bytes accounting */
+  uint8_t *staging;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static hr_tstamp now_of(hr_engine *e) {
+  struct timespec ts;
+
+  if (e->ops.now)
+    return e->ops.now(e->loop_data);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (hr_tstamp)ts.tv_sec * 1000000000ull + (hr_tstamp)ts.tv_nsec;
+}
+
+static void list_push(hr_conn **head, hr_conn *c) {
+  c->prev = NULL;
+  c->next = *head;
+  if (*head)
+    (*head)->prev = c;
+  *head = c;
+}
+
+static void list_remove(hr_conn **head, hr_conn *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    *head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static int fdmap_set(hr_engine *e, int fd, obj *o) {
+  if (fd < 0)
+    return HR_ERR_INVALID_ARGUMENT;
+  if ((size_t)fd >= e->fdmap_len) {
+    size_t n = e->fdmap_len ? e->fdmap_len : 64;
+    obj **m;
+    while (n <= (size_t)fd)
+      n *= 2;
+    m = hr__mem_realloc(&e->mem, e->fdmap, n * sizeof *m);
+    if (!m)
+      return HR_ERR_NOMEM;
+    memset(m + e->fdmap_len, 0, (n - e->fdmap_len) * sizeof *m);
+    e->fdmap = m;
+    e->fdmap_len = n;
+  }
+  e->fdmap[fd] = o;
+  return 0;
+}
+
+static obj *fdmap_get(hr_engine *e, int fd) {
+  if (fd < 0 || (size_t)fd >= e->fdmap_len)
+    return NULL;
+  return e->fdmap[fd];
+}
+
+/* Asks the host to watch `fd` for `events`, when they changed. */
+static int watch(hr_engine *e, int fd, int events, int *watching,
+                 void **cookie) {
+  int rv;
+
+  if (*watching == events)
+    return 0;
+  rv = e->ops.watch(e->loop_data, fd, events, cookie);
+  if (rv == 0)
+    *watching = events;
+  return rv;
+}
+
+static void conn_note(hr_conn *c, int status, const char *fmt, int err) {
+  if (!c->close_status)
+    c->close_status = status;
+  if (!c->message[0] && fmt) {
+    if (err)
+      snprintf(c->message, sizeof c->message, "%s: %s", fmt, strerror(err));
+    else
+      snprintf(c->message, sizeof c->message, "%s", fmt);
+  }
+}
+
+/* Arms a zero timer so that work marked outside an entry point runs on the
+ * next loop turn. */
+static void defer(hr_engine *e) {
+  e->settle_pending = 1;
+  if (e->depth == 0 && e->timer_at != 0) {
+    if (e->ops.timer(e->loop_data, 0) == 0)
+      e->timer_at = 0;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Session callbacks                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void job_run(hr__job *j) {
+  job *jb = (job *)j;
+  jb->w->run(jb->w);
+}
+
+static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
+  hr_conn *c = ud;
+  hr_engine *e = c->e;
+  job *jb;
+  int rv;
+
+  (void)s;
+  if (!e->pool) {
+    rv = hr__pool_new(&e->pool, e->pool_threads, e->wake_fd, &e->mem);
+    if (rv)
+      return rv;
+  }
+  jb = hr__mem_calloc(&e->mem, 1, sizeof *jb);
+  if (!jb)
+    return HR_ERR_NOMEM;
+  jb->base.run = job_run;
+  jb->w = w;
+  jb->c = c;
+  rv = hr__pool_submit(e->pool, &jb->base);
+  if (rv) {
+    hr__mem_free(&e->mem, jb);
+    return rv;
+  }
+  c->work_inflight++;
+  return 0;
+}
+
+static void cb_established(hr_session *s, const hr_hello *peer, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  (void)peer;
+  if (c->role == HR_ROLE_CLIENT && !c->notified_up) {
+    c->notified_up = 1;
+    if (c->cb) {
+      c->e->in_user_cb++;
+      c->cb(c, 0, c->ud);
+      c->e->in_user_cb--;
+    }
+  }
+}
+
+static void cb_error(hr_session *s, uint32_t wire_error, int sent,
+                     const char *message, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  if (c->wire_error)
+    return; /* the first error explains the close */
+  c->wire_error = wire_error;
+  c->wire_sent = sent;
+  snprintf(c->message, sizeof c->message, "%s", message ? message : "");
+  if (!c->close_status) {
+    if (!sent)
+      c->close_status = HR_ERR_REMOTE;
+    else if (wire_error == HR_WIRE_TIMEOUT)
+      c->close_status = HR_ERR_TIMEOUT;
+    else
+      c->close_status = HR_ERR_PROTO;
+  }
+}
+
+static void cb_transfer(hr_session *s, const hr_transfer_record *rec,
+                        void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  if (c->e->cfg.on_transfer) {
+    c->e->in_user_cb++;
+    c->e->cfg.on_transfer(c, rec, c->e->cfg.user_data);
+    c->e->in_user_cb--;
+  }
+}
+
+/* ---- the provider trampolines (server): PUT byte accounting ---- */
+
+static uint64_t desc_bytes(const hr_descriptor *d) {
+  uint64_t sum = 0;
+  unsigned k;
+
+  for (k = 0; k < d->buffer_count && k < HR_MAX_BUFFERS; k++) {
+    if (UINT64_MAX - sum < d->buffers[k].size_bytes)
+      return UINT64_MAX;
+    sum += d->buffers[k].size_bytes;
+  }
+  return sum;
+}
+
+static void put_release(hr_conn *c, uint32_t stream_id) {
+  size_t i;
+
+  for (i = 0; i < c->nputs; i++) {
+    if (c->puts[i].stream_id == stream_id) {
+      c->e->put_bytes -= c->puts[i].bytes;
+      c->puts[i] = c->puts[--c->nputs];
+      return;
+    }
+  }
+}
+
+static int tr_on_get(hr_session *s, hr_srv_get *g, void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_get(s, g, c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
+static void tr_on_get_cancel(hr_session *s, hr_srv_get *g, void *ud) {
+  hr_conn *c = ud;
+
+  c->e->in_user_cb++;
+  c->user_prov.on_get_cancel(s, g, c->user_prov.user_data);
+  c->e->in_user_cb--;
+}
+
+static int tr_on_put_begin(hr_session *s, const hr_put_info *info,
+                           uint32_t *wire_error, void *ud) {
+  hr_conn *c = ud;
+  hr_engine *e = c->e;
+  uint64_t bytes = desc_bytes(info->desc);
+  uint64_t cap = e->cfg.max_inflight_bytes;
+  int rv;
+
+  if (cap && (bytes > cap || e->put_bytes > cap - bytes)) {
+    *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
+    return 0;
+  }
+  if (c->nputs == c->cap_puts) {
+    size_t n = c->cap_puts ? c->cap_puts * 2 : 4;
+    put_acct *p = hr__mem_realloc(&e->mem, c->puts, n * sizeof *p);
+    if (!p) {
+      *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
+      return 0;
+    }
+    c->puts = p;
+    c->cap_puts = n;
+  }
+  e->in_user_cb++;
+  rv = c->user_prov.on_put_begin(s, info, wire_error, c->user_prov.user_data);
+  e->in_user_cb--;
+  if (rv == 0 && *wire_error == 0) {
+    c->puts[c->nputs].stream_id = info->stream_id;
+    c->puts[c->nputs].bytes = bytes;
+    c->nputs++;
+    e->put_bytes += bytes;
+  }
+  return rv;
+}
+
+static int tr_on_put_commit(hr_session *s, const hr_put_info *info,
+                            hr_tensor *t, uint32_t *wire_error, void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_put_commit(s, info, t, wire_error,
+                                  c->user_prov.user_data);
+  c->e->in_user_cb--;
+  put_release(c, info->stream_id);
+  return rv;
+}
+
+static void tr_on_put_abort(hr_session *s, const hr_put_info *info,
+                            void *ud) {
+  hr_conn *c = ud;
+
+  if (c->user_prov.on_put_abort) {
+    c->e->in_user_cb++;
+    c->user_prov.on_put_abort(s, info, c->user_prov.user_data);
+    c->e->in_user_cb--;
+  }
+  put_release(c, info->stream_id);
+}
+
+static int tr_on_list(hr_session *s, const hr_list_request *req,
+                      int (*emit)(void *emit_ctx, const hr_list_entry *e),
+                      void *emit_ctx, int *more, void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_list(s, req, emit, emit_ctx, more,
+                            c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
+static int tr_on_hello(hr_session *s, const hr_hello *peer,
+                       uint32_t *wire_error, void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_hello(s, peer, wire_error, c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
+/* The provider a server session sees: the application's, with the
+ * engine's accounting in between; NULL members stay NULL so that the
+ * session advertises the same capabilities. */
+static void wrap_provider(const hr_provider *up, hr_provider *out,
+                          hr_conn *c) {
+  memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
+  out->user_data = c;
+  out->on_get = up->on_get ? tr_on_get : NULL;
+  out->on_get_cancel = up->on_get_cancel ? tr_on_get_cancel : NULL;
+  out->on_put_begin = up->on_put_begin ? tr_on_put_begin : NULL;
+  out->on_put_commit = up->on_put_commit ? tr_on_put_commit : NULL;
+  /* Abort is always hooked: the accounting needs it. */
+  out->on_put_abort = up->on_put_begin ? tr_on_put_abort : NULL;
+  out->on_list = up->on_list ? tr_on_list : NULL;
+  out->on_hello = up->on_hello ? tr_on_hello : NULL;
+}
+
+static void session_callbacks(hr_session_callbacks *cbs) {
+  memset(cbs, 0, sizeof *cbs);
+  cbs->size = sizeof *cbs;
+  cbs->submit_work = cb_submit_work;
+  cbs->on_established = cb_established;
+  cbs->on_error = cb_error;
+  cbs->on_transfer = cb_transfer;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connection I/O                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Feeds input a paused session left over.  Returns 1 when all of it was
+ * taken, 0 while some remains, a fatal error otherwise. */
+static int feed_leftover(hr_conn *c, hr_tstamp now) {
+  int64_t n;
+
+  while (c->left_len) {
+    n = hr_session_recv(c->s, c->left + c->left_off, c->left_len, now);
+    if (n < 0)
+      return (int)n;
+    if (n == 0)
+      return 0;
+    c->left_off += (size_t)n;
+    c->left_len -= (size_t)n;
+  }
+  c->left_off = 0;
+  return 1;
+}
+
+/* Keeps the bytes a session did not consume. */
+static int keep_leftover(hr_conn *c, const uint8_t *p, size_t n) {
+  if (c->left_cap < n) {
+    uint8_t *b = hr__mem_realloc(&c->e->mem, c->left, n);
+    if (!b)
+      return HR_ERR_NOMEM;
+    c->left = b;
+    c->left_cap = n;
+  }
+  memmove(c->left, p, n);
+  c->left_off = 0;
+  c->left_len = n;
+  return 0;
+}
+
+/* Reads what the socket holds, up to the byte budget.  Returns 0 or a
+ * fatal error; socket errors and EOF mark the connection for closing. */
+static int conn_read(hr_conn *c, hr_tstamp now) {
+  hr_engine *e = c->e;
+  size_t budget = e->cfg.io_budget;
+  int rv;
+
+  if (c->left_len) {
+    rv = feed_leftover(c, now);
+    if (rv <= 0)
+      return rv < 0 ? rv : 0;
+  }
+  while (budget > 0 && hr_session_want_read(c->s)) {
+    void *dst;
+    size_t want;
+    ssize_t n;
+
+    if (hr_session_recv_target(c->s, &dst, &want)) {
+      /* Bulk: straight into the tensor. */
+      if (want > budget)
+        want = budget;
+      n = recv(c->fd, dst, want, 0);
+      if (n > 0) {
+        c->rx_bytes += (uint64_t)n;
+        if (c->tap_rx)
+          c->tap_rx(dst, (size_t)n, c->tap_ud);
+        rv = hr_session_recv_placed(c->s, (size_t)n, now);
+        if (hr_err_is_fatal(rv))
+          return rv;
+      }
+    } else {
+      int64_t took;
+
+      want = STAGING_SIZE;
+      n = recv(c->fd, e->staging, want, 0);
+      if (n > 0) {
+        c->rx_bytes += (uint64_t)n;
+        if (c->tap_rx)
+          c->tap_rx(e->staging, (size_t)n, c->tap_ud);
+        took = hr_session_recv(c->s, e->staging, (size_t)n, now);
+        if (took < 0)
+          return (int)took;
+        if ((size_t)took < (size_t)n) {
+          rv = keep_leftover(c, e->staging + took, (size_t)n - (size_t)took);
+          if (rv)
+            return rv;
+          return 0; /* paused: stop reading until it takes the rest */
+        }
+      }
+    }
+    if (n == 0) {
+      c->peer_eof = 1;
+      c->want_close = 1;
+      conn_note(c, HR_ERR_CLOSED, NULL, 0);
+      return 0;
+    }
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        c->want_close = 1;
+        conn_note(c, HR_ERR_IO, "recv", errno);
+      }
+      return 0;
+    }
+    budget -= (size_t)n < budget ? (size_t)n : budget;
+    /* A short read means the socket is empty: skip the EAGAIN call. */
+    if ((size_t)n < want)
+      break;
+  }
+  return 0;
+}
+
+/* Writes the session's output, up to the byte budget.  Sets out_blocked
+ * when the socket is full. */
+static void conn_flush(hr_conn *c, hr_tstamp now) {
+  size_t budget = c->e->cfg.io_budget;
+  hr_iov hv[IOV_BATCH];
+  struct iovec iov[IOV_BATCH];
+  struct msghdr mh;
+
+  while (budget > 0) {
+    int n = hr_session_pull(c->s, hv, IOV_BATCH, now), i;
+    size_t total = 0;
+    ssize_t w;
+
+    if (n <= 0)
+      break;
+    for (i = 0; i < n; i++) {
+      iov[i].iov_base = (void *)hv[i].base;
+      iov[i].iov_len = hv[i].len;
+      total += hv[i].len;
+    }
+    /* sendmsg() is writev() with MSG_NOSIGNAL: a peer that vanished must
+     * give EPIPE, not kill the host with SIGPIPE. */
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)n;
+    do {
+      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0) {
+      hr_session_consumed(c->s, 0, now);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        c->out_blocked = 1;
+      } else {
+        c->want_close = 1;
+        conn_note(c, HR_ERR_IO, "send", errno);
+      }
+      return;
+    }
+    if (c->tap_tx) {
+      size_t left = (size_t)w;
+      for (i = 0; i < n && left; i++) {
+        size_t k = hv[i].len < left ? hv[i].len : left;
+        c->tap_tx(hv[i].base, k, c->tap_ud);
+        left -= k;
+      }
+    }
+    c->tx_bytes += (uint64_t)w;
+    hr_session_consumed(c->s, (size_t)w, now);
+    if ((size_t)w < total) {
+      c->out_blocked = 1;
+      return;
+    }
+    budget -= (size_t)w < budget ? (size_t)w : budget;
+  }
+  /* Out of budget with more to send: yield to the other connections and
+   * come back on the next writability report (immediate, the socket
+   * still has room), never from settle() (that would skip the turn). */
+  if (budget == 0 && hr_session_want_write(c->s))
+    c->out_blocked = 1;
+}
+
+/* The events a live connection needs watched. */
+static int conn_events(hr_conn *c) {
+  int ev = 0;
+
+  switch (c->state) {
+  case CS_CONNECTING:
+    return HR_POLL_OUT;
+  case CS_OPEN:
+    if (hr_session_want_read(c->s) && !c->left_len && !c->peer_eof)
+      ev |= HR_POLL_IN;
+    if (c->out_blocked)
+      ev |= HR_POLL_OUT;
+    return ev;
+  case CS_LINGER:
+    if (c->pre_len)
+      ev |= HR_POLL_OUT;
+    if (!c->peer_eof)
+      ev |= HR_POLL_IN;
+    return ev;
+  default:
+    return 0;
+  }
+}
+
+static void conn_free(hr_conn *c) {
+  hr_engine *e = c->e;
+
+  hr_session_del(c->s);
+  hr__mem_free(&e->mem, c->left);
+  hr__mem_free(&e->mem, c->puts);
+  hr__mem_free(&e->mem, c);
+}
+
+/* Closes the socket and frees the connection (or parks it until its work
+ * items are back). */
+static void conn_close_socket(hr_conn *c) {
+  hr_engine *e = c->e;
+
+  if (c->fd >= 0) {
+    if (c->watching)
+      e->ops.watch(e->loop_data, c->fd, 0, &c->cookie);
+    c->watching = 0;
+    fdmap_set(e, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+  }
+  if (c->state == CS_LINGER) {
+    list_remove(&e->lingering, c);
+    if (c->is_reject)
+      e->nrejecting--;
+  }
+  c->state = CS_DEAD;
+  if (c->work_inflight)
+    list_push(&e->dead, c);
+  else
+    conn_free(c);
+}
+
+/* Turns a finished connection into a lingering socket (or closes it when
+ * the peer already closed its side). */
+static void conn_start_linger(hr_conn *c, hr_tstamp now) {
+  hr_engine *e = c->e;
+
+  c->state = CS_LINGER;
+  list_push(&e->lingering, c);
+  if (c->peer_eof || c->fd < 0) {
+    conn_close_socket(c);
+    return;
+  }
+  c->linger_until = now + LINGER_NS;
+  if (!c->pre_len) {
+    shutdown(c->fd, SHUT_WR);
+    c->shut_wr = 1;
+  }
+  if (watch(e, c->fd, conn_events(c), &c->watching, &c->cookie) != 0)
+    conn_close_socket(c);
+}
+
+/* Ends a CONNECTING or OPEN connection: the session's streams complete,
+ * the client hears about it, the socket lingers. */
+static void conn_teardown(hr_conn *c, hr_tstamp now) {
+  hr_engine *e = c->e;
+  size_t i;
+  int status = c->close_status ? c->close_status : HR_ERR_CLOSED;
+
+  list_remove(&e->conns, c);
+  e->nconns--;
+  if (c->role == HR_ROLE_SERVER)
+    e->nserver--;
+  /* From here on hr_conn_close() and the settle loop leave it alone. */
+  c->state = CS_LINGER;
+  hr_session_terminate(c->s, now);
+  for (i = 0; i < c->nputs; i++)
+    e->put_bytes -= c->puts[i].bytes;
+  c->nputs = 0;
+  if (c->role == HR_ROLE_CLIENT && c->cb) {
+    e->in_user_cb++;
+    c->cb(c, status, c->ud);
+    e->in_user_cb--;
+  }
+  conn_start_linger(c, now);
+}
+
+/* Output still to send while lingering (a rejection's ERROR). */
+static void linger_io(hr_conn *c, int revents, hr_tstamp now) {
+  hr_engine *e = c->e;
+  uint8_t sink[4096];
+  ssize_t n;
+
+  (void)now;
+  if (c->pre_len) {
+    n = send(c->fd, c->pre + c->pre_off, c->pre_len, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->pre_off += (size_t)n;
+      c->pre_len -= (size_t)n;
+      c->tx_bytes += (uint64_t)n;
+    } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+               errno != EINTR) {
+      conn_close_socket(c);
+      return;
+    }
+    if (!c->pre_len && !c->shut_wr) {
+      shutdown(c->fd, SHUT_WR);
+      c->shut_wr = 1;
+    }
+  }
+  if (revents & HR_POLL_IN) {
+    /* Discard what the peer still sends until it closes. */
+    for (;;) {
+      n = recv(c->fd, sink, sizeof sink, 0);
+      if (n > 0)
+        continue;
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        conn_close_socket(c);
+        return;
+      }
+      break;
+    }
+  }
+  if (watch(e, c->fd, conn_events(c), &c->watching, &c->cookie) != 0)
+    conn_close_socket(c);
+}
+
+/* Readiness of a live connection. */
+static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
+  int rv;
+
+  if (c->state == CS_CONNECTING) {
+    int err = hr__sock_connect_result(c->fd);
+    if (err) {
+      c->want_close = 1;
+      conn_note(c, HR_ERR_IO, "connect", err);
+      return 0;
+    }
+    c->state = CS_OPEN;
+    hr__sock_tune(c->fd, c->e->cfg.socket_buffer);
+    revents &= ~HR_POLL_IN; /* nothing to read yet */
+  }
+  if (revents & HR_POLL_IN) {
+    rv = conn_read(c, now);
+    if (rv)
+      return rv;
+  }
+  if (revents & HR_POLL_OUT)
+    c->out_blocked = 0;
+  if (!c->want_close && !c->out_blocked && hr_session_want_write(c->s))
+    conn_flush(c, now);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Settle: the end of every entry point                                      */
+/* ------------------------------------------------------------------------ */
+
+static void update_timer(hr_engine *e, hr_tstamp now) {
+  hr_tstamp next = HR_TSTAMP_NEVER, t;
+  hr_conn *c;
+  int64_t ms;
+
+  if (e->settle_pending)
+    next = now;
+  for (c = e->conns; c; c = c->next) {
+    if (c->left_len && now + LEFTOVER_RETRY_NS < next)
+      next = now + LEFTOVER_RETRY_NS;
+    t = hr_session_get_expiry(c->s);
+    if (t < next)
+      next = t;
+  }
+  for (c = e->lingering; c; c = c->next)
+    if (c->linger_until < next)
+      next = c->linger_until;
+  if (e->accept_paused && e->accept_resume < next)
+    next = e->accept_resume;
+  if (e->closing && !e->closed_notified && e->drain_deadline < next)
+    next = e->drain_deadline;
+  if (next == e->timer_at)
+    return;
+  if (next == HR_TSTAMP_NEVER) {
+    ms = -1;
+  } else if (next <= now) {
+    ms = 0;
+  } else {
+    uint64_t d = (next - now + 999999u) / 1000000u;
+    ms = d > INT32_MAX ? INT32_MAX : (int64_t)d;
+  }
+  if (e->ops.timer(e->loop_data, ms) == 0)
+    e->timer_at = next;
+}
+
+static void listeners_watch(hr_engine *e, int events) {
+  hr_listener *l;
+
+  for (l = e->listeners; l; l = l->next)
+    if (!l->closed)
+      watch(e, l->fd, events, &l->watching, &l->cookie);
+}
+
+static void listener_free(hr_engine *e, hr_listener *l) {
+  if (l->fd >= 0) {
+    if (l->watching)
+      e->ops.watch(e->loop_data, l->fd, 0, &l->cookie);
+    fdmap_set(e, l->fd, NULL);
+    close(l->fd);
+    l->fd = -1;
+  }
+  hr__mem_free(&e->mem, l);
+}
+
+/* Frees listeners marked closed (they may be closed from callbacks that
+ * run inside their own accept loop). */
+static void reap_listeners(hr_engine *e) {
+  hr_listener **pp = &e->listeners, *l;
+
+  while ((l = *pp)) {
+    if (l->closed) {
+      *pp = l->next;
+      listener_free(e, l);
+    } else {
+      pp = &l->next;
+    }
+  }
+}
+
+static void settle(hr_engine *e) {
+  hr_tstamp now;
+  hr_conn *c, *next;
+  int pass, busy;
+
+  e->depth++;
+  now = now_of(e);
+  e->settle_pending = 0;
+  for (pass = 0; pass < SETTLE_PASSES; pass++) {
+    busy = 0;
+    if (e->closing && !e->shutdown_sent) {
+      e->shutdown_sent = 1;
+      for (c = e->conns; c; c = c->next)
+        c->graceful_req = 1;
+    }
+    for (c = e->conns; c; c = next) {
+      next = c->next;
+      if (c->state == CS_CONNECTING) {
+        /* The session gave up while the TCP connect still hangs (its
+         * handshake timeout covers the connect): it can no longer read. */
+        if (!hr_session_want_read(c->s) && !c->want_close) {
+          c->want_close = 1;
+          conn_note(c, HR_ERR_TIMEOUT, "connect timed out", 0);
+        }
+        if (c->want_close || c->graceful_req) {
+          conn_note(c, HR_ERR_CLOSED, NULL, 0);
+          conn_teardown(c, now);
+          busy = 1;
+        }
+        continue;
+      }
+      if (c->graceful_req && !c->graceful_done && !c->want_close) {
+        c->graceful_done = 1;
+        if (hr_err_is_fatal(hr_session_shutdown(c->s, now)))
+          c->want_close = 1;
+      }
+      if (c->left_len && !c->want_close) {
+        int rv = feed_leftover(c, now);
+        if (rv < 0) {
+          c->want_close = 1;
+          conn_note(c, rv, "session failed", 0);
+        }
+        busy = 1;
+      }
+      if (!c->want_close && !c->out_blocked && hr_session_want_write(c->s))
+        conn_flush(c, now);
+      if (!c->want_close) {
+        int r = hr_session_want_read(c->s), w = hr_session_want_write(c->s);
+        if (!r && !w)
+          c->want_close = 1;
+        /* A graceful close ends once no stream is left and the GOAWAY is
+         * out, whatever the peer does. */
+        else if (c->graceful_done && !w && !c->out_blocked &&
+                 hr_session_stream_count(c->s) == 0)
+          c->want_close = 1;
+        else if (c->peer_eof)
+          c->want_close = 1;
+      }
+      if (c->want_close) {
+        conn_teardown(c, now);
+        busy = 1;
+        continue;
+      }
+      if (watch(e, c->fd, conn_events(c), &c->watching, &c->cookie) != 0) {
+        c->want_close = 1;
+        conn_note(c, HR_ERR_IO, "the event loop refused to watch the socket",
+                  0);
+        busy = 1;
+      }
+    }
+    if (!busy)
+      break;
+  }
+  if (pass == SETTLE_PASSES)
+    e->settle_pending = 1; /* more next turn */
+  reap_listeners(e);
+  e->depth--;
+  if (e->closing && !e->closed_notified && !e->conns && !e->lingering &&
+      !e->dead) {
+    e->closed_notified = 1;
+    if (e->on_closed) {
+      e->depth++;
+      e->in_user_cb++;
+      e->on_closed(e, e->closed_ud);
+      e->in_user_cb--;
+      e->depth--;
+    }
+  }
+  update_timer(e, now_of(e));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accepting                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Builds the ERROR RESOURCE_EXHAUSTED a refused connection gets. */
+static size_t encode_reject(uint8_t *out, size_t cap) {
+  static const char text[] = "server at its connection limit; retry later";
+  hr_msg m;
+  int64_t n;
+
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_ERROR;
+  m.hdr.stream_id = 0;
+  m.u.error.code = HR_WIRE_RESOURCE_EXHAUSTED;
+  m.u.error.message = (const uint8_t *)text;
+  m.u.error.message_len = (uint16_t)(sizeof text - 1);
+  n = hr_wire_encode(&m, out, cap);
+  return n > 0 ? (size_t)n : 0;
+}
+
+static void reject(hr_engine *e, int fd, hr_tstamp now) {
+  hr_conn *c;
+
+  if (e->nrejecting >= MAX_REJECTING) {
+    close(fd);
+    return;
+  }
+  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return;
+  }
+  c->o.kind = OBJ_CONN;
+  c->e = e;
+  c->fd = fd;
+  c->role = HR_ROLE_SERVER;
+  c->is_reject = 1;
+  c->pre_len = encode_reject(c->pre, sizeof c->pre);
+  if (fdmap_set(e, fd, &c->o) != 0) {
+    close(fd);
+    hr__mem_free(&e->mem, c);
+    return;
+  }
+  e->nrejecting++;
+  c->state = CS_LINGER;
+  list_push(&e->lingering, c);
+  c->linger_until = now + LINGER_NS;
+  /* Try the write at once; the watch covers the rest. */
+  linger_io(c, 0, now);
+}
+
+static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
+                           hr_tstamp now) {
+  hr_session_callbacks cbs;
+  hr_provider prov;
+  hr_conn *c;
+  int rv;
+
+  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  if (!c)
+    return HR_ERR_NOMEM;
+  c->o.kind = OBJ_CONN;
+  c->e = e;
+  c->fd = fd;
+  c->role = HR_ROLE_SERVER;
+  c->state = CS_OPEN;
+  c->user_prov = l->prov;
+  wrap_provider(&l->prov, &prov, c);
+  session_callbacks(&cbs);
+  rv = hr_session_new(&c->s, HR_ROLE_SERVER, &e->cfg.session, &cbs, &prov, c,
+                      now, &e->mem);
+  if (rv)
+    goto fail;
+  rv = fdmap_set(e, fd, &c->o);
+  if (rv)
+    goto fail;
+  hr__sock_tune(fd, e->cfg.socket_buffer);
+  list_push(&e->conns, c);
+  e->nconns++;
+  e->nserver++;
+  /* The CLIENT_HELLO usually arrived with the connection: read it now. */
+  rv = conn_io(c, HR_POLL_IN, now);
+  if (rv) {
+    c->want_close = 1;
+    conn_note(c, rv, "session failed", 0);
+  }
+  return 0;
+fail:
+  hr_session_del(c->s);
+  hr__mem_free(&e->mem, c);
+  return rv;
+}
+
+static void listener_io(hr_listener *l, hr_tstamp now) {
+  hr_engine *e = l->e;
+  int i, fd, rv;
+
+  for (i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
+    fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        /* Out of descriptors: stop watching the listeners for a moment
+         * instead of spinning on a readiness we cannot serve. */
+        e->accept_paused = 1;
+        e->accept_resume = now + ACCEPT_PAUSE_NS;
+        listeners_watch(e, 0);
+      }
+      break;
+    }
+    if (e->closing) {
+      close(fd);
+      continue;
+    }
+    if (e->nserver >= e->cfg.max_connections) {
+      reject(e, fd, now);
+      continue;
+    }
+    rv = conn_new_server(e, l, fd, now);
+    if (rv)
+      close(fd); /* out of memory for this one: the next may fit */
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Worker completions                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void wake_io(hr_engine *e, hr_tstamp now) {
+  uint64_t v;
+  hr__job *list, *j;
+  ssize_t n;
+
+  do {
+    n = read(e->wake_fd, &v, sizeof v);
+  } while (n < 0 && errno == EINTR);
+  if (e->pool) {
+    list = hr__pool_take_done(e->pool);
+    while (list) {
+      job *jb = (job *)list;
+      hr_conn *c = jb->c;
+      j = list;
+      list = list->next;
+      c->work_inflight--;
+      /* The session is alive until its work is back, even after its
+       * connection ended: it frees the work item itself. */
+      hr_session_work_done(c->s, jb->w, now);
+      hr__mem_free(&e->mem, j);
+      if (c->state == CS_DEAD && c->work_inflight == 0) {
+        list_remove(&e->dead, c);
+        conn_free(c);
+      }
+    }
+  }
+  if (e->cfg.on_wakeup) {
+    e->in_user_cb++;
+    e->cfg.on_wakeup(e, e->cfg.user_data);
+    e->in_user_cb--;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                                */
+/* ------------------------------------------------------------------------ */
+
+void hr_engine_config_default(hr_engine_config *c) {
+  memset(c, 0, sizeof *c);
+  c->version = HR_ENGINE_CONFIG_VERSION;
+  hr_settings_default(&c->session);
+  c->worker_threads = 0;
+  c->max_connections = 1024;
+  c->max_inflight_bytes = 1ull << 30;
+  c->drain_timeout = 30ull * 1000000000ull;
+  c->io_budget = 16u << 20;
+  c->socket_buffer = 0;
+}
+
+static int copy_settings(hr_engine *e) {
+  hr_settings *s = &e->cfg.session;
+
+  if (s->devices && s->device_count) {
+    e->devices_copy = hr__mem_malloc(&e->mem, s->device_count);
+    if (!e->devices_copy)
+      return HR_ERR_NOMEM;
+    memcpy(e->devices_copy, s->devices, s->device_count);
+    s->devices = e->devices_copy;
+  }
+  if (s->auth_token && s->auth_token_len) {
+    e->token_copy = hr__mem_malloc(&e->mem, s->auth_token_len);
+    if (!e->token_copy)
+      return HR_ERR_NOMEM;
+    memcpy(e->token_copy, s->auth_token, s->auth_token_len);
+    s->auth_token = e->token_copy;
+  }
+  if (s->peer_name) {
+    size_t n = strlen(s->peer_name) + 1;
+    e->peer_name_copy = hr__mem_malloc(&e->mem, n);
+    if (!e->peer_name_copy)
+      return HR_ERR_NOMEM;
+    memcpy(e->peer_name_copy, s->peer_name, n);
+    s->peer_name = e->peer_name_copy;
+  }
+  return 0;
+}
+
+int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
+                  const hr_engine_config *cfg, const hr_mem *mem) {
+  hr_engine *e;
+  long ncpu;
+  int rv;
+
+  if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) ||
+      !ops->watch || !ops->timer)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (cfg && cfg->version != HR_ENGINE_CONFIG_VERSION)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!mem)
+    mem = hr_mem_default();
+  e = hr__mem_calloc(mem, 1, sizeof *e);
+  if (!e)
+    return HR_ERR_NOMEM;
+  e->mem = *mem;
+  e->wake_fd = -1;
+  memcpy(&e->ops, ops, ops->size < sizeof e->ops ? ops->size : sizeof e->ops);
+  e->ops.size = sizeof e->ops;
+  e->loop_data = loop_data;
+  if (cfg)
+    e->cfg = *cfg;
+  else
+    hr_engine_config_default(&e->cfg);
+  if (e->cfg.io_budget == 0)
+    e->cfg.io_budget = 16u << 20;
+  if (e->cfg.drain_timeout == 0)
+    e->cfg.drain_timeout = 30ull * 1000000000ull;
+  rv = copy_settings(e);
+  if (rv)
+    goto fail;
+  e->pool_threads = e->cfg.worker_threads;
+  if (e->pool_threads == 0) {
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    e->pool_threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (unsigned)ncpu;
+  }
+  e->timer_at = HR_TSTAMP_NEVER;
+  e->staging = hr__mem_malloc(&e->mem, STAGING_SIZE);
+  if (!e->staging) {
+    rv = HR_ERR_NOMEM;
+    goto fail;
+  }
+  e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->wake_fd < 0) {
+    rv = HR_ERR_IO;
+    goto fail;
+  }
+  e->wake.kind = OBJ_WAKE;
+  rv = fdmap_set(e, e->wake_fd, &e->wake);
+  if (rv)
+    goto fail;
+  rv = e->ops.watch(e->loop_data, e->wake_fd, HR_POLL_IN, &e->wake_cookie);
+  if (rv)
+    goto fail;
+  *out = e;
+  return 0;
+fail:
+  if (e->wake_fd >= 0)
+    close(e->wake_fd);
+  hr__mem_free(&e->mem, e->fdmap);
+  hr__mem_free(&e->mem, e->staging);
+  hr__mem_free(&e->mem, e->devices_copy);
+  hr__mem_free(&e->mem, e->token_copy);
+  hr__mem_free(&e->mem, e->peer_name_copy);
+  hr__mem_free(mem, e);
+  return rv;
+}
+
+int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
+  obj *o;
+  hr_tstamp now;
+  int rv = 0;
+
+  if (!e)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->depth)
+    return HR_ERR_IN_CALLBACK;
+  o = fdmap_get(e, fd);
+  if (!o)
+    return 0;
+  e->depth++;
+  now = now_of(e);
+  switch (o->kind) {
+  case OBJ_LISTENER:
+    listener_io((hr_listener *)o, now);
+    break;
+  case OBJ_WAKE:
+    wake_io(e, now);
+    break;
+  case OBJ_CONN: {
+    hr_conn *c = (hr_conn *)o;
+    if (c->state == CS_LINGER)
+      linger_io(c, revents, now);
+    else if (c->state == CS_CONNECTING || c->state == CS_OPEN)
+      rv = conn_io(c, revents, now);
+    if (hr_err_is_fatal(rv)) {
+      c->want_close = 1;
+      conn_note(c, rv, "session failed", 0);
+      rv = 0;
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  e->depth--;
+  settle(e);
+  return hr_err_is_fatal(rv) ? rv : 0;
+}
+
+int hr_engine_on_timeout(hr_engine *e) {
+  hr_tstamp now;
+  hr_conn *c, *next;
+
+  if (!e)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->depth)
+    return HR_ERR_IN_CALLBACK;
+  e->timer_at = HR_TSTAMP_NEVER; /* the host's one-shot timer fired */
+  e->depth++;
+  now = now_of(e);
+  for (c = e->conns; c; c = c->next) {
+    if (c->state != CS_OPEN && c->state != CS_CONNECTING)
+      continue;
+    if (hr_session_get_expiry(c->s) <= now) {
+      int rv = hr_session_handle_expiry(c->s, now);
+      if (hr_err_is_fatal(rv)) {
+        c->want_close = 1;
+        conn_note(c, rv, "session failed", 0);
+      }
+    }
+  }
+  for (c = e->lingering; c; c = next) {
+    next = c->next;
+    if (c->linger_until <= now)
+      conn_close_socket(c);
+  }
+  if (e->accept_paused && e->accept_resume <= now) {
+    e->accept_paused = 0;
+    if (!e->closing)
+      listeners_watch(e, HR_POLL_IN);
+  }
+  if (e->closing && !e->closed_notified && e->drain_deadline <= now) {
+    for (c = e->conns; c; c = c->next) {
+      c->want_close = 1;
+      conn_note(c, HR_ERR_TIMEOUT, "engine drain timeout", 0);
+    }
+    for (c = e->lingering; c; c = next) {
+      next = c->next;
+      conn_close_socket(c);
+    }
+  }
+  e->depth--;
+  settle(e);
+  return 0;
+}
+
+int hr_engine_flush(hr_engine *e) {
+  if (!e)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->depth)
+    return HR_ERR_IN_CALLBACK;
+  settle(e);
+  return 0;
+}
+
+int hr_engine_close(hr_engine *e, void (*on_closed)(hr_engine *e, void *ud),
+                    void *ud) {
+  hr_listener *l;
+
+  if (!e)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->closing)
+    return HR_ERR_STATE;
+  e->closing = 1;
+  e->on_closed = on_closed;
+  e->closed_ud = ud;
+  e->drain_deadline = now_of(e) + e->cfg.drain_timeout;
+  /* Listeners stop at once: no connection is accepted from now on. */
+  for (l = e->listeners; l; l = l->next) {
+    if (!l->closed && l->watching)
+      watch(e, l->fd, 0, &l->watching, &l->cookie);
+    l->closed = 1;
+  }
+  defer(e);
+  return 0;
+}
+
+int hr_engine_del(hr_engine *e) {
+  hr_conn *c;
+
+  if (!e)
+    return 0;
+  if (e->depth || e->in_user_cb)
+    return HR_ERR_IN_CALLBACK;
+  if (e->conns || e->dead)
+    return HR_ERR_BUSY;
+  while ((c = e->lingering))
+    conn_close_socket(c);
+  while (e->listeners) {
+    hr_listener *l = e->listeners;
+    e->listeners = l->next;
+    listener_free(e, l);
+  }
+  e->ops.watch(e->loop_data, e->wake_fd, 0, &e->wake_cookie);
+  if (e->timer_at != HR_TSTAMP_NEVER)
+    e->ops.timer(e->loop_data, -1);
+  hr__pool_del(e->pool);
+  close(e->wake_fd);
+  if (e->ops.release)
+    e->ops.release(e->loop_data);
+  hr__mem_free(&e->mem, e->fdmap);
+  hr__mem_free(&e->mem, e->staging);
+  hr__mem_free(&e->mem, e->devices_copy);
+  hr__mem_free(&e->mem, e->token_copy);
+  hr__mem_free(&e->mem, e->peer_name_copy);
+  {
+    hr_mem mem = e->mem;
+    hr__mem_free(&mem, e);
+  }
+  return 0;
+}
+
+void hr_engine_wakeup(hr_engine *e) {
+  uint64_t one = 1;
+  ssize_t n;
+
+  if (!e)
+    return;
+  do {
+    n = write(e->wake_fd, &one, sizeof one);
+  } while (n < 0 && errno == EINTR);
+}
+
+size_t hr_engine_conn_count(const hr_engine *e) { return e ? e->nconns : 0; }
+
+int hr_engine_listen(hr_engine *e, const char *addr,
+                     const hr_provider *provider, hr_listener **out) {
+  hr__addr a;
+  hr_listener *l;
+  int fd, rv;
+
+  if (!e || !addr || !provider || provider->size < sizeof(size_t))
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->closing)
+    return HR_ERR_STATE;
+  rv = hr__addr_parse(addr, 0, &a);
+  if (rv)
+    return rv;
+  l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+  if (!l)
+    return HR_ERR_NOMEM;
+  memcpy(&l->prov, provider,
+         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
+  l->prov.size = sizeof l->prov;
+  fd = hr__sock_listen(&a, NULL, 0);
+  if (fd < 0) {
+    hr__mem_free(&e->mem, l);
+    return fd;
+  }
+  l->o.kind = OBJ_LISTENER;
+  l->e = e;
+  l->fd = fd;
+  l->port = hr__sock_local_port(fd);
+  rv = fdmap_set(e, fd, &l->o);
+  if (rv == 0 && !e->accept_paused)
+    rv = watch(e, fd, HR_POLL_IN, &l->watching, &l->cookie);
+  if (rv) {
+    listener_free(e, l);
+    return rv;
+  }
+  l->next = e->listeners;
+  e->listeners = l;
+  if (out)
+    *out = l;
+  return 0;
+}
+
+int hr_listener_port(const hr_listener *l) { return l ? l->port : -1; }
+
+void hr_listener_close(hr_listener *l) {
+  hr_engine *e;
+
+  if (!l || l->closed)
+    return;
+  e = l->e;
+  if (l->watching)
+    watch(e, l->fd, 0, &l->watching, &l->cookie);
+  l->closed = 1;
+  if (e->depth == 0)
+    reap_listeners(e);
+}
+
+int hr_engine_connect(hr_engine *e, const char *url,
+                      const hr_settings *settings, hr_conn_cb cb,
+                      void *user_data, hr_conn **out) {
+  hr_session_callbacks cbs;
+  hr__addr a;
+  hr_conn *c;
+  int fd, in_progress = 0, rv;
+
+  if (!e || !url)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (e->closing)
+    return HR_ERR_STATE;
+  rv = hr__addr_parse(url, 1, &a);
+  if (rv)
+    return rv;
+  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  if (!c)
+    return HR_ERR_NOMEM;
+  c->o.kind = OBJ_CONN;
+  c->e = e;
+  c->fd = -1;
+  c->role = HR_ROLE_CLIENT;
+  c->state = CS_CONNECTING;
+  c->cb = cb;
+  c->ud = user_data;
+  session_callbacks(&cbs);
+  rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
+                      settings ? settings : &e->cfg.session, &cbs, NULL, c,
+                      now_of(e), &e->mem);
+  if (rv)
+    goto fail;
+  fd = hr__sock_connect(&a, &in_progress, c->message, sizeof c->message);
+  if (fd < 0) {
+    rv = fd;
+    goto fail;
+  }
+  c->fd = fd;
+  rv = fdmap_set(e, fd, &c->o);
+  if (rv)
+    goto fail;
+  /* Writability reports the connect's outcome, also when it completed at
+   * once (loopback); the HELLO goes out from there. */
+  rv = watch(e, fd, HR_POLL_OUT, &c->watching, &c->cookie);
+  if (rv) {
+    fdmap_set(e, fd, NULL);
+    goto fail;
+  }
+  list_push(&e->conns, c);
+  e->nconns++;
+  if (out)
+    *out = c;
+  /* The session's handshake timeout also bounds the TCP connect: the
+   * timer must be armed now, a connect that hangs reports nothing. */
+  if (e->depth == 0)
+    update_timer(e, now_of(e));
+  return 0;
+fail:
+  if (c->fd >= 0)
+    close(c->fd);
+  hr_session_del(c->s);
+  hr__mem_free(&e->mem, c);
+  return rv;
+}
+
+hr_session *hr_conn_session(hr_conn *c) {
+  if (!c || c->state == CS_DEAD)
+    return NULL;
+  return c->s;
+}
+
+void hr_conn_close(hr_conn *c) {
+  if (!c || (c->state != CS_OPEN && c->state != CS_CONNECTING))
+    return;
+  c->graceful_req = 1;
+  defer(c->e);
+}
+
+void hr_conn_abort(hr_conn *c) {
+  if (!c || (c->state != CS_OPEN && c->state != CS_CONNECTING))
+    return;
+  c->want_close = 1;
+  conn_note(c, HR_ERR_CLOSED, "closed by the application", 0);
+  defer(c->e);
+}
+
+int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
+                  const char **message) {
+  if (!c)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (wire_error)
+    *wire_error = c->wire_error;
+  if (sent)
+    *sent = c->wire_sent;
+  if (message)
+    *message = c->message;
+  return c->close_status;
+}
+
+void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx) {
+  if (rx)
+    *rx = c ? c->rx_bytes : 0;
+  if (tx)
+    *tx = c ? c->tx_bytes : 0;
+}
+
+void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx,
+                     void *user_data) {
+  if (!c)
+    return;
+  c->tap_rx = rx;
+  c->tap_tx = tx;
+  c->tap_ud = user_data;
+}

@@ -1,0 +1,50 @@
+/*
+ * The engine's worker pool: N threads running jobs off the loop thread.
+ *
+ * Jobs are queued with hr__pool_submit() on the loop thread, run on a
+ * worker (`run`), and come back on a completion list.  When the list goes
+ * from empty to non-empty the pool writes to `notify_fd` (an eventfd the
+ * engine watches through hr_loop_ops); the loop thread then takes the
+ * finished jobs with hr__pool_take_done() and completes them there.  No
+ * job ever completes on a worker thread.
+ *
+ * Threads start lazily on the first submission, so engines that never
+ * transcode (clients, the blocking API) never create a thread.
+ */
+#ifndef HR_POOL_H
+#define HR_POOL_H
+
+#include <hurray/common.h>
+
+typedef struct hr__pool hr__pool;
+
+/* One unit of work.  The pool owns `next` while the job is queued. */
+typedef struct hr__job hr__job;
+struct hr__job {
+  void (*run)(hr__job *j); /* on a worker thread */
+  hr__job *next;
+};
+
+/*
+ * Creates a pool of `threads` workers (>= 1) that signals completions by
+ * writing 1 to the eventfd `notify_fd` (not owned).  Returns 0 or
+ * HR_ERR_NOMEM / HR_ERR_IO.
+ */
+int hr__pool_new(hr__pool **out, unsigned threads, int notify_fd,
+                 const hr_mem *mem);
+
+/* Queues a job (starting the threads if needed).  Returns 0 or HR_ERR_IO
+ * (no thread could be started). */
+int hr__pool_submit(hr__pool *p, hr__job *j);
+
+/* Takes every finished job, oldest first (NULL: none).  Loop thread. */
+hr__job *hr__pool_take_done(hr__pool *p);
+
+/* Jobs submitted and not yet taken back. */
+size_t hr__pool_pending(const hr__pool *p);
+
+/* Stops the workers after the queued jobs ran, joins them, frees the pool.
+ * Finished jobs not taken are dropped (the caller takes them first). */
+void hr__pool_del(hr__pool *p);
+
+#endif /* HR_POOL_H */

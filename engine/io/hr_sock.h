@@ -1,0 +1,69 @@
+/*
+ * Socket helpers of the engine: address parsing, non-blocking listeners and
+ * connects, socket options, and the errno-to-library-error mapping.
+ *
+ * Everything here is a thin layer over POSIX sockets; it keeps the
+ * system-call details out of hr_engine.c.
+ */
+#ifndef HR_SOCK_H
+#define HR_SOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <hurray/common.h>
+
+/* Largest host name accepted in an address ("HOST:PORT"). */
+#define HR_SOCK_HOST_MAX 256
+
+/* A parsed "HOST:PORT" or "[V6]:PORT" (optionally "hurray://" first). */
+typedef struct hr__addr {
+  char host[HR_SOCK_HOST_MAX]; /* without brackets, NUL-terminated */
+  uint16_t port;
+} hr__addr;
+
+/*
+ * Parses `text`.  A "hurray://" prefix is skipped when `allow_scheme` is
+ * set; any other scheme, a missing or non-numeric port, a port above
+ * 65535, an empty host or a trailing path are rejected.  Returns 0 or
+ * HR_ERR_INVALID_ARGUMENT.
+ */
+int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out);
+
+/*
+ * Creates a non-blocking, close-on-exec listening TCP socket bound to
+ * `a` (SO_REUSEADDR, backlog 1024).  Returns the fd, or HR_ERR_INVALID_
+ * ARGUMENT (the host does not resolve) / HR_ERR_IO.  `why` (may be NULL)
+ * receives a one-line reason on failure.
+ */
+int hr__sock_listen(const hr__addr *a, char *why, size_t why_len);
+
+/* The local port of a bound socket, or -1. */
+int hr__sock_local_port(int fd);
+
+/*
+ * Starts a non-blocking connect to `a`.  On success returns the fd and
+ * sets *in_progress (1: wait for writability, then check
+ * hr__sock_connect_result()).  Returns HR_ERR_INVALID_ARGUMENT (does not
+ * resolve) or HR_ERR_IO.  Name resolution uses getaddrinfo() and may block
+ * for names that are not numeric or in /etc/hosts.
+ */
+int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
+                     size_t why_len);
+
+/* After writability of a connecting socket: 0, or the connect's errno. */
+int hr__sock_connect_result(int fd);
+
+/*
+ * Tunes a connected TCP socket: TCP_NODELAY (control messages must not
+ * wait for Nagle), and SO_SNDBUF/SO_RCVBUF when `bufsize` > 0 (0 leaves
+ * the kernel's autotuning alone).  Failures are ignored: these are
+ * optimisations.
+ */
+void hr__sock_tune(int fd, int bufsize);
+
+/* Formats "what: strerror(err)" into why (when non-NULL). */
+void hr__why(char *why, size_t why_len, const char *what, int err);
+
+#endif /* HR_SOCK_H */

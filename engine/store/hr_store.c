@@ -1,0 +1,372 @@
+/*
+ * The in-memory tensor store: a sorted array of (key, tensor) under a
+ * reader-writer lock.
+ *
+ * A sorted array keeps LIST a binary search plus a walk, and a store of a
+ * few thousand keys changes rarely enough that the memmove of an insert
+ * does not matter.  Tensor references are dropped outside the lock: the
+ * last reference may call an application's release callback (munmap of a
+ * served file), which must not run under our lock.
+ */
+#include <hurray/store.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hr_internal.h"
+
+typedef struct entry {
+  uint8_t *key;
+  uint16_t key_len;
+  hr_tensor *t;
+  uint64_t bytes;
+} entry;
+
+struct hr_store {
+  hr_mem mem;
+  hr_store_config cfg;
+  pthread_rwlock_t lock;
+  entry *v;
+  size_t n, cap;
+  uint64_t bytes;
+};
+
+static int key_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+  size_t m = an < bn ? an : bn;
+  int c = m ? memcmp(a, b, m) : 0;
+
+  if (c)
+    return c;
+  return an < bn ? -1 : an > bn ? 1 : 0;
+}
+
+/* Index of the first entry >= key (lower bound); *found when equal. */
+static size_t lower_bound(const hr_store *s, const uint8_t *key, size_t len,
+                          int *found) {
+  size_t lo = 0, hi = s->n;
+
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (key_cmp(s->v[mid].key, s->v[mid].key_len, key, len) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  *found = lo < s->n &&
+           key_cmp(s->v[lo].key, s->v[lo].key_len, key, len) == 0;
+  return lo;
+}
+
+static uint64_t tensor_bytes_deep(const hr_tensor *t) {
+  size_t i, n = hr_tensor_member_count(t);
+  uint64_t sum = hr_tensor_bytes(t);
+
+  for (i = 0; i < n; i++) {
+    uint64_t b = tensor_bytes_deep(hr_tensor_member(t, i));
+    sum = UINT64_MAX - sum < b ? UINT64_MAX : sum + b;
+  }
+  return sum;
+}
+
+void hr_store_entry_of(const hr_tensor *t, hr_list_entry *out) {
+  const hr_descriptor *d = hr_tensor_descriptor(t);
+
+  memset(out, 0, sizeof *out);
+  out->element_type = d->element_type;
+  out->layout_tag = d->layout.tag;
+  out->rank = d->rank;
+  memcpy(out->shape, d->shape, sizeof(uint64_t) * d->rank);
+  out->total_data_bytes = tensor_bytes_deep(t);
+}
+
+void hr_store_config_default(hr_store_config *c) {
+  memset(c, 0, sizeof *c);
+  c->version = HR_STORE_CONFIG_VERSION;
+  c->allow_put = 0;
+  c->allow_replace = 1;
+  c->max_bytes = 0;
+}
+
+int hr_store_new(hr_store **out, const hr_store_config *cfg,
+                 const hr_mem *mem) {
+  hr_store *s;
+
+  if (!out || (cfg && cfg->version != HR_STORE_CONFIG_VERSION))
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!mem)
+    mem = hr_mem_default();
+  s = hr__mem_calloc(mem, 1, sizeof *s);
+  if (!s)
+    return HR_ERR_NOMEM;
+  s->mem = *mem;
+  if (cfg)
+    s->cfg = *cfg;
+  else
+    hr_store_config_default(&s->cfg);
+  if (pthread_rwlock_init(&s->lock, NULL) != 0) {
+    hr__mem_free(mem, s);
+    return HR_ERR_NOMEM;
+  }
+  *out = s;
+  return 0;
+}
+
+void hr_store_del(hr_store *s) {
+  size_t i;
+
+  if (!s)
+    return;
+  for (i = 0; i < s->n; i++) {
+    hr_tensor_unref(s->v[i].t);
+    hr__mem_free(&s->mem, s->v[i].key);
+  }
+  hr__mem_free(&s->mem, s->v);
+  pthread_rwlock_destroy(&s->lock);
+  hr__mem_free(&s->mem, s);
+}
+
+/* Inserts or replaces under the write lock.  Returns 0, HR_ERR_STATE
+ * (exists, no replace), HR_ERR_LIMIT (byte cap, when `cap` is set),
+ * HR_ERR_NOMEM.  *old receives a replaced tensor to unref outside. */
+static int put_locked(hr_store *s, const uint8_t *key, size_t len,
+                      hr_tensor *t, int replace, uint64_t cap,
+                      hr_tensor **old) {
+  int found;
+  size_t i = lower_bound(s, key, len, &found);
+  uint64_t bytes = tensor_bytes_deep(t);
+  uint64_t base = s->bytes - (found ? s->v[i].bytes : 0);
+
+  *old = NULL;
+  if (found && !replace)
+    return HR_ERR_STATE;
+  if (cap && (bytes > cap || base > cap - bytes))
+    return HR_ERR_LIMIT;
+  if (found) {
+    *old = s->v[i].t;
+    s->v[i].t = hr_tensor_ref(t);
+    s->v[i].bytes = bytes;
+    s->bytes = base + bytes;
+    return 0;
+  }
+  if (s->n == s->cap) {
+    size_t n = s->cap ? s->cap * 2 : 16;
+    entry *v = hr__mem_realloc(&s->mem, s->v, n * sizeof *v);
+    if (!v)
+      return HR_ERR_NOMEM;
+    s->v = v;
+    s->cap = n;
+  }
+  {
+    uint8_t *k = hr__mem_malloc(&s->mem, len);
+    if (!k)
+      return HR_ERR_NOMEM;
+    memcpy(k, key, len);
+    memmove(&s->v[i + 1], &s->v[i], (s->n - i) * sizeof *s->v);
+    s->v[i].key = k;
+    s->v[i].key_len = (uint16_t)len;
+    s->v[i].t = hr_tensor_ref(t);
+    s->v[i].bytes = bytes;
+    s->n++;
+    s->bytes = base + bytes;
+  }
+  return 0;
+}
+
+int hr_store_put(hr_store *s, const void *key, size_t key_len, hr_tensor *t,
+                 uint32_t flags) {
+  hr_tensor *old;
+  int rv;
+
+  if (!s || !key || !t || key_len < 1 || key_len > HR_MAX_KEY)
+    return HR_ERR_INVALID_ARGUMENT;
+  pthread_rwlock_wrlock(&s->lock);
+  rv = put_locked(s, key, key_len, t, (flags & HR_PUT_REPLACE) != 0, 0, &old);
+  pthread_rwlock_unlock(&s->lock);
+  hr_tensor_unref(old);
+  return rv;
+}
+
+int hr_store_get(hr_store *s, const void *key, size_t key_len,
+                 hr_tensor **out) {
+  int found;
+  size_t i;
+
+  if (!s || !out || !key)
+    return HR_ERR_INVALID_ARGUMENT;
+  pthread_rwlock_rdlock(&s->lock);
+  i = lower_bound(s, key, key_len, &found);
+  *out = found ? hr_tensor_ref(s->v[i].t) : NULL;
+  pthread_rwlock_unlock(&s->lock);
+  return found ? 0 : HR_ERR_NOT_FOUND;
+}
+
+int hr_store_remove(hr_store *s, const void *key, size_t key_len) {
+  hr_tensor *old = NULL;
+  uint8_t *k = NULL;
+  int found;
+  size_t i;
+
+  if (!s || !key)
+    return HR_ERR_INVALID_ARGUMENT;
+  pthread_rwlock_wrlock(&s->lock);
+  i = lower_bound(s, key, key_len, &found);
+  if (found) {
+    old = s->v[i].t;
+    k = s->v[i].key;
+    s->bytes -= s->v[i].bytes;
+    memmove(&s->v[i], &s->v[i + 1], (s->n - i - 1) * sizeof *s->v);
+    s->n--;
+  }
+  pthread_rwlock_unlock(&s->lock);
+  hr_tensor_unref(old);
+  hr__mem_free(&s->mem, k);
+  return found ? 0 : HR_ERR_NOT_FOUND;
+}
+
+size_t hr_store_count(const hr_store *s) {
+  size_t n;
+
+  pthread_rwlock_rdlock((pthread_rwlock_t *)&s->lock);
+  n = s->n;
+  pthread_rwlock_unlock((pthread_rwlock_t *)&s->lock);
+  return n;
+}
+
+uint64_t hr_store_bytes(const hr_store *s) {
+  uint64_t b;
+
+  pthread_rwlock_rdlock((pthread_rwlock_t *)&s->lock);
+  b = s->bytes;
+  pthread_rwlock_unlock((pthread_rwlock_t *)&s->lock);
+  return b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The provider                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int prov_get(hr_session *sess, hr_srv_get *g, void *ud) {
+  hr_store *s = ud;
+  const hr_get_info *info = hr_srv_get_info(g);
+  hr_tensor *t;
+  char msg[96];
+  int rv;
+
+  (void)sess;
+  if (hr_store_get(s, info->key, info->key_len, &t) != 0) {
+    snprintf(msg, sizeof msg, "no tensor named \"%.*s\"",
+             info->key_len > 64 ? 64 : (int)info->key_len,
+             (const char *)info->key);
+    hr_get_fail(g, HR_WIRE_NOT_FOUND, msg);
+    return 0;
+  }
+  rv = hr_get_answer(g, t);
+  hr_tensor_unref(t);
+  if (rv)
+    hr_get_fail(g, HR_WIRE_INTERNAL, "the stored tensor cannot be sent");
+  return 0;
+}
+
+static int prov_put_begin(hr_session *sess, const hr_put_info *info,
+                          uint32_t *wire_error, void *ud) {
+  hr_store *s = ud;
+  int found, replace;
+  uint64_t cap = s->cfg.max_bytes, bytes = 0;
+  unsigned k;
+
+  (void)sess;
+  replace = (info->flags & HR_PUT_REPLACE) && s->cfg.allow_replace;
+  for (k = 0; k < info->desc->buffer_count && k < HR_MAX_BUFFERS; k++)
+    bytes += info->desc->buffers[k].size_bytes;
+  pthread_rwlock_rdlock(&s->lock);
+  lower_bound(s, info->key, info->key_len, &found);
+  if (found && !replace)
+    *wire_error = HR_WIRE_ALREADY_EXISTS;
+  else if (cap && (bytes > cap || s->bytes > cap - bytes))
+    *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
+  pthread_rwlock_unlock(&s->lock);
+  return 0;
+}
+
+static int prov_put_commit(hr_session *sess, const hr_put_info *info,
+                           hr_tensor *t, uint32_t *wire_error, void *ud) {
+  hr_store *s = ud;
+  hr_tensor *old;
+  int rv, replace;
+
+  (void)sess;
+  replace = (info->flags & HR_PUT_REPLACE) && s->cfg.allow_replace;
+  pthread_rwlock_wrlock(&s->lock);
+  rv = put_locked(s, info->key, info->key_len, t, replace, s->cfg.max_bytes,
+                  &old);
+  pthread_rwlock_unlock(&s->lock);
+  hr_tensor_unref(old);
+  if (rv == HR_ERR_STATE)
+    *wire_error = HR_WIRE_ALREADY_EXISTS; /* a racing PUT committed first */
+  else if (rv == HR_ERR_LIMIT || rv == HR_ERR_NOMEM)
+    *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
+  return 0;
+}
+
+static void prov_put_abort(hr_session *sess, const hr_put_info *info,
+                           void *ud) {
+  /* Nothing was stored before the commit: nothing to undo. */
+  (void)sess;
+  (void)info;
+  (void)ud;
+}
+
+static int prov_list(hr_session *sess, const hr_list_request *req,
+                     int (*emit)(void *emit_ctx, const hr_list_entry *e),
+                     void *emit_ctx, int *more, void *ud) {
+  hr_store *s = ud;
+  hr_list_entry le;
+  size_t i;
+  int found;
+
+  (void)sess;
+  *more = 0;
+  pthread_rwlock_rdlock(&s->lock);
+  if (req->start_after_len) {
+    i = lower_bound(s, req->start_after, req->start_after_len, &found);
+    if (found)
+      i++;
+  } else {
+    i = 0;
+  }
+  /* Keys with the prefix are contiguous and start at its lower bound. */
+  if (req->prefix_len) {
+    size_t j = lower_bound(s, req->prefix, req->prefix_len, &found);
+    if (j > i)
+      i = j;
+  }
+  for (; i < s->n; i++) {
+    entry *en = &s->v[i];
+    if (en->key_len < req->prefix_len ||
+        memcmp(en->key, req->prefix, req->prefix_len) != 0)
+      break;
+    hr_store_entry_of(en->t, &le);
+    le.key = en->key;
+    le.key_len = en->key_len;
+    if (emit(emit_ctx, &le) != 0) {
+      *more = 1;
+      break;
+    }
+  }
+  pthread_rwlock_unlock(&s->lock);
+  return 0;
+}
+
+void hr_store_provider(hr_store *s, hr_provider *out) {
+  memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
+  out->user_data = s;
+  out->on_get = prov_get;
+  out->on_list = prov_list;
+  if (s->cfg.allow_put) {
+    out->on_put_begin = prov_put_begin;
+    out->on_put_commit = prov_put_commit;
+    out->on_put_abort = prov_put_abort;
+  }
+}

@@ -1,0 +1,135 @@
+/*
+ * libhurray: the blocking convenience client.
+ *
+ * hr_client is one connection with calls that return when their request
+ * completed: connect, get, put, list, ping, close.  Inside, each call runs
+ * a private poll()-based event loop (an hr_loop_ops) driving an ordinary
+ * hr_engine on the calling thread until its answer arrived — there is no
+ * hidden thread; nothing happens between calls (keepalive PINGs included),
+ * and a server's GOAWAY or ERROR is noticed at the next call.
+ *
+ * Thread safety: one hr_client belongs to one thread at a time.  Several
+ * clients may run in parallel on different threads.
+ */
+#ifndef HURRAY_CLIENT_H
+#define HURRAY_CLIENT_H
+
+#include <hurray/common.h>
+#include <hurray/engine.h>
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hr_client hr_client;
+
+#define HR_CLIENT_OPTIONS_VERSION 1
+
+typedef struct hr_client_options {
+  int version;          /* HR_CLIENT_OPTIONS_VERSION */
+  hr_settings settings; /* the session's settings (hr_settings_default) */
+  int64_t timeout_ms;   /* per call: connect, and each request (30000;
+                           -1: none); a request that runs out is cancelled
+                           and reports HR_ERR_TIMEOUT */
+  /* Progress of long calls: called from inside get/put about every
+   * progress_interval_ms with the bytes received and sent on the socket
+   * so far (NULL: none). */
+  void (*on_progress)(uint64_t rx_bytes, uint64_t tx_bytes, void *user_data);
+  int progress_interval_ms; /* 100 */
+  /* Taps on the raw byte stream, from the first byte (NULL: none). */
+  hr_tap_fn on_rx;
+  hr_tap_fn on_tx;
+  void *user_data;      /* for on_progress, on_rx, on_tx */
+} hr_client_options;
+
+/* Why a call failed. */
+typedef struct hr_client_error {
+  int status;           /* the library error the call returned */
+  uint32_t wire_error;  /* the spec's code sent or received (0: none) */
+  int wire_error_sent;  /* 1: we sent it (the peer broke a rule) */
+  char message[256];    /* the server's text or a local reason ("" if
+                           none) */
+} hr_client_error;
+
+/* Fills `o` with the defaults documented above. */
+HR_EXTERN void hr_client_options_default(hr_client_options *o);
+
+/*
+ * Connects to `url` ("hurray://HOST:PORT" or "HOST:PORT") and waits for
+ * the HELLO exchange.  `opts` may be NULL (defaults); it is copied.
+ * `err` (may be NULL) says why it failed.  Returns 0, HR_ERR_INVALID_
+ * ARGUMENT (bad URL), HR_ERR_IO (refused, unreachable), HR_ERR_REMOTE (the
+ * server answered ERROR, e.g. RESOURCE_EXHAUSTED at its connection cap),
+ * HR_ERR_PROTO (the server broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED,
+ * HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_client_connect(hr_client **out, const char *url,
+                                const hr_client_options *opts,
+                                const hr_mem *mem, hr_client_error *err);
+
+/*
+ * GETs a tensor.  `opts` as for hr_session_get() (its `dest` may name the
+ * application's buffer).  On success *out receives the tensor (a
+ * reference the caller owns).  `rec` (may be NULL) receives the transfer
+ * record, also on failure.  Returns 0, HR_ERR_REMOTE (the server refused:
+ * rec->wire_error, e.g. NOT_FOUND), HR_ERR_PROTO (the server broke a
+ * rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED (the connection is gone),
+ * HR_ERR_STATE (GOAWAY received), HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_client_get(hr_client *c, const hr_get_opts *opts,
+                            hr_tensor **out, hr_transfer_record *rec);
+
+/* PUTs `t` under `key` (HR_PUT_REPLACE in flags).  Returns like
+ * hr_client_get() (refusals: ALREADY_EXISTS, PUT_REJECTED, ...). */
+HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key,
+                            uint16_t key_len, uint32_t flags, hr_tensor *t,
+                            hr_transfer_record *rec);
+
+/*
+ * Lists one page of keys (ascending): `on_entry` runs for each entry of the
+ * answer (valid during the call; return non-zero to stop early).  *more
+ * (may be NULL) is set when the server has more after this page: ask
+ * again with start_after = the last key.  *wire_error (may be NULL)
+ * receives a refusal's code.  Returns like hr_client_get().
+ */
+HR_EXTERN int hr_client_list(hr_client *c, const uint8_t *prefix,
+                             uint16_t prefix_len, const uint8_t *start_after,
+                             uint16_t start_after_len, uint16_t max_entries,
+                             int (*on_entry)(const hr_list_entry *e,
+                                             void *user_data),
+                             void *user_data, int *more,
+                             uint32_t *wire_error);
+
+/* Round trip of a PING in ns.  Returns like hr_client_get(). */
+HR_EXTERN int hr_client_ping(hr_client *c, uint64_t *rtt_ns);
+
+/*
+ * Runs the client's loop until `done(user_data)` returns non-zero, the
+ * connection closes or `timeout_ms` passes (-1: no limit): for requests
+ * queued directly on hr_client_session() (pipelining).  Returns 0,
+ * HR_ERR_TIMEOUT, HR_ERR_CLOSED.
+ */
+HR_EXTERN int hr_client_wait(hr_client *c, int (*done)(void *user_data),
+                             void *user_data, int64_t timeout_ms);
+
+/* The connection's session (valid until hr_client_close()); requests
+ * queued on it directly complete inside hr_client_wait() or any later
+ * call. */
+HR_EXTERN hr_session *hr_client_session(hr_client *c);
+
+/* The server's HELLO (valid until hr_client_close()). */
+HR_EXTERN const hr_hello *hr_client_server_hello(const hr_client *c);
+
+/* Why the last call failed (status 0 after a success). */
+HR_EXTERN const hr_client_error *hr_client_last_error(const hr_client *c);
+
+/* Closes gracefully (GOAWAY; waits at most the call timeout) and frees
+ * the client.  NULL is a no-op. */
+HR_EXTERN void hr_client_close(hr_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HURRAY_CLIENT_H */

@@ -1,0 +1,42 @@
+/*
+ * libhurray: the libevent binding.
+ *
+ * Runs an hr_engine on the host's own libevent loop.  The binding is
+ * built only on the public external-loop interface (hr_loop_ops in
+ * <hurray/engine.h>): libevent reports readiness and the engine's single
+ * timer; tensor bytes are moved by the engine's own recv()/writev() calls,
+ * never through bufferevents.
+ *
+ * The host creates, runs and frees its event_base; the binding never
+ * creates one.  Every engine callback runs on the thread that runs the
+ * base (event_base_dispatch/event_base_loop).  This is the only public
+ * header that includes <event2/...>.
+ */
+#ifndef HURRAY_HR_EVENT_H
+#define HURRAY_HR_EVENT_H
+
+#include <event2/event.h>
+
+#include <hurray/engine.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Creates an engine attached to `base` (which must outlive it).  `cfg`
+ * (NULL: defaults) and `mem` (NULL: libc) are as for hr_engine_new().
+ * The engine is freed with hr_engine_del() as usual, which also detaches
+ * it from the base (every event it added is deleted).  Must be called on
+ * the loop's thread, like every engine call.
+ *
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or base), HR_ERR_NOMEM,
+ * HR_ERR_IO (libevent refused an event), or hr_engine_new()'s errors.
+ */
+HR_EXTERN int hr_ev_attach(hr_engine **out, struct event_base *base,
+                           const hr_engine_config *cfg, const hr_mem *mem);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HURRAY_HR_EVENT_H */

@@ -1,0 +1,494 @@
+/*
+ * The `hurray` command, run as a user would: serve the sample files of
+ * examples/data, then get (plain, transcoded, converted locally, region,
+ * parallel, --stats parsed with cJSON, --dump-wire), put, ls, inspect,
+ * the one-line error reports and exit codes, and the graceful drain on
+ * SIGTERM with a transfer in flight.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <hurray/files.h>
+#include <hurray/session.h>
+
+#include "tl.h"
+
+extern char **environ;
+
+static char tmp[64];
+static char url[64];
+static int port;
+static pid_t server_pid;
+static char out[1 << 16], err[1 << 16];
+
+static const char *tpath(const char *name) {
+  static char p[4][256];
+  static int k;
+  k = (k + 1) % 4;
+  snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
+  return p[k];
+}
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+  buf[n] = '\0';
+  if (f)
+    fclose(f);
+}
+
+/* Runs `hurray ARGS...` (NULL-terminated); stdout and stderr land in
+ * `out` and `err`.  Returns the exit status. */
+static int run(const char *arg, ...) {
+  const char *argv[32];
+  posix_spawn_file_actions_t fa;
+  va_list ap;
+  pid_t pid;
+  int n = 0, st;
+
+  argv[n++] = HURRAY_BIN;
+  argv[n++] = arg;
+  va_start(ap, arg);
+  while (n < 31 && (argv[n] = va_arg(ap, const char *)))
+    n++;
+  va_end(ap);
+  argv[n] = NULL;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, tpath("stdout"),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, tpath("stderr"),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_int_equal(posix_spawn(&pid, HURRAY_BIN, &fa, NULL,
+                               (char *const *)argv, environ),
+                   0);
+  posix_spawn_file_actions_destroy(&fa);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  slurp(tpath("stdout"), out, sizeof out);
+  slurp(tpath("stderr"), err, sizeof err);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Exactly one newline-terminated line. */
+static void single_line(const char *s) {
+  const char *nl = strchr(s, '\n');
+  assert_non_null(nl);
+  assert_int_equal(nl[1], '\0');
+}
+
+/* Every failure is one line on stderr, naming the command. */
+static void one_line(const char *s) {
+  single_line(s);
+  assert_int_equal(strncmp(s, "hurray ", 7), 0);
+}
+
+/* Starts `hurray serve --listen 127.0.0.1:0 ARGS...`; returns its pid and
+ * sets *port from its first line. */
+static pid_t start_server(int *p, const char *a1, const char *a2,
+                          const char *a3) {
+  const char *argv[8] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0",
+                         a1, a2, a3, NULL};
+  posix_spawn_file_actions_t fa;
+  int pipefd[2], i;
+  pid_t pid;
+  char line[256];
+  size_t n = 0;
+
+  assert_int_equal(pipe(pipefd), 0);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, tpath("server.log"),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_int_equal(posix_spawn(&pid, HURRAY_BIN, &fa, NULL,
+                               (char *const *)argv, environ),
+                   0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  for (i = 0; i < 255 && n < sizeof line - 1; i++) {
+    ssize_t k = read(pipefd[0], line + n, 1);
+    if (k <= 0 || line[n] == '\n')
+      break;
+    n++;
+  }
+  line[n] = '\0';
+  close(pipefd[0]);
+  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
+  *p = atoi(strrchr(line, ':') + 1);
+  assert_true(*p > 0);
+  return pid;
+}
+
+static int setup(void **state) {
+  (void)state;
+  strcpy(tmp, "/tmp/hr_cli_XXXXXX");
+  if (!mkdtemp(tmp))
+    return -1;
+  signal(SIGPIPE, SIG_IGN);
+  server_pid = start_server(&port, "--allow-put", HR_SOURCE_DIR "/examples/data",
+                            NULL);
+  snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
+  return 0;
+}
+
+static int teardown(void **state) {
+  char cmd[128];
+  int st;
+
+  (void)state;
+  kill(server_pid, SIGTERM);
+  waitpid(server_pid, &st, 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+  return system(cmd) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static hr_tensor *load(const char *path) {
+  hr_tensor *t = NULL;
+  char why[256];
+  if (hr_npy_load(&t, path, NULL, why, sizeof why) != 0)
+    fail_msg("%s: %s", path, why);
+  return t;
+}
+
+static cJSON *stats_of(const char *s) {
+  const char *brace = strchr(s, '{');
+  cJSON *j;
+  assert_non_null(brace);
+  j = cJSON_Parse(brace);
+  assert_non_null(j);
+  return j;
+}
+
+static void test_ls(void **state) {
+  (void)state;
+  assert_int_equal(run("ls", url, NULL), 0);
+  assert_non_null(strstr(out, "matrix\tFLOAT32\t[4,6]\tROW_MAJOR\t96\n"));
+  assert_non_null(strstr(out, "fortran\tFLOAT64\t[3,5]\tCOLUMN_MAJOR\t120"));
+  assert_non_null(strstr(out, "ints/counts\tINT32\t[10]"));
+  assert_non_null(strstr(out, "model/lm_head.bias\tBFLOAT16\t[8]"));
+  assert_true(strstr(out, "flags") < strstr(out, "matrix"));
+  assert_int_equal(run("ls", url, "model/", NULL), 0);
+  assert_null(strstr(out, "matrix"));
+  assert_non_null(strstr(out, "model/norm.scale\tFLOAT16"));
+}
+
+static void test_get_plain_and_stats(void **state) {
+  hr_tensor *ref = load(HR_SOURCE_DIR "/examples/data/matrix.npy"), *got;
+  cJSON *j;
+
+  (void)state;
+  assert_int_equal(run("get", "--stats", "-o", tpath("m.npy"), url, "matrix",
+                       NULL),
+                   0);
+  got = load(tpath("m.npy"));
+  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(ref, 0), 96);
+  hr_tensor_unref(got);
+  /* Exactly one JSON line on stderr. */
+  single_line(err);
+  j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                      "frames");
+  assert_string_equal(cJSON_GetObjectItem(j, "layout")->valuestring,
+                      "ROW_MAJOR");
+  assert_true(cJSON_IsFalse(cJSON_GetObjectItem(j, "transcoded")));
+  assert_string_equal(cJSON_GetObjectItem(j, "device")->valuestring, "cpu");
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "fallback")));
+  assert_int_equal(cJSON_GetObjectItem(j, "shards")->valueint, 1);
+  assert_int_equal(cJSON_GetObjectItem(j, "lanes")->valueint, 1);
+  assert_int_equal(cJSON_GetObjectItem(j, "bytes")->valueint, 96);
+  assert_true(cJSON_GetObjectItem(j, "seconds")->valuedouble >= 0);
+  cJSON_Delete(j);
+  hr_tensor_unref(ref);
+}
+
+static void test_get_layouts(void **state) {
+  hr_tensor *ref = load(HR_SOURCE_DIR "/examples/data/matrix.npy"), *got;
+  uint64_t off[2] = {1, 2};
+  cJSON *j;
+
+  (void)state;
+  /* Column-major from the server: a Fortran-order .npy. */
+  assert_int_equal(run("get", "--layout", "column-major", "--allow-transcode",
+                       "--stats", "-o", tpath("f.npy"), url, "matrix", NULL),
+                   0);
+  got = load(tpath("f.npy"));
+  assert_int_equal(hr_tensor_descriptor(got)->layout.tag,
+                   HR_LAYOUT_COLUMN_MAJOR);
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "layout")->valuestring,
+                      "COLUMN_MAJOR");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "transcoded")));
+  cJSON_Delete(j);
+  /* Tiled and panel from the server: converted here to C order. */
+  assert_int_equal(run("get", "--layout", "tiled:3,4", "--allow-transcode",
+                       "--stats", "-o", tpath("t.npy"), url, "matrix", NULL),
+                   0);
+  got = load(tpath("t.npy"));
+  assert_int_equal(hr_tensor_descriptor(got)->layout.tag, HR_LAYOUT_ROW_MAJOR);
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "layout")->valuestring, "TILED");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "converted_locally")));
+  cJSON_Delete(j);
+  assert_int_equal(run("get", "--layout", "panel:3", "--allow-transcode", "-o",
+                       tpath("p.npy"), url, "matrix", NULL),
+                   0);
+  got = load(tpath("p.npy"));
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  assert_int_equal(run("get", "--layout", "permuted:1,0", "--allow-transcode",
+                       "-o", tpath("q.npy"), url, "matrix", NULL),
+                   0);
+  got = load(tpath("q.npy"));
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  /* A region. */
+  assert_int_equal(run("get", "--region", "1,2:2,3", "-o", tpath("r.npy"), url,
+                       "matrix", NULL),
+                   0);
+  got = load(tpath("r.npy"));
+  assert_int_equal(hr_tensor_descriptor(got)->shape[0], 2);
+  assert_int_equal(hr_tensor_descriptor(got)->shape[1], 3);
+  assert_true(tl_same_elements(ref, off, got));
+  hr_tensor_unref(got);
+  /* Without -o: a summary line. */
+  assert_int_equal(run("get", url, "fortran", NULL), 0);
+  assert_string_equal(out, "fortran: FLOAT64 [3, 5] COLUMN_MAJOR, 120 bytes\n");
+  hr_tensor_unref(ref);
+}
+
+static void test_get_safetensors_bf16(void **state) {
+  hr_tensor *got;
+  const uint16_t *v;
+
+  (void)state;
+  assert_int_equal(run("get", "-o", tpath("b.npy"), url, "model/lm_head.bias",
+                       NULL),
+                   0);
+  got = load(tpath("b.npy"));
+  assert_int_equal(hr_tensor_descriptor(got)->element_type, HR_ELEM_BFLOAT16);
+  v = hr_tensor_buffer(got, 0);
+  /* bf16(0.5 * i - 1): -1.0 is 0xBF80, 0.0 is 0x0000, 1.0 is 0x3F80. */
+  assert_int_equal(v[0], 0xBF80);
+  assert_int_equal(v[2], 0x0000);
+  assert_int_equal(v[4], 0x3F80);
+  hr_tensor_unref(got);
+}
+
+static void test_put_and_parallel(void **state) {
+  hr_descriptor d;
+  hr_tensor *t, *got;
+  uint64_t shape[2] = {512, 1024};
+  cJSON *j;
+
+  (void)state;
+  t = tl_dense(HR_ELEM_FLOAT32, 2, shape, 77);
+  d = *hr_tensor_descriptor(t);
+  assert_int_equal(hr_npy_save(tpath("big.npy"), &d, hr_tensor_buffer(t, 0),
+                               NULL, 0),
+                   0);
+  assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 0);
+  assert_non_null(strstr(out, "stored"));
+  assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 1);
+  one_line(err);
+  assert_non_null(strstr(err, "ALREADY_EXISTS"));
+  assert_non_null(strstr(err, "--replace"));
+  assert_int_equal(run("put", "--replace", url, "up/big", tpath("big.npy"),
+                       NULL),
+                   0);
+  assert_int_equal(run("get", "--parallel", "4", "--stats", "-o",
+                       tpath("g.npy"), url, "up/big", NULL),
+                   0);
+  got = load(tpath("g.npy"));
+  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(t, 0),
+                      hr_tensor_bytes(t));
+  j = stats_of(err);
+  assert_true(cJSON_GetObjectItem(j, "shards")->valueint >= 1);
+  assert_int_equal((int64_t)cJSON_GetObjectItem(j, "bytes")->valuedouble,
+                   hr_tensor_bytes(t));
+  cJSON_Delete(j);
+  hr_tensor_unref(got);
+  hr_tensor_unref(t);
+}
+
+static void test_errors(void **state) {
+  int fd, p;
+  char dead[64];
+
+  (void)state;
+  assert_int_equal(run("get", url, "no/such", NULL), 1);
+  one_line(err);
+  assert_non_null(strstr(err, "NOT_FOUND"));
+  assert_int_equal(run("get", "--region", "3,0:2,6", url, "matrix", NULL), 1);
+  one_line(err);
+  assert_non_null(strstr(err, "INVALID_REGION"));
+  fd = tl_raw_listen(&p);
+  close(fd);
+  snprintf(dead, sizeof dead, "hurray://127.0.0.1:%d", p);
+  assert_int_equal(run("get", dead, "x", NULL), 1);
+  one_line(err);
+  assert_non_null(strstr(err, "refused"));
+  assert_int_equal(run("get", "http://x:1", "x", NULL), 1);
+  one_line(err);
+  /* Usage errors: exit 2, one line. */
+  assert_int_equal(run("get", url, NULL), 2);
+  one_line(err);
+  assert_int_equal(run("get", "--layout", "diagonal", url, "x", NULL), 2);
+  one_line(err);
+  assert_int_equal(run("frobnicate", NULL), 2);
+  assert_int_equal(run("serve", "--tls-cert", "c.pem", ".", NULL), 2);
+  one_line(err);
+  assert_non_null(strstr(err, "not supported in this build yet"));
+  assert_int_equal(run("serve", "--auth-token-file", "t", ".", NULL), 2);
+  assert_non_null(strstr(err, "not supported in this build yet"));
+  assert_int_equal(run("put", url, "k", tpath("missing.npy"), NULL), 1);
+  one_line(err);
+}
+
+static void test_dump_and_inspect(void **state) {
+  FILE *f;
+  uint8_t buf[4096];
+  size_t n;
+  hr_msg m;
+  int64_t len;
+
+  (void)state;
+  assert_int_equal(run("get", "--dump-wire", tpath("wire.bin"), url, "matrix",
+                       NULL),
+                   0);
+  assert_int_equal(run("inspect", tpath("wire.bin"), NULL), 0);
+  assert_non_null(strstr(out, "SERVER_HELLO"));
+  assert_non_null(strstr(out, "TENSOR_DESCRIPTOR"));
+  assert_non_null(strstr(out, "sync_mode=SYNC_PRODUCER_SYNCED"));
+  assert_non_null(strstr(out, "TENSOR_DATA_END"));
+  assert_non_null(strstr(out, "shape: [4, 6]"));
+  /* Spoil the descriptor's layout tag: the error code and the byte. */
+  f = fopen(tpath("wire.bin"), "rb");
+  n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  {
+    hr_msg_header h;
+    size_t first;
+    hr_wire_parse_header(buf, &h);
+    first = HR_HEADER_SIZE + h.payload_length;
+    buf[first + HR_HEADER_SIZE + 4] = 0x40; /* layout tag */
+    f = fopen(tpath("bad.bin"), "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    assert_int_equal(run("inspect", tpath("bad.bin"), NULL), 1);
+    one_line(err);
+    assert_non_null(strstr(err, "INVALID_DESCRIPTOR"));
+    {
+      char at[32];
+      snprintf(at, sizeof at, "byte %zu", first + HR_HEADER_SIZE + 4);
+      assert_non_null(strstr(err, at));
+    }
+  }
+  /* One message of any type. */
+  tl_hello(&m, 0);
+  len = hr_wire_encode(&m, buf, sizeof buf);
+  f = fopen(tpath("hello.bin"), "wb");
+  fwrite(buf, 1, (size_t)len, f);
+  fclose(f);
+  assert_int_equal(run("inspect", tpath("hello.bin"), NULL), 0);
+  assert_non_null(strstr(out, "CLIENT_HELLO"));
+  assert_non_null(strstr(out, "1 message,"));
+  /* A bad type. */
+  hr_wire_put_header(buf, 0x13, 1, 0);
+  f = fopen(tpath("type.bin"), "wb");
+  fwrite(buf, 1, HR_HEADER_SIZE, f);
+  fclose(f);
+  assert_int_equal(run("inspect", tpath("type.bin"), NULL), 1);
+  assert_non_null(strstr(err, "UNKNOWN_MESSAGE_TYPE"));
+}
+
+/* SIGTERM while a GET is in flight: the GET completes, the server sends
+ * GOAWAY, refuses new connections and exits 0. */
+static void test_graceful_drain(void **state) {
+  hr_descriptor d;
+  hr_tensor *t;
+  uint64_t shape[1] = {32u << 20}, got = 0, want;
+  uint8_t buf[70000];
+  hr_msg m;
+  pid_t pid;
+  int p, fd, st, saw_end = 0, saw_goaway = 0;
+
+  (void)state;
+  t = tl_dense(HR_ELEM_UINT8, 1, shape, 5);
+  d = *hr_tensor_descriptor(t);
+  assert_int_equal(hr_npy_save(tpath("drain.npy"), &d, hr_tensor_buffer(t, 0),
+                               NULL, 0),
+                   0);
+  hr_tensor_unref(t);
+  pid = start_server(&p, tpath("drain.npy"), NULL, NULL);
+  fd = tl_raw_connect(p);
+  tl_hello(&m, 0);
+  assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd, HR_MSG_SERVER_HELLO, 0, buf, sizeof buf,
+                            &m, 5000));
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_REQUEST;
+  m.hdr.stream_id = 1;
+  m.u.request.key = (const uint8_t *)"drain";
+  m.u.request.key_len = 5;
+  m.u.request.max_shards = 1;
+  assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd, HR_MSG_TENSOR_DESCRIPTOR, 1, buf,
+                            sizeof buf, &m, 5000));
+  want = m.u.tensor.xport.total_data_bytes;
+  /* The transfer is under way (we have not read its data): drain. */
+  assert_int_equal(kill(pid, SIGTERM), 0);
+  for (;;) {
+    hr_msg_header h;
+    int64_t n = tl_raw_read_msg(NULL, fd, buf, sizeof buf, 10000);
+    if (n == 0)
+      break;
+    assert_true(n == -2 || n > 0);
+    hr_wire_parse_header(buf, &h);
+    if (h.type == HR_MSG_TENSOR_DATA)
+      got += h.payload_length - HR_DATA_SUBHEADER_SIZE;
+    else if (h.type == HR_MSG_TENSOR_DATA_END)
+      saw_end = 1;
+    else if (h.type == HR_MSG_GOAWAY)
+      saw_goaway = 1;
+  }
+  close(fd);
+  assert_int_equal(got, want);
+  assert_true(saw_end);
+  assert_true(saw_goaway);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  /* It is gone: nobody listens any more. */
+  assert_true(tl_raw_connect(p) < 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ls),
+      cmocka_unit_test(test_get_plain_and_stats),
+      cmocka_unit_test(test_get_layouts),
+      cmocka_unit_test(test_get_safetensors_bf16),
+      cmocka_unit_test(test_put_and_parallel),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_dump_and_inspect),
+      cmocka_unit_test(test_graceful_drain),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,123 @@
+/*
+ * Smoke test of examples/: the custom tensor server starts, both clients
+ * (epoll loop, libevent loop) fetch from it and from `hurray serve`, and
+ * the server drains and exits 0 on SIGTERM.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+extern char **environ;
+
+static char out[1 << 14];
+
+/* Spawns argv with stdout into a pipe; returns the pid and *rd. */
+static pid_t spawn(const char *const *argv, int *rd) {
+  posix_spawn_file_actions_t fa;
+  int p[2];
+  pid_t pid;
+
+  assert_int_equal(pipe(p), 0);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addclose(&fa, p[0]);
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv,
+                               environ),
+                   0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  *rd = p[0];
+  return pid;
+}
+
+/* Runs to completion; the exit status, stdout in `out`. */
+static int run(const char *const *argv) {
+  int rd, st;
+  size_t n = 0;
+  ssize_t k;
+  pid_t pid = spawn(argv, &rd);
+
+  while ((k = read(rd, out + n, sizeof out - 1 - n)) > 0)
+    n += (size_t)k;
+  out[n] = '\0';
+  close(rd);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Starts a server that prints "listening on HOST:PORT" first. */
+static pid_t start(const char *const *argv, char *url, size_t cap) {
+  char line[256];
+  size_t n = 0;
+  int rd;
+  pid_t pid = spawn(argv, &rd);
+
+  while (n < sizeof line - 1 && read(rd, line + n, 1) == 1 && line[n] != '\n')
+    n++;
+  line[n] = '\0';
+  close(rd);
+  assert_non_null(strstr(line, "listening on "));
+  snprintf(url, cap, "hurray://%s", line + strlen("listening on "));
+  return pid;
+}
+
+static void stop(pid_t pid) {
+  int st;
+  assert_int_equal(kill(pid, SIGTERM), 0);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void test_examples(void **state) {
+  char url[300], url2[300];
+  const char *srv[] = {EX_DIR "/tensor_server", NULL};
+  const char *hs[] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0",
+                      HR_SOURCE_DIR "/examples/data", NULL};
+  pid_t a, b;
+
+  (void)state;
+  a = start(srv, url, sizeof url);
+  {
+    const char *c1[] = {EX_DIR "/epoll_client", url, "arange/10", NULL};
+    assert_int_equal(run(c1), 0);
+    assert_non_null(strstr(out, "arange/10: FLOAT32 [10] ROW_MAJOR, 40 bytes"));
+  }
+  {
+    const char *c2[] = {EX_DIR "/libevent_client", url, "eye/4",
+                        "matrix/3/4", NULL};
+    assert_int_equal(run(c2), 0);
+    assert_non_null(strstr(out, "FLOAT32, 2-d, 64 bytes, ROW_MAJOR"));
+    assert_non_null(strstr(out, "FLOAT32, 2-d, 48 bytes, ROW_MAJOR"));
+  }
+  {
+    /* A key the server cannot compute: the client reports it. */
+    const char *c3[] = {EX_DIR "/epoll_client", url, "zeros/3", NULL};
+    assert_int_equal(run(c3), 1);
+  }
+  stop(a);
+  b = start(hs, url2, sizeof url2);
+  {
+    const char *c4[] = {EX_DIR "/epoll_client", url2, "matrix", NULL};
+    assert_int_equal(run(c4), 0);
+    assert_non_null(strstr(out, "matrix: FLOAT32 [4, 6] ROW_MAJOR, 96 bytes"));
+  }
+  stop(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_examples)};
+  signal(SIGPIPE, SIG_IGN);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
