@@ -1397,7 +1397,9 @@ int hr_session_role(const hr_session *s) { return s ? s->role : -1; }
 const hr_hello *hr_session_peer_hello(const hr_session *s) {
   return s && s->have_peer && s->state != HR_CS_AWAIT_HELLO ? &s->peer : NULL;
 }
-size_t hr_session_stream_count(const hr_session *s) { return s ? s->ntab : 0; }
+size_t hr_session_stream_count(const hr_session *s) {
+  return s ? hr__session_streams(s) : 0;
+}
 const char *hr_session_state_name(const hr_session *s) {
   return s ? hr__conn_state_names[s->state] : "NULL";
 }

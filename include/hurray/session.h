@@ -457,7 +457,8 @@ HR_EXTERN void *hr_session_user_data(const hr_session *s);
 HR_EXTERN int hr_session_role(const hr_session *s);
 /* The peer's HELLO after the handshake, else NULL. */
 HR_EXTERN const hr_hello *hr_session_peer_hello(const hr_session *s);
-/* Active streams. */
+/* Active streams of the session: with lanes, those of every lane (a lane
+ * with none of its own still carries shards of the others'). */
 HR_EXTERN size_t hr_session_stream_count(const hr_session *s);
 /* The connection state's name ("AWAIT_HELLO", "ESTABLISHED", "DRAINING",
  * "CLOSED"), for logs.  Never NULL.  version-added: 0.1 */
