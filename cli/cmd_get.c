@@ -216,10 +216,12 @@ static int write_converted(const char *path, hr_tensor *t) {
   memset(&st, 0, sizeof st);
   rv = hr_xc_plan_new(&plan, &src, &dst, NULL, NULL, NULL, &st);
   if (rv) {
-    cli_err("get", "cannot convert the %s answer to C order: %s%s%s (ask "
-                   "for --layout row-major --allow-transcode)",
+    cli_err("get",
+            "cannot convert the %s answer to C order: %s%s%s (ask "
+            "for --layout row-major --allow-transcode)",
             hr_layout_name(d->layout.tag), hr_strerror(rv),
-            rv == HR_ERR_PROTO ? ": " : "", rv == HR_ERR_PROTO ? st.reason : "");
+            rv == HR_ERR_PROTO ? ": " : "",
+            rv == HR_ERR_PROTO ? st.reason : "");
     return CLI_EXIT_FAIL;
   }
   size = hr_xc_plan_out_size(plan);
@@ -259,8 +261,8 @@ static int write_tensor(const char *path, hr_tensor *t, int *converted) {
 
   if (d->layout.tag == HR_LAYOUT_COMPOSITE) {
     size_t len = strlen(path);
-    int stem = (int)(len >= 4 && !strcmp(path + len - 4, ".npy") ? len - 4
-                                                                  : len);
+    int stem =
+        (int)(len >= 4 && !strcmp(path + len - 4, ".npy") ? len - 4 : len);
     n = hr_tensor_member_count(t);
     for (i = 0; i < n; i++) {
       char sub[4096];
@@ -426,8 +428,9 @@ int cli_get(int argc, char **argv) {
     } else if (!strcmp(s, "--device") && more) {
       a.device = parse_device(argv[++i]);
       if (a.device < 0)
-        return cli_usage("get", SYNOPSIS, "unknown device \"%s\" (cpu, cuda, "
-                                          "rocm, ...)",
+        return cli_usage("get", SYNOPSIS,
+                         "unknown device \"%s\" (cpu, cuda, "
+                         "rocm, ...)",
                          argv[i]);
     } else if (!strcmp(s, "--parallel") && more) {
       if (cli_parse_u64(argv[++i], &a.parallel) || a.parallel < 1 ||
@@ -498,8 +501,8 @@ int cli_get(int argc, char **argv) {
   if (co.progress || a.stats) {
     const hr_hello *h = hr_client_server_hello(cc.client);
     if (h && (h->capability_flags & HR_CAP_LIST))
-      hr_client_list(cc.client, (const uint8_t *)a.key, (uint16_t)key_len,
-                     NULL, 0, 1, probe_entry, &pr, NULL, NULL);
+      hr_client_list(cc.client, (const uint8_t *)a.key, (uint16_t)key_len, NULL,
+                     0, 1, probe_entry, &pr, NULL, NULL);
     cli_progress_total(&cc, a.region || a.slice ? 0 : pr.bytes, 0);
   }
 
@@ -533,8 +536,8 @@ int cli_get(int argc, char **argv) {
   if (rv) {
     char action[1100];
     snprintf(action, sizeof action, "cannot fetch \"%s\"", a.key);
-    status = cli_client_fail("get", action, a.url,
-                             hr_client_last_error(cc.client));
+    status =
+        cli_client_fail("get", action, a.url, hr_client_last_error(cc.client));
     if (a.stats)
       print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client));
     cli_disconnect(&cc, "get");
@@ -552,8 +555,7 @@ int cli_get(int argc, char **argv) {
       printf("%s%llu", k ? ", " : "", (unsigned long long)d->shape[k]);
     printf("] %s, %llu bytes%s\n", hr_layout_name(d->layout.tag),
            (unsigned long long)rec.bytes,
-           transcoded_of(&rec, &pr) == 1 ? " (transcoded by the server)"
-                                         : "");
+           transcoded_of(&rec, &pr) == 1 ? " (transcoded by the server)" : "");
   }
   fflush(stdout);
   if (a.stats)

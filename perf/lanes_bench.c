@@ -83,7 +83,7 @@ static void on_term(evutil_socket_t fd, short what, void *base) {
 /* Serves "w" on 127.0.0.1:0 and writes the port to `ready`. */
 static int serve(int ready) {
   struct event_base *base = event_base_new();
-  hr_store *store;
+  hr_store *store = NULL;
   hr_store_config sc;
   hr_provider prov;
   hr_engine *e;

@@ -32,8 +32,7 @@ static int lane_open(const hr_session *s) {
   return s && !s->deleted && !s->fatal && s->state != HR_CS_CLOSED;
 }
 
-static int token_cmp(const uint8_t *a, size_t an, const uint8_t *b,
-                     size_t bn) {
+static int token_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
   size_t n = an < bn ? an : bn;
   int c = memcmp(a, b, n);
   if (c)
@@ -99,9 +98,8 @@ static hr_group *reg_find(const hr_registry *r, const uint8_t *tok, size_t n) {
 /* 0, 1 when the token is taken, or HR_ERR_NOMEM. */
 static int reg_insert(hr_registry *r, hr_group *g) {
   size_t i = reg_lower(r, g->token, g->token_len);
-  if (i < r->n &&
-      !token_cmp(r->groups[i]->token, r->groups[i]->token_len, g->token,
-                 g->token_len))
+  if (i < r->n && !token_cmp(r->groups[i]->token, r->groups[i]->token_len,
+                             g->token, g->token_len))
     return 1;
   if (r->n == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 16;
@@ -157,7 +155,9 @@ void hr_registry_del(hr_registry *r) {
   hr__registry_unref(r);
 }
 
-size_t hr_registry_count(const hr_registry *r) { return r ? r->n : 0; }
+size_t hr_registry_count(const hr_registry *r) {
+  return r ? r->n : 0;
+}
 
 int hr_session_set_registry(hr_session *s, hr_registry *r) {
   if (!s || !r || s->role != HR_ROLE_SERVER || !r->random)
@@ -211,8 +211,7 @@ static int server_group_new(hr_session *s) {
   return 0;
 }
 
-int hr__group_on_client_hello(hr_session *s, uint32_t *wire,
-                              const char **why) {
+int hr__group_on_client_hello(hr_session *s, uint32_t *wire, const char **why) {
   const hr_hello_exts *x = &s->peer.exts;
   if (!x->session_join)
     return s->reg && s->reg->random ? server_group_new(s) : 0;
@@ -240,9 +239,8 @@ int hr__group_on_server_hello(hr_session *s, const char **why) {
   /* A joined lane: its SERVER_HELLO names the same session if it names
    * one at all. */
   const hr_hello_exts *x = &s->peer.exts;
-  if (x->session_token &&
-      token_cmp(x->session_token, x->session_token_len, g->token,
-                g->token_len)) {
+  if (x->session_token && token_cmp(x->session_token, x->session_token_len,
+                                    g->token, g->token_len)) {
     *why = "SESSION_JOIN answered with another session's token";
     return 1;
   }
@@ -306,7 +304,9 @@ void hr_group_del(hr_group *g) {
   hr__group_unref(g);
 }
 
-unsigned hr_group_lanes(const hr_group *g) { return g ? g->nlanes : 0; }
+unsigned hr_group_lanes(const hr_group *g) {
+  return g ? g->nlanes : 0;
+}
 
 unsigned hr_group_open_lanes(const hr_group *g) {
   unsigned n = 0;
@@ -321,7 +321,9 @@ hr_session *hr_group_lane(const hr_group *g, unsigned i) {
   return g->lanes[i];
 }
 
-hr_group *hr_session_group(const hr_session *s) { return s ? s->grp : NULL; }
+hr_group *hr_session_group(const hr_session *s) {
+  return s ? s->grp : NULL;
+}
 
 int hr_session_lane(const hr_session *s) {
   if (!s)
@@ -397,8 +399,7 @@ void hr__group_leave(hr_session *s) {
   hr_group *g = s->grp;
   if (!g)
     return;
-  if (s->lane >= 0 && (unsigned)s->lane < g->nlanes &&
-      g->lanes[s->lane] == s)
+  if (s->lane >= 0 && (unsigned)s->lane < g->nlanes && g->lanes[s->lane] == s)
     g->lanes[s->lane] = NULL;
   if (g->joining == s)
     g->joining = NULL;

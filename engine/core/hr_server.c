@@ -135,8 +135,8 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   hr_answer_plan plan;
   uint32_t wire = 0;
   char msg[256] = "";
-  int rv = hr__select_answer(s, &st->sg.req, t, st->sg.lanes, &plan, &wire,
-                             msg, sizeof msg);
+  int rv = hr__select_answer(s, &st->sg.req, t, st->sg.lanes, &plan, &wire, msg,
+                             sizeof msg);
   if (rv < 0) {
     hr__answer_plan_free(s, &plan);
     hr__fatal(s, rv);
@@ -551,14 +551,10 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
     return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
                             "too many concurrent streams");
   switch (m->hdr.type) {
-  case HR_MSG_TENSOR_REQUEST:
-    return srv_get_open(s, m, last);
-  case HR_MSG_TENSOR_PUT:
-    return srv_put_open(s, m);
-  case HR_MSG_LIST_REQUEST:
-    return srv_list_open(s, m);
-  default:
-    return HR_ERR_INTERNAL;
+  case HR_MSG_TENSOR_REQUEST: return srv_get_open(s, m, last);
+  case HR_MSG_TENSOR_PUT: return srv_put_open(s, m);
+  case HR_MSG_LIST_REQUEST: return srv_list_open(s, m);
+  default: return HR_ERR_INTERNAL;
   }
 }
 
@@ -566,10 +562,8 @@ int hr__srv_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   if (st->kind == HR_SK_SRV_PUT)
     return srv_put_msg(s, st, m);
   switch (m->hdr.type) {
-  case HR_MSG_CANCEL:
-    return srv_get_stop(s, st, 1, m);
-  case HR_MSG_ERROR:
-    return srv_get_stop(s, st, 0, m);
+  case HR_MSG_CANCEL: return srv_get_stop(s, st, 1, m);
+  case HR_MSG_ERROR: return srv_get_stop(s, st, 0, m);
   case HR_MSG_BUFFER_RELEASE:
     /* Only meaningful for the SHM plane; frames need no release. */
     return 0;

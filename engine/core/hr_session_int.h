@@ -251,7 +251,7 @@ struct hr_stream {
   /* Shard streams of one server answer share the base's request. */
   hr_stream *base;
   uint64_t lane_mask; /* client GET: lanes its messages arrived on */
-  uint32_t nshards; /* server shard streams: N */
+  uint32_t nshards;   /* server shard streams: N */
   uint32_t shard_index;
   hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
 };
@@ -307,9 +307,9 @@ typedef struct hr_ids {
 
 /* ---- lanes: one session over several connections (hr_group.c) ---------- */
 
-#define HR_LANE_NONE (-1)    /* not in a group, or joining */
-#define HR_TOKEN_MAX 255     /* longest SESSION_TOKEN a client keeps */
-#define HR_TOKEN_LEN 16      /* bytes of the tokens this server makes */
+#define HR_LANE_NONE (-1) /* not in a group, or joining */
+#define HR_TOKEN_MAX 255  /* longest SESSION_TOKEN a client keeps */
+#define HR_TOKEN_LEN 16   /* bytes of the tokens this server makes */
 
 /*
  * The connections of one session (§ 14.5), each driven by its own
@@ -349,8 +349,7 @@ struct hr_registry {
 /* Lane bookkeeping (hr_group.c). */
 /* Server: the CLIENT_HELLO arrived: joins the session it names or starts
  * a new one.  Returns 0, 1 when refused (*wire set), or fatal. */
-int hr__group_on_client_hello(hr_session *s, uint32_t *wire,
-                              const char **why);
+int hr__group_on_client_hello(hr_session *s, uint32_t *wire, const char **why);
 /* Client: this lane's SERVER_HELLO arrived.  Returns 0, 1 when it must be
  * refused (*why set, PROTOCOL_VIOLATION), or fatal. */
 int hr__group_on_server_hello(hr_session *s, const char **why);
@@ -406,8 +405,8 @@ struct hr_session {
   /* Streams. */
   hr_stream **tab; /* sorted by id */
   size_t ntab, captab;
-  size_t nrequests;         /* open streams counted for max_streams */
-  hr_ids *ids;              /* &own_ids, or the group's */
+  size_t nrequests; /* open streams counted for max_streams */
+  hr_ids *ids;      /* &own_ids, or the group's */
   hr_ids own_ids;
   /* Lanes. */
   hr_group *grp;     /* NULL: a session of one connection */

@@ -20,7 +20,7 @@ typedef struct lnet {
   hr_group *g;
   hr_session *c[HR_MAX_LANES + 1], *s[HR_MAX_LANES + 1];
   int cut[HR_MAX_LANES + 1];
-  int n;  /* connections opened */
+  int n;   /* connections opened */
   pair io; /* feed/pump options: now, seed, chunked, zero_copy */
   uint64_t rnd;
   int random_fails;
@@ -249,8 +249,8 @@ static inline int lnet_open(lnet *n, int lanes, const hr_settings *cs,
   if (rv)
     return rv;
   hr_session_callbacks cb = ln_callbacks();
-  rv = hr_session_new(&n->c[0], HR_ROLE_CLIENT, &n->cs, &cb, NULL, n,
-                      n->io.now, ln_mem(n));
+  rv = hr_session_new(&n->c[0], HR_ROLE_CLIENT, &n->cs, &cb, NULL, n, n->io.now,
+                      ln_mem(n));
   if (rv)
     return rv;
   rv = ln_server(n, 0, 1);

@@ -11,10 +11,10 @@
  * The tensors are filled from their element index, so both ends build
  * them alike.  GET of "!cut2" answers with "big" and cuts lane 2 of the
  * asking session on the server once that lane sent 1 MiB of it: a lane
- * dying mid-transfer from the server's side.  `check` runs parallel GETs over 1 to 4 lanes,
- * regions at the corners and edges of a rank-3 tensor, and a lane cut
- * from each side, with GETs beside it that must not notice.  Exits 0, or
- * 1 with the first failure on stderr.
+ * dying mid-transfer from the server's side.  `check` runs parallel GETs over 1
+ * to 4 lanes, regions at the corners and edges of a rank-3 tensor, and a lane
+ * cut from each side, with GETs beside it that must not notice.  Exits 0, or 1
+ * with the first failure on stderr.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -56,7 +56,7 @@ typedef struct spec {
 } spec;
 
 static const spec specs[] = {
-    {"w", HR_ELEM_FLOAT32, 2, {512, 1024, 0}},   /* 2 MB */
+    {"w", HR_ELEM_FLOAT32, 2, {512, 1024, 0}},    /* 2 MB */
     {"big", HR_ELEM_FLOAT32, 2, {2048, 1024, 0}}, /* 8 MB */
     {"r3", HR_ELEM_INT16, 3, {6, 5, 4}},
 };
@@ -210,10 +210,10 @@ static int expect(const char *dir) {
   for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
     save(dir, specs[i].key, make(&specs[i], NULL, NULL));
   /* big: the region 100,0:900,1024 and slice 1 of 3 along dim 1. */
-  save(dir, "big_region", make(find("big"), (uint64_t[]){100, 0},
-                               (uint64_t[]){900, 1024}));
-  save(dir, "big_slice", make(find("big"), (uint64_t[]){0, 342},
-                              (uint64_t[]){2048, 341}));
+  save(dir, "big_region",
+       make(find("big"), (uint64_t[]){100, 0}, (uint64_t[]){900, 1024}));
+  save(dir, "big_slice",
+       make(find("big"), (uint64_t[]){0, 342}, (uint64_t[]){2048, 341}));
   return 0;
 }
 
@@ -284,8 +284,7 @@ static void get(hr_engine *e, cconn *cc, const char *key, uint16_t k,
 static void same(got *g, const spec *sp, const uint64_t *off,
                  const uint64_t *shp) {
   if (g->rec.status)
-    die("GET %s: %s (%s)", sp->key, hr_strerror(g->rec.status),
-        g->rec.message);
+    die("GET %s: %s (%s)", sp->key, hr_strerror(g->rec.status), g->rec.message);
   hr_tensor *want = make(sp, off, shp);
   CHECK(hr_tensor_bytes(g->t) == hr_tensor_bytes(want));
   CHECK(!memcmp(hr_tensor_buffer(g->t, 0), hr_tensor_buffer(want, 0),
@@ -298,8 +297,7 @@ static void same(got *g, const spec *sp, const uint64_t *off,
 static void open_lanes(hr_engine *e, const char *url, unsigned lanes,
                        cconn *cc) {
   memset(cc, 0, sizeof *cc);
-  CHECK(hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c) ==
-        0);
+  CHECK(hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c) == 0);
   run_until(&cc->up);
   CHECK(hr_conn_lanes(cc->c) == lanes);
 }

@@ -107,8 +107,8 @@ static int raw_join(lnet *n, const uint8_t *token, size_t len,
   h->version_major = 1;
   h->max_message_size = 1 << 20;
   uint8_t ext[300];
-  int w = hr_ext_put(ext, sizeof ext, HR_EXT_SESSION_JOIN, token,
-                     (uint16_t)len);
+  int w =
+      hr_ext_put(ext, sizeof ext, HR_EXT_SESSION_JOIN, token, (uint16_t)len);
   assert_true(w > 0);
   h->ext_count = 1;
   h->ext_raw = ext;
@@ -349,9 +349,9 @@ static void lane_killed(void **state) {
     hr_tensor *t = row_major(HR_ELEM_FLOAT32, 2, (uint64_t[]){300, 200}, 1);
     store_put(&n.st, "t", t);
     result a = {0}, b = {0}, c = {0};
-    hr_get_opts oa = par_opts("t", 6);  /* shards on lanes 0, 1, 2 */
-    hr_get_opts ob = get_opts("t");     /* lane 0 only */
-    hr_get_opts oc = par_opts("t", 2);  /* lanes 0 and 1 */
+    hr_get_opts oa = par_opts("t", 6); /* shards on lanes 0, 1, 2 */
+    hr_get_opts ob = get_opts("t");    /* lane 0 only */
+    hr_get_opts oc = par_opts("t", 2); /* lanes 0 and 1 */
     assert_int_equal(hr_session_get(n.c[0], &oa, on_get_done, &a, NULL), 0);
     assert_int_equal(hr_session_get(n.c[0], &ob, on_get_done, &b, NULL), 0);
     assert_int_equal(hr_session_get(n.c[0], &oc, on_get_done, &c, NULL), 0);

@@ -82,7 +82,9 @@ static void on_got(hr_session *s, uint32_t sid, hr_tensor *t,
   g->rec = *rec;
 }
 
-static int got_done(void *ud) { return ((got *)ud)->done; }
+static int got_done(void *ud) {
+  return ((got *)ud)->done;
+}
 
 typedef struct many {
   got *g;
@@ -98,8 +100,8 @@ static int all_done(void *ud) {
 }
 
 static void get_start(hr_engine *e, cconn *cc, const char *key, uint16_t k,
-                      const uint64_t *off, const uint64_t *shape,
-                      unsigned rank, got *g) {
+                      const uint64_t *off, const uint64_t *shape, unsigned rank,
+                      got *g) {
   hr_get_opts o;
   memset(&o, 0, sizeof o);
   o.key = (const uint8_t *)key;
@@ -120,7 +122,9 @@ static void get_start(hr_engine *e, cconn *cc, const char *key, uint16_t k,
   assert_int_equal(hr_engine_flush(e), 0);
 }
 
-static int conn_closed(void *ud) { return ((cconn *)ud)->closed; }
+static int conn_closed(void *ud) {
+  return ((cconn *)ud)->closed;
+}
 
 static void cconn_close(tl_env *env, cconn *cc) {
   hr_conn_close(cc->c);
@@ -407,17 +411,16 @@ static void joins_on_the_wire(void **state) {
     int fd = tl_raw_connect(srv.port);
     assert_true(fd >= 0);
     uint8_t ext[32];
-    int w = hr_ext_put(ext, sizeof ext, HR_EXT_SESSION_JOIN, i ? tok : bad,
-                       16);
+    int w = hr_ext_put(ext, sizeof ext, HR_EXT_SESSION_JOIN, i ? tok : bad, 16);
     tl_hello(&hello, 0);
     hello.u.hello.ext_count = 1;
     hello.u.hello.ext_raw = ext;
     hello.u.hello.ext_raw_len = (size_t)w;
     assert_int_equal(tl_raw_send_msg(env, fd, &hello), 0);
     if (i == 0) {
-      assert_int_equal(tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf,
-                                     &m, 5000),
-                       1);
+      assert_int_equal(
+          tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf, &m, 5000),
+          1);
       assert_int_equal(m.u.error.code, HR_WIRE_UNAUTHORIZED);
       assert_int_equal(tl_raw_wait_eof(env, fd, 5000), 1);
     } else {
@@ -457,7 +460,9 @@ typedef struct srv_thread_arg {
   _Atomic int stop;
 } srv_thread_arg;
 
-static int stop_flag(void *ud) { return ((srv_thread_arg *)ud)->stop; }
+static int stop_flag(void *ud) {
+  return ((srv_thread_arg *)ud)->stop;
+}
 
 static void *srv_thread(void *p) {
   srv_thread_arg *a = p;
@@ -508,8 +513,8 @@ static void blocking_client(void **state) {
         so.flags = HR_REQ_PARALLEL_OK;
         so.max_shards = 3;
       }
-      assert_int_equal(hr_client_get_slice(cl, (const uint8_t *)"m", 1, dim,
-                                           r, 4, &so, &out, &rec),
+      assert_int_equal(hr_client_get_slice(cl, (const uint8_t *)"m", 1, dim, r,
+                                           4, &so, &out, &rec),
                        0);
       const hr_descriptor *d = hr_tensor_descriptor(out);
       assert_true(d->flags & HR_DESC_HAS_SHARD);
@@ -520,8 +525,8 @@ static void blocking_client(void **state) {
     }
     assert_int_equal(covered, td->shape[dim]);
   }
-  assert_int_equal(hr_client_get_slice(cl, (const uint8_t *)"nope", 4, 0, 0,
-                                       2, NULL, &out, NULL),
+  assert_int_equal(hr_client_get_slice(cl, (const uint8_t *)"nope", 4, 0, 0, 2,
+                                       NULL, &out, NULL),
                    HR_ERR_NOT_FOUND);
   assert_int_equal(hr_client_get_slice(cl, (const uint8_t *)"m", 1, 3, 0, 2,
                                        NULL, &out, NULL),
