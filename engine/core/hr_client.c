@@ -114,7 +114,9 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
     return;
   set_rec_error(st, status, wire, sent, msg, msg ? strlen(msg) : 0);
   switch (st->kind) {
-  case HR_SK_CLI_GET: get_complete(s, st, NULL); break;
+  case HR_SK_CLI_GET:
+    get_complete(s, st, NULL);
+    break;
   case HR_SK_CLI_PUT:
     st->cb_done = 1;
     st->rec.finished = s->now;
@@ -133,7 +135,8 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
       hr__cb_leave(s);
     }
     break;
-  default: break;
+  default:
+    break;
   }
 }
 
@@ -358,7 +361,8 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
       hr__stream_end(s, st);
     }
     return 0;
-  case HR_MSG_ERROR: return on_peer_error(s, st, m);
+  case HR_MSG_ERROR:
+    return on_peer_error(s, st, m);
   default:
     return hr__stream_error(s, m->hdr.stream_id, HR_WIRE_PROTOCOL_VIOLATION,
                             "message not allowed on a GET stream");
@@ -610,7 +614,8 @@ static int cli_put_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
     }
     hr__stream_end(s, st);
     return 0;
-  case HR_MSG_ERROR: return on_peer_error(s, st, m);
+  case HR_MSG_ERROR:
+    return on_peer_error(s, st, m);
   default:
     return hr__stream_error(s, st->id, HR_WIRE_PROTOCOL_VIOLATION,
                             "message not allowed on a PUT stream");
@@ -674,7 +679,8 @@ static int cli_list_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
     }
     hr__stream_end(s, st);
     return 0;
-  case HR_MSG_ERROR: return on_peer_error(s, st, m);
+  case HR_MSG_ERROR:
+    return on_peer_error(s, st, m);
   default:
     return hr__stream_error(s, st->id, HR_WIRE_PROTOCOL_VIOLATION,
                             "message not allowed on a LIST stream");
@@ -731,10 +737,17 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
 int hr__cli_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   int rv;
   switch (st->kind) {
-  case HR_SK_CLI_GET: rv = cli_get_msg(s, st, m); break;
-  case HR_SK_CLI_PUT: rv = cli_put_msg(s, st, m); break;
-  case HR_SK_CLI_LIST: rv = cli_list_msg(s, st, m); break;
-  default: rv = HR_ERR_INTERNAL;
+  case HR_SK_CLI_GET:
+    rv = cli_get_msg(s, st, m);
+    break;
+  case HR_SK_CLI_PUT:
+    rv = cli_put_msg(s, st, m);
+    break;
+  case HR_SK_CLI_LIST:
+    rv = cli_list_msg(s, st, m);
+    break;
+  default:
+    rv = HR_ERR_INTERNAL;
   }
   return rv;
 }

@@ -155,9 +155,7 @@ void hr_registry_del(hr_registry *r) {
   hr__registry_unref(r);
 }
 
-size_t hr_registry_count(const hr_registry *r) {
-  return r ? r->n : 0;
-}
+size_t hr_registry_count(const hr_registry *r) { return r ? r->n : 0; }
 
 int hr_session_set_registry(hr_session *s, hr_registry *r) {
   if (!s || !r || s->role != HR_ROLE_SERVER || !r->random)
@@ -304,9 +302,7 @@ void hr_group_del(hr_group *g) {
   hr__group_unref(g);
 }
 
-unsigned hr_group_lanes(const hr_group *g) {
-  return g ? g->nlanes : 0;
-}
+unsigned hr_group_lanes(const hr_group *g) { return g ? g->nlanes : 0; }
 
 unsigned hr_group_open_lanes(const hr_group *g) {
   unsigned n = 0;
@@ -321,9 +317,7 @@ hr_session *hr_group_lane(const hr_group *g, unsigned i) {
   return g->lanes[i];
 }
 
-hr_group *hr_session_group(const hr_session *s) {
-  return s ? s->grp : NULL;
-}
+hr_group *hr_session_group(const hr_session *s) { return s ? s->grp : NULL; }
 
 int hr_session_lane(const hr_session *s) {
   if (!s)

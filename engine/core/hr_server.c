@@ -551,10 +551,14 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
     return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
                             "too many concurrent streams");
   switch (m->hdr.type) {
-  case HR_MSG_TENSOR_REQUEST: return srv_get_open(s, m, last);
-  case HR_MSG_TENSOR_PUT: return srv_put_open(s, m);
-  case HR_MSG_LIST_REQUEST: return srv_list_open(s, m);
-  default: return HR_ERR_INTERNAL;
+  case HR_MSG_TENSOR_REQUEST:
+    return srv_get_open(s, m, last);
+  case HR_MSG_TENSOR_PUT:
+    return srv_put_open(s, m);
+  case HR_MSG_LIST_REQUEST:
+    return srv_list_open(s, m);
+  default:
+    return HR_ERR_INTERNAL;
   }
 }
 
@@ -562,8 +566,10 @@ int hr__srv_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   if (st->kind == HR_SK_SRV_PUT)
     return srv_put_msg(s, st, m);
   switch (m->hdr.type) {
-  case HR_MSG_CANCEL: return srv_get_stop(s, st, 1, m);
-  case HR_MSG_ERROR: return srv_get_stop(s, st, 0, m);
+  case HR_MSG_CANCEL:
+    return srv_get_stop(s, st, 1, m);
+  case HR_MSG_ERROR:
+    return srv_get_stop(s, st, 0, m);
   case HR_MSG_BUFFER_RELEASE:
     /* Only meaningful for the SHM plane; frames need no release. */
     return 0;

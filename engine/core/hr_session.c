@@ -419,17 +419,24 @@ void hr__stream_fail(hr_session *s, hr_stream *st, int status, uint32_t wire,
 
 int hr__status_for_wire(uint32_t code) {
   switch (code) {
-  case HR_WIRE_NO_ERROR: return 0;
-  case HR_WIRE_NOT_FOUND: return HR_ERR_NOT_FOUND;
-  case HR_WIRE_CANCELLED: return HR_ERR_CLOSED;
-  case HR_WIRE_TIMEOUT: return HR_ERR_TIMEOUT;
-  case HR_WIRE_RESOURCE_EXHAUSTED: return HR_ERR_LIMIT;
+  case HR_WIRE_NO_ERROR:
+    return 0;
+  case HR_WIRE_NOT_FOUND:
+    return HR_ERR_NOT_FOUND;
+  case HR_WIRE_CANCELLED:
+    return HR_ERR_CLOSED;
+  case HR_WIRE_TIMEOUT:
+    return HR_ERR_TIMEOUT;
+  case HR_WIRE_RESOURCE_EXHAUSTED:
+    return HR_ERR_LIMIT;
   case HR_WIRE_DEVICE_UNAVAILABLE:
   case HR_WIRE_TRANSCODE_FAILED:
   case HR_WIRE_PUT_REJECTED:
   case HR_WIRE_ALREADY_EXISTS:
-  case HR_WIRE_UNAUTHORIZED: return HR_ERR_UNSUPPORTED;
-  default: return HR_ERR_PROTO;
+  case HR_WIRE_UNAUTHORIZED:
+    return HR_ERR_UNSUPPORTED;
+  default:
+    return HR_ERR_PROTO;
   }
 }
 
@@ -497,12 +504,8 @@ static int in_callback(const hr_session *s) {
   return s->in_cb || (s->grp && s->grp->in_cb);
 }
 
-void hr__api_enter(hr_session *s) {
-  enter(s, HR_TSTAMP_NEVER);
-}
-void hr__api_leave(hr_session *s) {
-  leave(s);
-}
+void hr__api_enter(hr_session *s) { enter(s, HR_TSTAMP_NEVER); }
+void hr__api_leave(hr_session *s) { leave(s); }
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -811,8 +814,11 @@ static int on_conn_msg(hr_session *s, const hr_msg *m) {
     r.u.ping = m->u.ping;
     return queue_ctrl(s, &r);
   }
-  case HR_MSG_PONG: hr__cli_pong(s, m->u.ping); return 0;
-  case HR_MSG_GOAWAY: return on_goaway(s, &m->u.goaway);
+  case HR_MSG_PONG:
+    hr__cli_pong(s, m->u.ping);
+    return 0;
+  case HR_MSG_GOAWAY:
+    return on_goaway(s, &m->u.goaway);
   case HR_MSG_ERROR: {
     char text[HR_MAX_TEXT + 1];
     hr__set_msg(text, sizeof text, (const char *)m->u.error.message,
@@ -901,12 +907,15 @@ static int on_message(hr_session *s, const hr_msg_header *hdr,
                           s->state == HR_CS_AWAIT_HELLO
                               ? "message before the HELLO exchange"
                               : "message on a stream it may not use");
-  case K_DROP: return 0;
+  case K_DROP:
+    return 0;
   case K_STREAM_PV:
     return hr__stream_error(s, hdr->stream_id, HR_WIRE_PROTOCOL_VIOLATION,
                             "message not allowed on this stream");
-  case K_HELLO: return on_hello(s, hdr, payload);
-  default: break;
+  case K_HELLO:
+    return on_hello(s, hdr, payload);
+  default:
+    break;
   }
   int rv = hr_wire_decode_payload(hdr, payload, &s->wctx, &m, &ws);
   if (rv == HR_ERR_PROTO) {
@@ -920,10 +929,14 @@ static int on_message(hr_session *s, const hr_msg_header *hdr,
     return hr__fatal(s, rv);
   m.hdr = *hdr;
   switch (k) {
-  case K_CONN: return on_conn_msg(s, &m);
-  case K_OPEN: return hr__srv_on_open(s, &m, &ws);
-  case K_STREAM: return stream_msg(s, st, &m);
-  default: return HR_ERR_INTERNAL;
+  case K_CONN:
+    return on_conn_msg(s, &m);
+  case K_OPEN:
+    return hr__srv_on_open(s, &m, &ws);
+  case K_STREAM:
+    return stream_msg(s, st, &m);
+  default:
+    return HR_ERR_INTERNAL;
   }
 }
 
@@ -992,7 +1005,8 @@ static int on_data(hr_session *s, const hr_reader_event *ev) {
         s->rc.st = st;
       break;
     }
-    default: /* K_DROP: discard the bytes */ break;
+    default: /* K_DROP: discard the bytes */
+      break;
     }
     if (rv)
       return rv;
@@ -1063,10 +1077,17 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
     if (ev.kind == HR_RD_NONE)
       break;
     switch (ev.kind) {
-    case HR_RD_MESSAGE: rv = on_message(s, &ev.hdr, ev.payload); break;
-    case HR_RD_DATA: rv = on_data(s, &ev); break;
-    case HR_RD_ERROR: rv = on_reader_error(s, &ev); break;
-    default: break;
+    case HR_RD_MESSAGE:
+      rv = on_message(s, &ev.hdr, ev.payload);
+      break;
+    case HR_RD_DATA:
+      rv = on_data(s, &ev);
+      break;
+    case HR_RD_ERROR:
+      rv = on_reader_error(s, &ev);
+      break;
+    default:
+      break;
     }
     if (rv < 0 && hr_err_is_fatal(rv))
       break;
@@ -1181,9 +1202,7 @@ static hr_tstamp add_ts(hr_tstamp a, uint64_t b) {
   return a > HR_TSTAMP_NEVER - b ? HR_TSTAMP_NEVER : a + b;
 }
 
-static hr_tstamp min_ts(hr_tstamp a, hr_tstamp b) {
-  return a < b ? a : b;
-}
+static hr_tstamp min_ts(hr_tstamp a, hr_tstamp b) { return a < b ? a : b; }
 
 /* Idle counts the whole session: a lane with no stream of its own carries
  * the shards of streams that live on other lanes. */
@@ -1374,12 +1393,8 @@ void hr_session_work_done(hr_session *s, hr_work *w, hr_tstamp now) {
   leave(s);
 }
 
-void *hr_session_user_data(const hr_session *s) {
-  return s ? s->ud : NULL;
-}
-int hr_session_role(const hr_session *s) {
-  return s ? s->role : -1;
-}
+void *hr_session_user_data(const hr_session *s) { return s ? s->ud : NULL; }
+int hr_session_role(const hr_session *s) { return s ? s->role : -1; }
 const hr_hello *hr_session_peer_hello(const hr_session *s) {
   return s && s->have_peer && s->state != HR_CS_AWAIT_HELLO ? &s->peer : NULL;
 }
