@@ -140,7 +140,9 @@ typedef struct hr_transfer_record {
   uint8_t device;          /* device tag delivered */
   char fallback[128];      /* "" or why a fallback happened */
   uint32_t shards;         /* shards received (1 when unsharded) */
-  uint32_t lanes;          /* connections used */
+  uint32_t lanes;          /* connections used: client, the lanes its
+                              messages arrived on; server, those its
+                              shards were spread over (min(N, L)) */
   uint64_t bytes;          /* tensor bytes moved */
   hr_tstamp started;       /* request sent / received */
   hr_tstamp finished;      /* last byte in place */
@@ -307,6 +309,10 @@ typedef struct hr_get_opts {
  * Queues a GET.  `opts` is copied.  *stream_id receives the stream id
  * (may be NULL).  The completion callback is called exactly once (also on
  * failure, cancel and session teardown).  May be called from callbacks.
+ * On a lane of a group the request goes on lane 0 whichever lane `s` is
+ * (so do PUT, LIST and CANCEL), and max_shards is capped at the position
+ * of the group's first closed lane (see the lanes section below); the
+ * callback then gets lane 0's session.
  * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (not a client, or
  * GOAWAY received / closing), HR_ERR_LIMIT (max_streams), HR_ERR_NOMEM.
  */
