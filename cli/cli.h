@@ -48,18 +48,18 @@ int cli_parse_list(const char *s, uint64_t *out, int max);
 typedef struct cli_conn_opts {
   const char *cmd;
   const char *url;
-  const char *dump_wire;   /* file for the raw received bytes, or NULL */
-  uint64_t expect_bytes;   /* for the progress bar's percentage (0: ?) */
-  int progress;            /* draw a progress bar (stderr is a tty) */
+  const char *dump_wire; /* file for the raw received bytes, or NULL */
+  uint64_t expect_bytes; /* for the progress bar's percentage (0: ?) */
+  int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
 } cli_conn_opts;
 
 typedef struct cli_conn {
   hr_client *client;
-  void *dump;              /* FILE * of --dump-wire */
+  void *dump; /* FILE * of --dump-wire */
   struct cli_progress *bar;
-  int dump_failed;         /* a write to the dump file failed */
+  int dump_failed; /* a write to the dump file failed */
 } cli_conn;
 
 int cli_connect(cli_conn *cc, const cli_conn_opts *o);

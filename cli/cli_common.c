@@ -37,8 +37,7 @@ static const char *hint_for(uint32_t code, const char *url) {
   case HR_WIRE_NOT_FOUND:
     snprintf(buf, sizeof buf, "list the keys with `hurray ls %s`", url);
     return buf;
-  case HR_WIRE_ALREADY_EXISTS:
-    return "use --replace to overwrite it";
+  case HR_WIRE_ALREADY_EXISTS: return "use --replace to overwrite it";
   case HR_WIRE_PUT_REJECTED:
     return "the server refuses this PUT; is it running with --allow-put?";
   case HR_WIRE_RESOURCE_EXHAUSTED:
@@ -47,18 +46,15 @@ static const char *hint_for(uint32_t code, const char *url) {
     snprintf(buf, sizeof buf,
              "check --region against the shape `hurray ls %s` shows", url);
     return buf;
-  case HR_WIRE_DEVICE_UNAVAILABLE:
-    return "ask for --device cpu";
+  case HR_WIRE_DEVICE_UNAVAILABLE: return "ask for --device cpu";
   case HR_WIRE_TRANSCODE_FAILED:
     return "ask for the stored layout, or drop --allow-transcode";
   case HR_WIRE_UNAUTHORIZED:
     return "the server wants credentials this client did not send";
-  case HR_WIRE_TIMEOUT:
-    return "the connection stalled; retry";
+  case HR_WIRE_TIMEOUT: return "the connection stalled; retry";
   case HR_WIRE_UNSUPPORTED_VERSION:
     return "the server speaks another protocol version";
-  default:
-    return "see the server's log";
+  default: return "see the server's log";
   }
 }
 
@@ -72,8 +68,8 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
   }
   if (e->wire_error && !e->wire_error_sent) {
     cli_err(cmd, "%s: the server answered %s%s%s (%s)", action,
-            hr_wire_error_name(e->wire_error), msg ? ": " : "",
-            msg ? msg : "", hint_for(e->wire_error, url));
+            hr_wire_error_name(e->wire_error), msg ? ": " : "", msg ? msg : "",
+            hint_for(e->wire_error, url));
   } else if (e->wire_error) {
     cli_err(cmd,
             "%s: the server broke the protocol (%s%s%s); capture the bytes "
@@ -88,8 +84,9 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
               msg ? msg : "I/O error", url);
       break;
     case HR_ERR_TIMEOUT:
-      cli_err(cmd, "%s: %s (the server did not answer in time; retry or "
-                   "check it)",
+      cli_err(cmd,
+              "%s: %s (the server did not answer in time; retry or "
+              "check it)",
               action, msg ? msg : "timed out");
       break;
     case HR_ERR_INVALID_ARGUMENT:
@@ -97,8 +94,9 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
               msg ? msg : "invalid argument");
       break;
     case HR_ERR_CLOSED:
-      cli_err(cmd, "%s: the connection closed%s%s (retry; see the server's "
-                   "log)",
+      cli_err(cmd,
+              "%s: the connection closed%s%s (retry; see the server's "
+              "log)",
               action, msg ? ": " : "", msg ? msg : "");
       break;
     default:

@@ -109,8 +109,8 @@ static void print_hello(const hr_hello *h) {
   hr_ext x;
   unsigned k;
 
-  printf("  magic: 0x%08x\n  version: %u.%u\n  capability_flags: ",
-         h->magic, h->version_major, h->version_minor);
+  printf("  magic: 0x%08x\n  version: %u.%u\n  capability_flags: ", h->magic,
+         h->version_major, h->version_minor);
   print_caps(h->capability_flags);
   printf("\n  max_message_size: %u\n  supported_layouts (%u):",
          h->max_message_size, h->layout_count);
@@ -128,9 +128,7 @@ static void print_hello(const hr_hello *h) {
   while (hr_ext_next(h->ext_raw, h->ext_raw_len, &pos, &x)) {
     printf("\n    type 0x%04x", x.type);
     switch (x.type) {
-    case HR_EXT_AUTH_TOKEN:
-      printf(" AUTH_TOKEN: %u bytes", x.length);
-      break;
+    case HR_EXT_AUTH_TOKEN: printf(" AUTH_TOKEN: %u bytes", x.length); break;
     case HR_EXT_SESSION_JOIN:
       printf(" SESSION_JOIN: ");
       print_hex(x.data, x.length, 64);
@@ -201,15 +199,15 @@ static void print_params(const hr_descriptor *d) {
     break;
   case HR_LAYOUT_COMPOSITE:
     printf("member_count=%u rule=%s", p->member_count,
-           p->rule == HR_COMPOSITE_TUPLE     ? "TUPLE"
-           : p->rule == HR_COMPOSITE_CONCAT ? "CONCAT"
+           p->rule == HR_COMPOSITE_TUPLE             ? "TUPLE"
+           : p->rule == HR_COMPOSITE_CONCAT          ? "CONCAT"
            : p->rule == HR_COMPOSITE_GROUP_QUANTIZED ? "GROUP_QUANTIZED"
                                                      : "UNKNOWN");
     if (p->rule == HR_COMPOSITE_CONCAT)
       printf(" axis=%u", p->axis);
     if (p->rule == HR_COMPOSITE_GROUP_QUANTIZED)
-      printf(" axis=%u group_size=%u has_zero_point=%u", p->axis,
-             p->group_size, p->has_zero_point);
+      printf(" axis=%u group_size=%u has_zero_point=%u", p->axis, p->group_size,
+             p->has_zero_point);
     break;
   default:
     if (d->params_len) {
@@ -300,12 +298,8 @@ static void print_msg(const hr_msg *m) {
 
   switch (m->hdr.type) {
   case HR_MSG_CLIENT_HELLO:
-  case HR_MSG_SERVER_HELLO:
-    print_hello(&m->u.hello);
-    break;
-  case HR_MSG_TENSOR_REQUEST:
-    print_request(&m->u.request);
-    break;
+  case HR_MSG_SERVER_HELLO: print_hello(&m->u.hello); break;
+  case HR_MSG_TENSOR_REQUEST: print_request(&m->u.request); break;
   case HR_MSG_TENSOR_DESCRIPTOR:
     print_desc(&m->u.tensor.desc);
     print_xport(&m->u.tensor.xport);
@@ -443,16 +437,15 @@ int cli_inspect(int argc, char **argv) {
     }
     if (h.payload_length > left - HR_HEADER_SIZE) {
       printf("  truncated: the payload needs %u bytes, %llu remain\n",
-             h.payload_length,
-             (unsigned long long)(left - HR_HEADER_SIZE));
+             h.payload_length, (unsigned long long)(left - HR_HEADER_SIZE));
       cli_err("inspect",
               "%s is truncated inside message %llu at byte %llu (a capture "
               "cut short)",
               path, (unsigned long long)count, (unsigned long long)off);
       return CLI_EXIT_FAIL;
     }
-    if (hr_wire_decode(data + off, HR_HEADER_SIZE + h.payload_length, NULL,
-                       &m, &ws) != 0) {
+    if (hr_wire_decode(data + off, HR_HEADER_SIZE + h.payload_length, NULL, &m,
+                       &ws) != 0) {
       printf("  INVALID: %s at byte %llu: %s\n", hr_wire_error_name(ws.code),
              (unsigned long long)(off + ws.offset), ws.reason);
       cli_err("inspect", "message %llu is invalid: %s at byte %llu: %s",

@@ -67,8 +67,9 @@ int cli_ls(int argc, char **argv) {
   {
     const hr_hello *h = hr_client_server_hello(cc.client);
     if (h && !(h->capability_flags & HR_CAP_LIST)) {
-      cli_err("ls", "cannot list %s: the server does not answer LIST (its "
-                    "provider has no key listing)",
+      cli_err("ls",
+              "cannot list %s: the server does not answer LIST (its "
+              "provider has no key listing)",
               url);
       cli_disconnect(&cc, "ls");
       return CLI_EXIT_FAIL;

@@ -68,8 +68,9 @@ int cli_put(int argc, char **argv) {
   {
     const hr_hello *h = hr_client_server_hello(cc.client);
     if (h && !(h->capability_flags & HR_CAP_TENSOR_PUT)) {
-      cli_err("put", "cannot store \"%s\": the server does not accept PUT "
-                     "(start it with `hurray serve --allow-put`)",
+      cli_err("put",
+              "cannot store \"%s\": the server does not accept PUT "
+              "(start it with `hurray serve --allow-put`)",
               pos[1]);
       hr_tensor_unref(t);
       cli_disconnect(&cc, "put");
@@ -82,8 +83,8 @@ int cli_put(int argc, char **argv) {
   cli_progress_done(&cc);
   if (rv) {
     snprintf(action, sizeof action, "cannot store \"%s\"", pos[1]);
-    status = cli_client_fail("put", action, pos[0],
-                             hr_client_last_error(cc.client));
+    status =
+        cli_client_fail("put", action, pos[0], hr_client_last_error(cc.client));
   } else {
     printf("stored %s as \"%s\" (%llu bytes)\n", pos[2], pos[1],
            (unsigned long long)hr_tensor_bytes(t));

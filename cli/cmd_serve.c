@@ -43,14 +43,13 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static void add_tensor(serve *sv, const char *key, size_t key_len,
-                       hr_tensor *t, const char *path) {
+static void add_tensor(serve *sv, const char *key, size_t key_len, hr_tensor *t,
+                       const char *path) {
   int rv;
 
   if (key_len < 1 || key_len > HR_MAX_KEY ||
       !hr_utf8_valid((const uint8_t *)key, key_len)) {
-    cli_err("serve", "skipping %s: its key is not 1-1024 bytes of UTF-8",
-            path);
+    cli_err("serve", "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
     sv->skipped++;
     return;
   }
@@ -99,8 +98,7 @@ static void load_file(serve *sv, const char *path, const char *rel) {
       hr_tensor *t;
       int len = snprintf(key, sizeof key, "%.*s/%s", (int)stem, rel, name);
       if (len < 0 || (size_t)len >= sizeof key) {
-        cli_err("serve", "skipping %s in %s: the key is too long", name,
-                path);
+        cli_err("serve", "skipping %s in %s: the key is too long", name, path);
         sv->skipped++;
         continue;
       }
@@ -136,8 +134,8 @@ static void walk(serve *sv, const char *dir, const char *rel, int depth) {
       continue; /* ., .. and hidden files */
     if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >=
             (int)sizeof path ||
-        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "",
-                 de->d_name) >= (int)sizeof sub)
+        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+            (int)sizeof sub)
       continue;
     if (stat(path, &st) != 0)
       continue;
@@ -164,8 +162,9 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
     cli_err("serve", "second signal: exiting without draining");
     exit(CLI_EXIT_FAIL);
   }
-  fprintf(stderr, "hurray serve: %s: draining (active transfers finish, "
-                  "new ones are refused)\n",
+  fprintf(stderr,
+          "hurray serve: %s: draining (active transfers finish, "
+          "new ones are refused)\n",
           sig == SIGTERM ? "SIGTERM" : "SIGINT");
   hr_engine_close(sv->engine, on_closed, sv);
 }
@@ -232,8 +231,7 @@ int cli_serve(int argc, char **argv) {
       return CLI_EXIT_USAGE;
     } else if (a[0] == '-' && a[1]) {
       free(paths);
-      return cli_usage("serve", SYNOPSIS, "unknown or incomplete option %s",
-                       a);
+      return cli_usage("serve", SYNOPSIS, "unknown or incomplete option %s", a);
     } else {
       paths[npaths++] = a;
     }
@@ -264,8 +262,9 @@ int cli_serve(int argc, char **argv) {
       base = strrchr(p, '/');
       base = base ? base + 1 : p;
       if (!ends_with(base, ".npy") && !ends_with(base, ".safetensors")) {
-        cli_err("serve", "%s is neither .npy nor .safetensors (give those "
-                         "files or a directory holding them)",
+        cli_err("serve",
+                "%s is neither .npy nor .safetensors (give those "
+                "files or a directory holding them)",
                 p);
         status = CLI_EXIT_FAIL;
         goto out;
@@ -294,8 +293,9 @@ int cli_serve(int argc, char **argv) {
   hr_store_provider(sv.store, &prov);
   rv = hr_engine_listen(sv.engine, listen_addr, &prov, &lis);
   if (rv) {
-    cli_err("serve", "cannot listen on %s: %s (is the port in use? try "
-                     "--listen 127.0.0.1:0)",
+    cli_err("serve",
+            "cannot listen on %s: %s (is the port in use? try "
+            "--listen 127.0.0.1:0)",
             listen_addr,
             rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
             : rv == HR_ERR_IO             ? strerror(errno)

@@ -21,10 +21,10 @@
 /* ---- the host's loop ---------------------------------------------------- */
 
 typedef struct host_loop {
-  int ep;          /* epoll instance */
-  int tfd;         /* timerfd for the engine's timer */
+  int ep;  /* epoll instance */
+  int tfd; /* timerfd for the engine's timer */
   hr_engine *engine;
-  int done;        /* set by the application when it wants to stop */
+  int done; /* set by the application when it wants to stop */
 } host_loop;
 
 /* The fd cookie is unused here: epoll keeps the fd itself in its event

@@ -17,7 +17,7 @@
 typedef struct app {
   struct event_base *base;
   hr_conn *conn;
-  int pending;   /* GETs not completed yet */
+  int pending; /* GETs not completed yet */
   int status;
   int heartbeats;
 } app;

@@ -25,8 +25,8 @@ static const char *const listed[] = {"arange/10", "eye/4", "matrix/3/4"};
 
 /* Parses "arange/N", "eye/N", "matrix/R/C" into a shape; 0 when the key
  * names nothing. */
-static int parse_key(const char *k, size_t n, unsigned *rank,
-                     uint64_t shape[2], int *kind) {
+static int parse_key(const char *k, size_t n, unsigned *rank, uint64_t shape[2],
+                     int *kind) {
   char buf[64];
   unsigned long long a, b;
   int used = 0;
@@ -69,8 +69,7 @@ static int on_get(hr_session *s, hr_srv_get *g, void *ud) {
 
   (void)s;
   (void)ud;
-  if (!parse_key((const char *)info->key, info->key_len, &rank, shape,
-                 &kind)) {
+  if (!parse_key((const char *)info->key, info->key_len, &rank, shape, &kind)) {
     hr_get_fail(g, HR_WIRE_NOT_FOUND,
                 "keys are arange/N, eye/N and matrix/R/C");
     return 0;

@@ -43,9 +43,9 @@
 #include <hurray/store.h>
 
 static uint64_t g_bytes = 1ull << 30;
-static int g_only_depth;   /* (b): run only this depth (0: 64 and 1) */
-static int g_no_raw;       /* skip the raw baselines (a, b) */
-static int g_sockbuf;      /* the server's SO_SNDBUF/SO_RCVBUF (0: auto) */
+static int g_only_depth; /* (b): run only this depth (0: 64 and 1) */
+static int g_no_raw;     /* skip the raw baselines (a, b) */
+static int g_sockbuf;    /* the server's SO_SNDBUF/SO_RCVBUF (0: auto) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -219,8 +219,8 @@ static double raw_bulk(const uint8_t *src, uint8_t *dst, uint64_t n) {
   if (send(fd, "g", 1, 0) != 1) /* the request */
     die("raw go");
   while (off < n) {
-    ssize_t k = recv(fd, dst + off, n - off > (64u << 20) ? (64u << 20)
-                                                          : n - off, 0);
+    ssize_t k =
+        recv(fd, dst + off, n - off > (64u << 20) ? (64u << 20) : n - off, 0);
     if (k <= 0)
       die("raw recv");
     off += (uint64_t)k;
@@ -236,8 +236,7 @@ static double raw_bulk(const uint8_t *src, uint8_t *dst, uint64_t n) {
   return (double)n / (t1 - t0) / 1e9;
 }
 
-static double hurray_bulk(int port, hr_tensor *ref, uint8_t *dst,
-                          uint64_t n) {
+static double hurray_bulk(int port, hr_tensor *ref, uint8_t *dst, uint64_t n) {
   hr_client *c;
   hr_get_opts o;
   hr_get_dest dest;
@@ -491,7 +490,9 @@ static void issue(small_run *r) {
   }
 }
 
-static int small_done(void *ud) { return ((small_run *)ud)->done == ROUNDS; }
+static int small_done(void *ud) {
+  return ((small_run *)ud)->done == ROUNDS;
+}
 
 static void hurray_small(int port, int depth, lat *l, double *secs) {
   small_run r;
@@ -537,8 +538,7 @@ static void section_b(void) {
     if (!g_no_raw) {
       l.n = 0;
       raw_small(depths[i], &l, &secs);
-      snprintf(what, sizeof what, "raw TCP ping-pong, %d in flight",
-               depths[i]);
+      snprintf(what, sizeof what, "raw TCP ping-pong, %d in flight", depths[i]);
       report(what, &l, secs);
       rp50 = l.v[l.n / 2];
     }

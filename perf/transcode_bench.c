@@ -42,8 +42,8 @@ static double now_s(void) {
 }
 
 static void *alloc_huge(size_t n) {
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  void *p =
+      mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     perror("mmap");
     exit(1);
@@ -72,9 +72,8 @@ static void *job_main(void *a) {
 
 /* Runs the output [0, total) split into `nt` ranges (cut on multiples of
  * `grain`), one thread each; returns the seconds taken. */
-static double run_once(const hr_xc_plan *plan, const uint8_t *src,
-                       uint8_t *dst, uint64_t total, uint64_t grain, int nt,
-                       uint64_t chunk) {
+static double run_once(const hr_xc_plan *plan, const uint8_t *src, uint8_t *dst,
+                       uint64_t total, uint64_t grain, int nt, uint64_t chunk) {
   bench_job jobs[64];
   pthread_t th[64];
   uint64_t at = 0;
@@ -126,8 +125,8 @@ static uint64_t rnd(void) {
 }
 
 enum op { OP_COL, OP_PERM, OP_TILED, OP_PANEL, OP_COUNT };
-static const char *op_names[OP_COUNT] = {
-    "ROW->COLUMN", "perm (0,2,3,1)", "ROW->TILED 32x32", "ROW->PANEL mr=8"};
+static const char *op_names[OP_COUNT] = {"ROW->COLUMN", "perm (0,2,3,1)",
+                                         "ROW->TILED 32x32", "ROW->PANEL mr=8"};
 
 static int spot_check(enum op op, const uint64_t *s, unsigned e,
                       const uint8_t *src, const uint8_t *dst) {
@@ -145,8 +144,8 @@ static int spot_check(enum op op, const uint64_t *s, unsigned e,
       if (op == OP_COL)
         dof = i[1] * s[0] + i[0];
       else if (op == OP_TILED)
-        dof = (i[0] / 32 * (s[1] / 32) + i[1] / 32) * 1024 +
-              i[0] % 32 * 32 + i[1] % 32;
+        dof = (i[0] / 32 * (s[1] / 32) + i[1] / 32) * 1024 + i[0] % 32 * 32 +
+              i[1] % 32;
       else
         dof = i[0] / 8 * 8 * s[1] + i[1] * 8 + i[0] % 8;
     }

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# The README's main job in one go: serve the sample tensors, fetch a few
-# back (plain, transcoded to column-major by the server, a region), show
-# what happened (--stats), list the keys, and stop the server gracefully.
+# The README's main job in one go: install what is missing, build, serve
+# the sample tensors, fetch a few back (plain, transcoded to column-major by
+# the server, a region), show what happened (--stats), list the keys, and
+# stop the server gracefully.
 #
-#   scripts/demo.sh [path/to/hurray]      (default: build/cli/hurray)
+#   scripts/demo.sh [path/to/hurray]
+#
+# Without an argument it installs the Debian packages it needs and builds
+# build/release/cli/hurray first.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-hurray=${1:-${HURRAY:-$here/build/cli/hurray}}
+hurray=${1:-${HURRAY:-}}
+if [[ -z $hurray ]]; then
+  bash "$here/scripts/deps.sh" demo
+  cmake -S "$here" -B "$here/build/release" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DHR_BUILD_TESTS=OFF -DHR_BUILD_PERF=OFF >/dev/null
+  cmake --build "$here/build/release" -j"$(nproc)" --target hurray >/dev/null
+  hurray=$here/build/release/cli/hurray
+fi
 data=$here/examples/data
 if [[ ! -x $hurray ]]; then
   echo "demo: no hurray binary at $hurray (build first: cmake -S . -B build && cmake --build build)" >&2

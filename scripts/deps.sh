@@ -9,7 +9,8 @@ pkgs=(build-essential cmake ninja-build pkg-config python3 libfabric-dev
 if [ "$what" = test ]; then
   pkgs+=(clang libclang-rt-14-dev llvm libcmocka-dev iproute2 iperf3
         libvulkan-dev mesa-vulkan-drivers libze-dev libamdhip64-dev
-        libfabric-dev libfabric-bin)
+        libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libpsm2-dev
+        libpsm-infinipath1-dev ucx-utils)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

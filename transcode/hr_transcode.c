@@ -12,27 +12,29 @@
 #endif
 
 struct hr_xc_plan {
-  hr_mem mem;                /* copy of the caller's allocator */
-  xc_core core;              /* the dense producer (also behind sparse
-                                targets, in row- or column-major order) */
-  uint8_t elem_type;         /* the source's element type */
-  uint8_t tlayout;           /* target layout tag */
-  hr_layout_params tparams;  /* target parameters as given (index_type may
-                                be 0 until counted) */
-  uint8_t panel_meta[4];     /* PANEL ext_metadata: u32 mr, little-endian */
-  int sparse_tgt;            /* target is CSR, CSC or COO */
-  int counted;               /* hr_xc_plan_count() succeeded */
-  uint64_t nnz;              /* sparse target: non-zero count */
-  int is64;                  /* sparse target: 64-bit indices */
-  uint64_t scratch;          /* bytes held for the sparse source index */
-  uint64_t out_bytes;        /* dense target: buffer size */
+  hr_mem mem;               /* copy of the caller's allocator */
+  xc_core core;             /* the dense producer (also behind sparse
+                               targets, in row- or column-major order) */
+  uint8_t elem_type;        /* the source's element type */
+  uint8_t tlayout;          /* target layout tag */
+  hr_layout_params tparams; /* target parameters as given (index_type may
+                               be 0 until counted) */
+  uint8_t panel_meta[4];    /* PANEL ext_metadata: u32 mr, little-endian */
+  int sparse_tgt;           /* target is CSR, CSC or COO */
+  int counted;              /* hr_xc_plan_count() succeeded */
+  uint64_t nnz;             /* sparse target: non-zero count */
+  int is64;                 /* sparse target: 64-bit indices */
+  uint64_t scratch;         /* bytes held for the sparse source index */
+  uint64_t out_bytes;       /* dense target: buffer size */
 };
 
 static int fail(hr_wire_status *st, uint32_t code, const char *why) {
   return hr__wire_fail(st, code, 0, why);
 }
 
-static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t min_u64(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
 
 /* Element size in bytes; 0 for INT4/UINT4 (never transcoded), -1 for a
  * value v1 cannot size. */
@@ -42,29 +44,22 @@ static int elem_size(uint8_t t) {
   case HR_ELEM_INT8:
   case HR_ELEM_UINT8:
   case HR_ELEM_FLOAT8_E4M3FN:
-  case HR_ELEM_FLOAT8_E5M2:
-    return 1;
+  case HR_ELEM_FLOAT8_E5M2: return 1;
   case HR_ELEM_INT16:
   case HR_ELEM_UINT16:
   case HR_ELEM_FLOAT16:
-  case HR_ELEM_BFLOAT16:
-    return 2;
+  case HR_ELEM_BFLOAT16: return 2;
   case HR_ELEM_INT32:
   case HR_ELEM_UINT32:
-  case HR_ELEM_FLOAT32:
-    return 4;
+  case HR_ELEM_FLOAT32: return 4;
   case HR_ELEM_INT64:
   case HR_ELEM_UINT64:
   case HR_ELEM_FLOAT64:
-  case HR_ELEM_COMPLEX64:
-    return 8;
-  case HR_ELEM_COMPLEX128:
-    return 16;
+  case HR_ELEM_COMPLEX64: return 8;
+  case HR_ELEM_COMPLEX128: return 16;
   case HR_ELEM_INT4:
-  case HR_ELEM_UINT4:
-    return 0;
-  default:
-    return -1;
+  case HR_ELEM_UINT4: return 0;
+  default: return -1;
   }
 }
 
@@ -216,8 +211,7 @@ static int build_target(xc_core *c, uint8_t tag, const hr_layout_params *tp) {
       add_td(c, mr, 0, 1, min_u64(R[0], mr), -1, 0);
     break;
   }
-  default:
-    return HR_ERR_INVALID_ARGUMENT;
+  default: return HR_ERR_INVALID_ARGUMENT;
   }
   uint64_t acc = 1;
   for (unsigned d = c->nt; d-- > 0;) {
@@ -343,8 +337,7 @@ static int setup_dense_source(xc_core *c, const hr_xc_tensor *src,
                     "transcode: TILED tile of 0");
       nt[k] = ceil_div(S[k], d->params.tile[k]);
       if (!hr__mul_u64(padded, nt[k] * d->params.tile[k], &padded) ||
-          !hr__mul_u64(padded, (uint64_t)e, &acc) ||
-          acc > (uint64_t)INT64_MAX)
+          !hr__mul_u64(padded, (uint64_t)e, &acc) || acc > (uint64_t)INT64_MAX)
         return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
                     "transcode: TILED size overflows");
     }
@@ -371,8 +364,7 @@ static int setup_dense_source(xc_core *c, const hr_xc_tensor *src,
                   "transcode: PANEL needs rank 2 and mr >= 1");
     uint64_t np = ceil_div(S[0], mr);
     if (!hr__mul_u64(np, mr, &bytes) || !hr__mul_u64(bytes, S[1], &bytes) ||
-        !hr__mul_u64(bytes, (uint64_t)e, &bytes) ||
-        bytes > (uint64_t)INT64_MAX)
+        !hr__mul_u64(bytes, (uint64_t)e, &bytes) || bytes > (uint64_t)INT64_MAX)
       return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
                   "transcode: PANEL size overflows");
     need = bytes;
@@ -384,8 +376,7 @@ static int setup_dense_source(xc_core *c, const hr_xc_tensor *src,
     c->sd[1].a = (int64_t)mr * e;
     break;
   }
-  default:
-    return HR_ERR_UNSUPPORTED;
+  default: return HR_ERR_UNSUPPORTED;
   }
   if (need > src->sizes[0])
     return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
@@ -542,10 +533,10 @@ static void choose_executor(xc_core *c) {
 
 typedef struct xc_ctx {
   const xc_core *c;
-  uint8_t *out;              /* receives element `ea` */
+  uint8_t *out; /* receives element `ea` */
   uint64_t ea;
-  int nt;                    /* large run: transposes bypass the cache */
-  uint64_t x[XC_MAX_FD];     /* coordinates of the current position */
+  int nt;                /* large run: transposes bypass the cache */
+  uint64_t x[XC_MAX_FD]; /* coordinates of the current position */
 } xc_ctx;
 
 /* How many values of fine dim d are inside the tensor, given the current
@@ -593,8 +584,8 @@ static void box(xc_ctx *t, unsigned L, uint64_t start, uint64_t count) {
   if (L == in) {
     uint64_t vi = valid_count(v, x, in), x0 = x[in];
     uint64_t nv = vi > x0 ? min_u64(count, vi - x0) : 0;
-    hr__xc_rows(dst, 0, c->src + (int64_t)soff, 0, v[in].sstride, 1, count,
-                1, (int64_t)nv, 0, e);
+    hr__xc_rows(dst, 0, c->src + (int64_t)soff, 0, v[in].sstride, 1, count, 1,
+                (int64_t)nv, 0, e);
     return;
   }
 
@@ -713,8 +704,7 @@ static void run_affine(const xc_core *c, uint64_t ea, uint64_t eb,
 
 static inline int64_t sd_off(const xc_sdim *s, uint64_t i) {
   uint64_t g = s->off + i;
-  return (int64_t)(g / s->tile * (uint64_t)s->a +
-                   g % s->tile * (uint64_t)s->b);
+  return (int64_t)(g / s->tile * (uint64_t)s->a + g % s->tile * (uint64_t)s->b);
 }
 
 /* Copies n elements of logical dim k from local index i0 on (step 1),
@@ -806,20 +796,13 @@ static void run_sparse_src(const xc_core *c, uint64_t ea, uint64_t eb,
     memcpy(dst + (c->ent[j].key - ea) * e, c->vals + c->ent[j].vidx * e, e);
 }
 
-void hr__xc_core_run(const xc_core *c, uint64_t ea, uint64_t eb,
-                     uint8_t *dst) {
+void hr__xc_core_run(const xc_core *c, uint64_t ea, uint64_t eb, uint8_t *dst) {
   if (ea >= eb)
     return;
   switch (c->mode) {
-  case XC_MODE_AFFINE:
-    run_affine(c, ea, eb, dst);
-    break;
-  case XC_MODE_GENERIC:
-    run_generic(c, ea, eb, dst);
-    break;
-  default:
-    run_sparse_src(c, ea, eb, dst);
-    break;
+  case XC_MODE_AFFINE: run_affine(c, ea, eb, dst); break;
+  case XC_MODE_GENERIC: run_generic(c, ea, eb, dst); break;
+  default: run_sparse_src(c, ea, eb, dst); break;
   }
 }
 
@@ -831,8 +814,7 @@ static int check_target(const hr_xc_target *dst, unsigned rank) {
   const hr_layout_params *tp = &dst->params;
   switch (dst->layout) {
   case HR_LAYOUT_ROW_MAJOR:
-  case HR_LAYOUT_COLUMN_MAJOR:
-    return 0;
+  case HR_LAYOUT_COLUMN_MAJOR: return 0;
   case HR_LAYOUT_PERMUTED:
     return is_permutation(tp->order, rank) ? 0 : HR_ERR_INVALID_ARGUMENT;
   case HR_LAYOUT_TILED:
@@ -853,8 +835,7 @@ static int check_target(const hr_xc_target *dst, unsigned rank) {
         tp->index_type != HR_ELEM_INT64)
       return HR_ERR_INVALID_ARGUMENT;
     return 0;
-  default:
-    return HR_ERR_UNSUPPORTED;
+  default: return HR_ERR_UNSUPPORTED;
   }
 }
 
@@ -871,8 +852,7 @@ static int check_source(const hr_descriptor *d, hr_wire_status *st) {
     return HR_ERR_UNSUPPORTED; /* INT4/UINT4: never transcoded */
   if (tag == HR_LAYOUT_TILED_EXACT || tag == HR_LAYOUT_PERMUTED_EXACT ||
       tag == HR_LAYOUT_INVALID || tag == HR_LAYOUT_INVALID_FF ||
-      (tag > HR_LAYOUT_COMPOSITE && tag < HR_LAYOUT_EXT_FIRST) ||
-      tag == 0x0A)
+      (tag > HR_LAYOUT_COMPOSITE && tag < HR_LAYOUT_EXT_FIRST) || tag == 0x0A)
     return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
                 "transcode: invalid layout tag in a descriptor");
   if (!is_dense_source(tag) && !is_sparse(tag))
@@ -903,8 +883,7 @@ int hr_xc_plan_new(hr_xc_plan **out, const hr_xc_tensor *src,
     if (!hr__mul_u64(elems, d->shape[k], &elems))
       return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
                   "transcode: shape product overflows");
-  if (!hr__mul_u64(elems, (uint64_t)es, &bytes) ||
-      bytes > (uint64_t)INT64_MAX)
+  if (!hr__mul_u64(elems, (uint64_t)es, &bytes) || bytes > (uint64_t)INT64_MAX)
     return fail(st, HR_WIRE_INVALID_DESCRIPTOR,
                 "transcode: tensor size overflows");
 
@@ -954,8 +933,8 @@ int hr_xc_plan_new(hr_xc_plan **out, const hr_xc_tensor *src,
 
   if (is_sparse(d->layout.tag)) {
     c->mode = XC_MODE_SPARSE;
-    rv = hr__xc_sparse_index(c, src, roff, mem,
-                             opts ? opts->max_scratch : 0, &p->scratch, st);
+    rv = hr__xc_sparse_index(c, src, roff, mem, opts ? opts->max_scratch : 0,
+                             &p->scratch, st);
   } else {
     rv = setup_dense_source(c, src, roff, elems, st);
     if (!rv)
@@ -980,9 +959,13 @@ void hr_xc_plan_del(hr_xc_plan *p) {
   hr__mem_free(&mem, p);
 }
 
-int hr_xc_plan_needs_whole(const hr_xc_plan *p) { return p->sparse_tgt; }
+int hr_xc_plan_needs_whole(const hr_xc_plan *p) {
+  return p->sparse_tgt;
+}
 
-static uint64_t sparse_isz(const hr_xc_plan *p) { return p->is64 ? 8 : 4; }
+static uint64_t sparse_isz(const hr_xc_plan *p) {
+  return p->is64 ? 8 : 4;
+}
 
 int hr_xc_plan_buffer_sizes(const hr_xc_plan *p,
                             uint64_t sizes[HR_MAX_BUFFERS]) {
@@ -999,12 +982,8 @@ int hr_xc_plan_buffer_sizes(const hr_xc_plan *p,
     sizes[0] = p->nnz * c->rank * isz;
     sizes[1] = p->nnz * c->esize;
     return 2;
-  case HR_LAYOUT_SPARSE_CSR:
-    sizes[0] = (c->rshape[0] + 1) * isz;
-    break;
-  default:
-    sizes[0] = (c->rshape[1] + 1) * isz;
-    break;
+  case HR_LAYOUT_SPARSE_CSR: sizes[0] = (c->rshape[0] + 1) * isz; break;
+  default: sizes[0] = (c->rshape[1] + 1) * isz; break;
   }
   sizes[1] = p->nnz * isz;
   sizes[2] = p->nnz * c->esize;
@@ -1036,7 +1015,9 @@ uint64_t hr_xc_plan_grain(const hr_xc_plan *p) {
   return g ? g : 1;
 }
 
-uint64_t hr_xc_plan_scratch(const hr_xc_plan *p) { return p->scratch; }
+uint64_t hr_xc_plan_scratch(const hr_xc_plan *p) {
+  return p->scratch;
+}
 
 int hr_xc_run(const hr_xc_plan *p, uint64_t out_begin, uint64_t out_len,
               void *out) {
@@ -1089,12 +1070,8 @@ int hr_xc_plan_count(hr_xc_plan *p, hr_wire_status *st) {
    * indices reach the inner extent minus one; COO holds coordinates. */
   uint64_t maxv = 0;
   switch (p->tlayout) {
-  case HR_LAYOUT_SPARSE_CSR:
-    maxv = c->rshape[1] ? c->rshape[1] - 1 : 0;
-    break;
-  case HR_LAYOUT_SPARSE_CSC:
-    maxv = c->rshape[0] ? c->rshape[0] - 1 : 0;
-    break;
+  case HR_LAYOUT_SPARSE_CSR: maxv = c->rshape[1] ? c->rshape[1] - 1 : 0; break;
+  case HR_LAYOUT_SPARSE_CSC: maxv = c->rshape[0] ? c->rshape[0] - 1 : 0; break;
   default:
     for (unsigned k = 0; k < c->rank; k++)
       if (c->rshape[k] && c->rshape[k] - 1 > maxv)
@@ -1113,8 +1090,8 @@ int hr_xc_plan_count(hr_xc_plan *p, hr_wire_status *st) {
   if (!is64 && maxv > (uint64_t)INT32_MAX)
     return HR_ERR_UNSUPPORTED;
   /* Every buffer size must fit in 64 bits. */
-  uint64_t chk, outer = p->tlayout == HR_LAYOUT_SPARSE_CSC ? c->rshape[1]
-                                                            : c->rshape[0];
+  uint64_t chk,
+      outer = p->tlayout == HR_LAYOUT_SPARSE_CSC ? c->rshape[1] : c->rshape[0];
   if (!hr__mul_u64(nnz, (uint64_t)c->rank * 8, &chk) ||
       !hr__mul_u64(nnz, c->esize, &chk) ||
       (p->tlayout != HR_LAYOUT_SPARSE_COO &&
@@ -1173,8 +1150,7 @@ int hr_xc_plan_describe(const hr_xc_plan *p, hr_descriptor *d) {
     d->params.nnz = p->nnz;
     d->params.index_type = p->is64 ? HR_ELEM_INT64 : HR_ELEM_INT32;
     break;
-  default:
-    break;
+  default: break;
   }
   d->buffer_count = (uint8_t)n;
   for (int i = 0; i < n; i++)
@@ -1202,5 +1178,9 @@ void hr__xc_plan_set_nt_min(hr_xc_plan *p, uint64_t bytes) {
   p->core.nt_min = bytes;
 }
 
-int hr__xc_plan_mode(const hr_xc_plan *p) { return p->core.mode; }
-int hr__xc_plan_isa(const hr_xc_plan *p) { return p->core.isa; }
+int hr__xc_plan_mode(const hr_xc_plan *p) {
+  return p->core.mode;
+}
+int hr__xc_plan_isa(const hr_xc_plan *p) {
+  return p->core.isa;
+}

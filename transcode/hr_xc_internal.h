@@ -32,9 +32,10 @@
 
 #include "hr_internal.h"
 
-/* At most two fine dims per logical dim, plus one split per dim for a
- * tile-aligned TILED/PANEL source: 3 * 32. */
-#define XC_MAX_FD (3 * HR_MAX_RANK)
+/* At most two fine dims per logical dim: a TILED/PANEL target splits a
+ * dim in two, and a tile-aligned TILED/PANEL source splits only a dim the
+ * target left whole. */
+#define XC_MAX_FD (2 * HR_MAX_RANK)
 
 /* How the dense output is produced. */
 enum xc_mode {
@@ -76,32 +77,31 @@ typedef struct xc_entry {
 
 /* Everything needed to produce a dense output range. */
 typedef struct xc_core {
-  unsigned esize;                /* element size in bytes: 1..16 */
-  unsigned rank;                 /* logical rank */
-  uint64_t rshape[HR_MAX_RANK];  /* region (= target) shape */
-  uint64_t out_elems;            /* target buffer size in elements */
-  int mode;                      /* enum xc_mode */
-  int isa;                       /* enum xc_isa */
-  uint64_t nt_min;               /* runs of at least this many bytes
-                                    bypass the cache (XC_NT_MIN) */
-  const uint8_t *src;            /* dense source buffer */
-  int64_t sbase;                 /* byte offset of logical index 0..0 */
-  xc_sdim sd[HR_MAX_RANK];       /* per logical dim (dense sources) */
-  unsigned nt;                   /* canonical fine dims */
+  unsigned esize;               /* element size in bytes: 1..16 */
+  unsigned rank;                /* logical rank */
+  uint64_t rshape[HR_MAX_RANK]; /* region (= target) shape */
+  uint64_t out_elems;           /* target buffer size in elements */
+  int mode;                     /* enum xc_mode */
+  int isa;                      /* enum xc_isa */
+  uint64_t nt_min;              /* runs of at least this many bytes
+                                   bypass the cache (XC_NT_MIN) */
+  const uint8_t *src;           /* dense source buffer */
+  int64_t sbase;                /* byte offset of logical index 0..0 */
+  xc_sdim sd[HR_MAX_RANK];      /* per logical dim (dense sources) */
+  unsigned nt;                  /* canonical fine dims */
   xc_fdim td[XC_MAX_FD];
-  unsigned nx;                   /* affine executor dims */
+  unsigned nx; /* affine executor dims */
   xc_fdim xd[XC_MAX_FD];
-  int64_t xbase;                 /* source byte offset of xd's origin */
-  const uint8_t *vals;           /* sparse source: values buffer */
-  xc_entry *ent;                 /* sparse source: sorted by key */
+  int64_t xbase;       /* source byte offset of xd's origin */
+  const uint8_t *vals; /* sparse source: values buffer */
+  xc_entry *ent;       /* sparse source: sorted by key */
   uint64_t nent;
 } xc_core;
 
 /* ---- hr_transcode.c ---- */
 
 /* Produces output elements [ea, eb) into dst (pure, no allocation). */
-void hr__xc_core_run(const xc_core *c, uint64_t ea, uint64_t eb,
-                     uint8_t *dst);
+void hr__xc_core_run(const xc_core *c, uint64_t ea, uint64_t eb, uint8_t *dst);
 
 /* Target element offset of a region-local logical index (canonical fine
  * dims); used to index sparse sources. */
@@ -131,8 +131,8 @@ int hr__xc_best_isa(void);
  * with stride si, then zeros up to ni elements; rows r >= vp are all zero.
  */
 void hr__xc_rows(uint8_t *dst, uint64_t drow, const uint8_t *src, int64_t sp,
-                 int64_t si, uint64_t np, uint64_t ni, uint64_t vp,
-                 int64_t vi0, uint64_t vstep, unsigned esize);
+                 int64_t si, uint64_t np, uint64_t ni, uint64_t vp, int64_t vi0,
+                 uint64_t vstep, unsigned esize);
 
 /* Orders non-temporal stores before what follows (x86 sfence). */
 void hr__xc_fence(void);
@@ -144,9 +144,9 @@ void hr__xc_fence(void);
  * non-temporal stores when `nt` and the destination is aligned to the
  * micro-kernel's stores (the caller fences).
  */
-void hr__xc_xpose(uint8_t *dst, uint64_t drow, const uint8_t *src,
-                  int64_t sp, int64_t si, uint64_t np, uint64_t ni,
-                  uint64_t vp, uint64_t vi, unsigned esize, int isa, int nt);
+void hr__xc_xpose(uint8_t *dst, uint64_t drow, const uint8_t *src, int64_t sp,
+                  int64_t si, uint64_t np, uint64_t ni, uint64_t vp,
+                  uint64_t vi, unsigned esize, int isa, int nt);
 
 /* Copies n elements with source stride si (bytes) into contiguous dst. */
 void hr__xc_gather(uint8_t *dst, const uint8_t *src, int64_t si, uint64_t n,
@@ -170,8 +170,9 @@ int hr__xc_sparse_index(xc_core *c, const hr_xc_tensor *src,
 uint64_t hr__xc_count_nonzero(const xc_core *c);
 
 /*
- * Writes a sparse target from such a core.  `layout` is CSR, CSC or COO;
- * `is64` the index width; `nnz` the count from hr__xc_count_nonzero().
+ * Writes a sparse target from such a core into bufs (sized from the count
+ * of hr__xc_count_nonzero()).  `layout` is CSR, CSC or COO; `is64` the
+ * index width.
  */
 void hr__xc_fill_sparse(const xc_core *c, uint8_t layout, int is64,
                         void *const *bufs);

@@ -32,7 +32,9 @@
 #define XC_PFD 128
 #define XC_PF_L2 2
 
-static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t min_u64(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
 
 /* A contiguous copy. */
 static inline void copy_bytes(uint8_t *d, const uint8_t *s, uint64_t n) {
@@ -64,8 +66,8 @@ void hr__xc_gather(uint8_t *dst, const uint8_t *src, int64_t si, uint64_t n,
 }
 
 void hr__xc_rows(uint8_t *dst, uint64_t drow, const uint8_t *src, int64_t sp,
-                 int64_t si, uint64_t np, uint64_t ni, uint64_t vp,
-                 int64_t vi0, uint64_t vstep, unsigned esize) {
+                 int64_t si, uint64_t np, uint64_t ni, uint64_t vp, int64_t vi0,
+                 uint64_t vstep, unsigned esize) {
   for (uint64_t r = 0; r < np; r++) {
     uint8_t *d = dst + r * drow;
     uint64_t v = 0;
@@ -212,10 +214,8 @@ static inline void micro_d4_sse2(uint8_t *d, uint64_t drow, const uint8_t *s,
                                  int64_t si, int nt) {
   __m128 r0 = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)s));
   __m128 r1 = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(s + si)));
-  __m128 r2 =
-      _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(s + 2 * si)));
-  __m128 r3 =
-      _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(s + 3 * si)));
+  __m128 r2 = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(s + 2 * si)));
+  __m128 r3 = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(s + 3 * si)));
   __m128 t0 = _mm_unpacklo_ps(r0, r1), t1 = _mm_unpacklo_ps(r2, r3);
   __m128 t2 = _mm_unpackhi_ps(r0, r1), t3 = _mm_unpackhi_ps(r2, r3);
   st128(d, _mm_castps_si128(_mm_movelh_ps(t0, t1)), nt);
@@ -244,8 +244,7 @@ XC_AVX2 static inline void st256(uint8_t *p, __m256i v, int nt) {
 
 /* 4-byte elements, 8 x 8, AVX2. */
 XC_AVX2 static inline void micro_d8_avx2(uint8_t *d, uint64_t drow,
-                                         const uint8_t *s, int64_t si,
-                                         int nt) {
+                                         const uint8_t *s, int64_t si, int nt) {
 #define LD(i)                                                                  \
   _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(s + (i)*si)))
   __m256 r0 = LD(0), r1 = LD(1), r2 = LD(2), r3 = LD(3);
@@ -277,8 +276,7 @@ XC_AVX2 static inline void micro_d8_avx2(uint8_t *d, uint64_t drow,
 
 /* 8-byte elements, 4 x 4, AVX2. */
 XC_AVX2 static inline void micro_q4_avx2(uint8_t *d, uint64_t drow,
-                                         const uint8_t *s, int64_t si,
-                                         int nt) {
+                                         const uint8_t *s, int64_t si, int nt) {
 #define LD(i)                                                                  \
   _mm256_castsi256_pd(_mm256_loadu_si256((const __m256i *)(s + (i)*si)))
   __m256d r0 = LD(0), r1 = LD(1), r2 = LD(2), r3 = LD(3);
@@ -301,7 +299,7 @@ XC_AVX2 static inline void micro_w816_avx2(uint8_t *d, uint64_t drow,
                                            int nt) {
 #define LD(i)                                                                  \
   _mm256_inserti128_si256(                                                     \
-      _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(s + (i)*si))), \
+      _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(s + (i)*si))),  \
       _mm_loadu_si128((const __m128i *)(s + ((i) + 8) * si)), 1)
   __m256i A0 = LD(0), A1 = LD(1), A2 = LD(2), A3 = LD(3);
   __m256i A4 = LD(4), A5 = LD(5), A6 = LD(6), A7 = LD(7);
@@ -401,8 +399,8 @@ XC_AVX2 static inline void micro_w816_avx2(uint8_t *d, uint64_t drow,
                 MICRO(d + rr * drow + cc * N, drow, in + 64 * cc + rr * N, 64, \
                       1);                                                      \
           } else {                                                             \
-            /* Through the cache: whole lines at once, so that no line is   \
-             * evicted half written (the rows alias in L1 too). */          \
+            /* Through the cache: whole lines at once, so that no line is      \
+             * evicted half written (the rows alias in L1 too). */             \
             for (int rr = 0; rr < Q; rr += MR)                                 \
               for (int cc = 0; cc < Q; cc += MC)                               \
                 MICRO(out + 64 * rr + cc * N, 64, in + 64 * cc + rr * N, 64,   \
@@ -431,8 +429,7 @@ XC_XPOSE_MACRO(xpose_b_sse2, 1, 8, 8, micro_b8_sse2, XC_NOATTR, xpose_b8_sse2)
 XC_XPOSE_MACRO(xpose_w_sse2, 2, 8, 8, micro_w8_sse2, XC_NOATTR, xpose_w8_sse2)
 XC_XPOSE_MACRO(xpose_d_sse2, 4, 4, 4, micro_d4_sse2, XC_NOATTR, xpose_d4_sse2)
 XC_XPOSE_MACRO(xpose_q_sse2, 8, 2, 2, micro_q2_sse2, XC_NOATTR, xpose_q2_sse2)
-XC_XPOSE_MACRO(xpose_w_avx2, 2, 8, 16, micro_w816_avx2, XC_AVX2,
-               xpose_w8_sse2)
+XC_XPOSE_MACRO(xpose_w_avx2, 2, 8, 16, micro_w816_avx2, XC_AVX2, xpose_w8_sse2)
 XC_XPOSE_MACRO(xpose_d_avx2, 4, 8, 8, micro_d8_avx2, XC_AVX2, xpose_d8_avx2)
 XC_XPOSE_MACRO(xpose_q_avx2, 8, 4, 4, micro_q4_avx2, XC_AVX2, xpose_q4_avx2)
 
@@ -450,9 +447,7 @@ static void xpose_valid(uint8_t *dst, uint64_t drow, const uint8_t *src,
     const uint64_t w = esize == 1 ? 8 : avx2 ? 32 : 16;
     nt_ok = nt_ok && ((uintptr_t)dst | drow) % w == 0;
     switch (esize) {
-    case 1:
-      xpose_b_sse2(dst, drow, src, si, vp, vi, nt_ok);
-      return;
+    case 1: xpose_b_sse2(dst, drow, src, si, vp, vi, nt_ok); return;
     case 2:
       (avx2 ? xpose_w_avx2 : xpose_w_sse2)(dst, drow, src, si, vp, vi, nt_ok);
       return;
@@ -462,8 +457,7 @@ static void xpose_valid(uint8_t *dst, uint64_t drow, const uint8_t *src,
     case 8:
       (avx2 ? xpose_q_avx2 : xpose_q_sse2)(dst, drow, src, si, vp, vi, nt_ok);
       return;
-    default:
-      break;
+    default: break;
     }
   }
 #else
@@ -485,10 +479,9 @@ void hr__xc_fence(void) {
 #endif
 }
 
-void hr__xc_xpose(uint8_t *dst, uint64_t drow, const uint8_t *src,
-                  int64_t sp, int64_t si, uint64_t np, uint64_t ni,
-                  uint64_t vp, uint64_t vi, unsigned esize, int isa,
-                  int nt) {
+void hr__xc_xpose(uint8_t *dst, uint64_t drow, const uint8_t *src, int64_t sp,
+                  int64_t si, uint64_t np, uint64_t ni, uint64_t vp,
+                  uint64_t vi, unsigned esize, int isa, int nt) {
   vp = min_u64(vp, np);
   vi = min_u64(vi, ni);
   if (vp && vi)

@@ -17,12 +17,12 @@ typedef struct xc_sparse_src {
   unsigned rank;
   const uint64_t *shape;
   int is64;
-  uint64_t nnz;         /* entries (COO/CSR/CSC) or blocks (BSR) */
-  uint64_t br, bc;      /* BSR block shape (1 x 1 otherwise) */
-  uint64_t nptr;        /* indptr entries (CSR/CSC/BSR) */
-  const uint8_t *ptr;   /* indptr */
-  const uint8_t *idx;   /* indices */
-  const uint8_t *vals;  /* values */
+  uint64_t nnz;        /* entries (COO/CSR/CSC) or blocks (BSR) */
+  uint64_t br, bc;     /* BSR block shape (1 x 1 otherwise) */
+  uint64_t nptr;       /* indptr entries (CSR/CSC/BSR) */
+  const uint8_t *ptr;  /* indptr */
+  const uint8_t *idx;  /* indices */
+  const uint8_t *vals; /* values */
 } xc_sparse_src;
 
 /* Checks buffer sizes; fills `s`. */
@@ -70,9 +70,8 @@ static int sparse_geometry(xc_sparse_src *s, const hr_xc_tensor *src,
   }
   if (!hr__add_u64(outer, 1, &s->nptr) ||
       !hr__mul_u64(s->nptr, isz, &need[0]) ||
-      !hr__mul_u64(s->nnz, isz, &need[1]) ||
-      !hr__mul_u64(s->nnz, s->br, &t) || !hr__mul_u64(t, s->bc, &t) ||
-      !hr__mul_u64(t, esize, &need[2]))
+      !hr__mul_u64(s->nnz, isz, &need[1]) || !hr__mul_u64(s->nnz, s->br, &t) ||
+      !hr__mul_u64(t, s->bc, &t) || !hr__mul_u64(t, esize, &need[2]))
     return bad(st, "transcode: sparse buffer size overflows");
   for (int b = 0; b < 3; b++) {
     if (need[b] > src->sizes[b])
@@ -224,8 +223,8 @@ int hr__xc_sparse_index(xc_core *c, const hr_xc_tensor *src,
                         hr_wire_status *st) {
   xc_sparse_src s;
   uint64_t n = 0, bytes;
-  int sorted = src->desc->layout.tag == HR_LAYOUT_SPARSE_COO &&
-               src->desc->params.sorted;
+  int sorted =
+      src->desc->layout.tag == HR_LAYOUT_SPARSE_COO && src->desc->params.sorted;
   int rv = sparse_geometry(&s, src, c->esize, st);
   if (rv)
     return rv;
@@ -274,8 +273,7 @@ int hr__xc_sparse_index(xc_core *c, const hr_xc_tensor *src,
 static inline int nonzero(const uint8_t *p, unsigned e) {
   uint64_t a = 0, b = 0;
   switch (e) {
-  case 1:
-    return p[0] != 0;
+  case 1: return p[0] != 0;
   case 2: {
     uint16_t v;
     memcpy(&v, p, 2);
@@ -286,9 +284,7 @@ static inline int nonzero(const uint8_t *p, unsigned e) {
     memcpy(&v, p, 4);
     return v != 0;
   }
-  case 8:
-    memcpy(&a, p, 8);
-    return a != 0;
+  case 8: memcpy(&a, p, 8); return a != 0;
   default:
     memcpy(&a, p, 8);
     memcpy(&b, p + 8, 8);

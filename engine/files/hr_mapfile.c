@@ -76,8 +76,12 @@ int hr__mapfile_open(hr__mapfile **out, const char *path, const hr_mem *mem,
   return 0;
 }
 
-const uint8_t *hr__mapfile_data(const hr__mapfile *m) { return m->data; }
-uint64_t hr__mapfile_size(const hr__mapfile *m) { return m->size; }
+const uint8_t *hr__mapfile_data(const hr__mapfile *m) {
+  return m->data;
+}
+uint64_t hr__mapfile_size(const hr__mapfile *m) {
+  return m->size;
+}
 
 void hr__mapfile_ref(hr__mapfile *m) {
   atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
@@ -94,7 +98,9 @@ void hr__mapfile_unref(hr__mapfile *m) {
   hr__mem_free(&mem, m);
 }
 
-static void release_mapping(void *ctx) { hr__mapfile_unref(ctx); }
+static void release_mapping(void *ctx) {
+  hr__mapfile_unref(ctx);
+}
 
 int hr__mapfile_wrap(hr__mapfile *m, const hr_descriptor *d,
                      const uint8_t *data, hr_tensor **out) {

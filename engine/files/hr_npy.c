@@ -122,8 +122,7 @@ static int dtype_parse(const char *s, uint8_t *elem, int *big) {
     if (size == 2)
       *elem = HR_ELEM_BFLOAT16;
     break;
-  default:
-    break;
+  default: break;
   }
   if (*elem == HR_ELEM_NONE)
     return HR_ERR_UNSUPPORTED;
@@ -309,8 +308,8 @@ int hr_npy_parse(const void *data, size_t len, uint64_t file_size,
            (uint64_t)b[11] << 24;
     start = 12;
   } else {
-    hr__files_why(why, why_len, ".npy format version %u.%u not supported",
-                  b[6], b[7]);
+    hr__files_why(why, why_len, ".npy format version %u.%u not supported", b[6],
+                  b[7]);
     return HR_ERR_INVALID_ARGUMENT;
   }
   if (hlen > len - start) {
@@ -374,8 +373,7 @@ int hr_npy_parse(const void *data, size_t len, uint64_t file_size,
   out->data_offset = start + hlen;
   out->big_endian = big;
   if (file_size != UINT64_MAX &&
-      (file_size < out->data_offset ||
-       file_size - out->data_offset < bytes)) {
+      (file_size < out->data_offset || file_size - out->data_offset < bytes)) {
     hr__files_why(why, why_len,
                   "truncated .npy: the header promises %llu data bytes",
                   (unsigned long long)bytes);
@@ -398,8 +396,8 @@ static void swap_copy(uint8_t *dst, const uint8_t *src, uint64_t n,
       dst[i + k] = src[i + width - 1 - k];
 }
 
-int hr_npy_load(hr_tensor **out, const char *path, const hr_mem *mem,
-                char *why, size_t why_len) {
+int hr_npy_load(hr_tensor **out, const char *path, const hr_mem *mem, char *why,
+                size_t why_len) {
   hr__mapfile *m;
   hr_npy_info info;
   const uint8_t *data;
@@ -471,13 +469,12 @@ int64_t hr_npy_header(const hr_descriptor *d, char *out, size_t cap) {
        d->layout.tag != HR_LAYOUT_COLUMN_MAJOR) ||
       descr_of(d->element_type, descr, sizeof descr) < 0)
     return HR_ERR_UNSUPPORTED;
-  n = (size_t)snprintf(dict, sizeof dict,
-                       "{'descr': %s, 'fortran_order': %s, 'shape': (", descr,
-                       d->layout.tag == HR_LAYOUT_COLUMN_MAJOR ? "True"
-                                                               : "False");
+  n = (size_t)snprintf(
+      dict, sizeof dict, "{'descr': %s, 'fortran_order': %s, 'shape': (", descr,
+      d->layout.tag == HR_LAYOUT_COLUMN_MAJOR ? "True" : "False");
   for (k = 0; k < d->rank; k++)
-    n += (size_t)snprintf(dict + n, sizeof dict - n, "%s%llu",
-                          k ? ", " : "", (unsigned long long)d->shape[k]);
+    n += (size_t)snprintf(dict + n, sizeof dict - n, "%s%llu", k ? ", " : "",
+                          (unsigned long long)d->shape[k]);
   n += (size_t)snprintf(dict + n, sizeof dict - n, "%s), }",
                         d->rank == 1 ? "," : "");
   /* magic(6) + version(2) + length(2 or 4) + dict + padding + '\n' */
@@ -554,8 +551,8 @@ int hr_npy_save(const char *path, const hr_descriptor *d, const void *data,
   unsigned k;
   int fd, rv = 0, err;
 
-  if (!path || !d || (!data && d->buffer_count == 1 &&
-                      d->buffers[0].size_bytes))
+  if (!path || !d ||
+      (!data && d->buffer_count == 1 && d->buffers[0].size_bytes))
     return HR_ERR_INVALID_ARGUMENT;
   hlen = hr_npy_header(d, hdr, sizeof hdr);
   if (hlen < 0) {
@@ -568,8 +565,7 @@ int hr_npy_save(const char *path, const hr_descriptor *d, const void *data,
     elems *= d->shape[k];
   fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    hr__files_why(why, why_len, "cannot create %s: %s", path,
-                  strerror(errno));
+    hr__files_why(why, why_len, "cannot create %s: %s", path, strerror(errno));
     return HR_ERR_IO;
   }
   if (write_all(fd, hdr, (size_t)hlen))

@@ -34,14 +34,22 @@ static const struct {
   const char *name;
   uint8_t elem;
 } dtypes[] = {
-    {"BOOL", HR_ELEM_BOOL},       {"U8", HR_ELEM_UINT8},
-    {"I8", HR_ELEM_INT8},         {"U16", HR_ELEM_UINT16},
-    {"I16", HR_ELEM_INT16},       {"U32", HR_ELEM_UINT32},
-    {"I32", HR_ELEM_INT32},       {"U64", HR_ELEM_UINT64},
-    {"I64", HR_ELEM_INT64},       {"F16", HR_ELEM_FLOAT16},
-    {"BF16", HR_ELEM_BFLOAT16},   {"F32", HR_ELEM_FLOAT32},
-    {"F64", HR_ELEM_FLOAT64},     {"F8_E4M3", HR_ELEM_FLOAT8_E4M3FN},
-    {"F8_E5M2", HR_ELEM_FLOAT8_E5M2}, {"C64", HR_ELEM_COMPLEX64},
+    {"BOOL", HR_ELEM_BOOL},
+    {"U8", HR_ELEM_UINT8},
+    {"I8", HR_ELEM_INT8},
+    {"U16", HR_ELEM_UINT16},
+    {"I16", HR_ELEM_INT16},
+    {"U32", HR_ELEM_UINT32},
+    {"I32", HR_ELEM_INT32},
+    {"U64", HR_ELEM_UINT64},
+    {"I64", HR_ELEM_INT64},
+    {"F16", HR_ELEM_FLOAT16},
+    {"BF16", HR_ELEM_BFLOAT16},
+    {"F32", HR_ELEM_FLOAT32},
+    {"F64", HR_ELEM_FLOAT64},
+    {"F8_E4M3", HR_ELEM_FLOAT8_E4M3FN},
+    {"F8_E5M2", HR_ELEM_FLOAT8_E5M2},
+    {"C64", HR_ELEM_COMPLEX64},
     {"C128", HR_ELEM_COMPLEX128},
 };
 
@@ -130,8 +138,8 @@ static int parse_entry(hr_safetensors *f, const cJSON *it, uint64_t data_len,
     rank++;
   }
   if (json_u64(cJSON_GetArrayItem(off, 0), &t->begin) != 0 ||
-      json_u64(cJSON_GetArrayItem(off, 1), &t->end) != 0 ||
-      t->begin > t->end || t->end > data_len) {
+      json_u64(cJSON_GetArrayItem(off, 1), &t->end) != 0 || t->begin > t->end ||
+      t->end > data_len) {
     hr__files_why(why, why_len,
                   "tensor \"%s\": data_offsets outside the data section",
                   it->string);
@@ -206,8 +214,7 @@ static int parse_header(hr_safetensors *f, const char *json, size_t len,
   qsort(f->v, f->n, sizeof *f->v, cmp_name);
   for (i = 1; i < f->n; i++) {
     if (strcmp(f->v[i].name, f->v[i - 1].name) == 0) {
-      hr__files_why(why, why_len, "tensor \"%s\" appears twice",
-                    f->v[i].name);
+      hr__files_why(why, why_len, "tensor \"%s\" appears twice", f->v[i].name);
       rv = HR_ERR_INVALID_ARGUMENT;
       goto out;
     }
@@ -250,14 +257,14 @@ int hr_safetensors_open(hr_safetensors **out, const char *path,
   for (k = 7; k >= 0; k--)
     hlen = hlen << 8 | p[k];
   if (hlen > HEADER_MAX || hlen > size - 8) {
-    hr__files_why(why, why_len, "%s: bad safetensors header length %llu",
-                  path, (unsigned long long)hlen);
+    hr__files_why(why, why_len, "%s: bad safetensors header length %llu", path,
+                  (unsigned long long)hlen);
     rv = HR_ERR_INVALID_ARGUMENT;
     goto fail;
   }
   f->data_start = 8 + hlen;
-  rv = parse_header(f, (const char *)p + 8, (size_t)hlen,
-                    size - f->data_start, why, why_len);
+  rv = parse_header(f, (const char *)p + 8, (size_t)hlen, size - f->data_start,
+                    why, why_len);
   if (rv)
     goto fail;
   *out = f;
@@ -268,7 +275,9 @@ fail:
   return rv;
 }
 
-size_t hr_safetensors_count(const hr_safetensors *f) { return f ? f->n : 0; }
+size_t hr_safetensors_count(const hr_safetensors *f) {
+  return f ? f->n : 0;
+}
 
 const char *hr_safetensors_name(const hr_safetensors *f, size_t i) {
   return f && i < f->n ? f->v[i].name : NULL;

@@ -23,9 +23,9 @@ struct hr_client {
   hr_client_options o;
   hr__ploop *loop;
   hr_engine *e;
-  hr_conn *conn;  /* NULL once closed */
-  int up;         /* HELLOs exchanged */
-  int closed;     /* the connection ended (close callback ran) */
+  hr_conn *conn;            /* NULL once closed */
+  int up;                   /* HELLOs exchanged */
+  int closed;               /* the connection ended (close callback ran) */
   hr_client_error conn_err; /* why it ended */
   hr_client_error err;      /* the last call's */
   int engine_closed;
@@ -109,7 +109,9 @@ static int finish(hr_client *cl, int status, const hr_transfer_record *rec) {
   return status;
 }
 
-static int is_done(void *ud) { return ((op *)ud)->done; }
+static int is_done(void *ud) {
+  return ((op *)ud)->done;
+}
 
 /* Runs the loop until done(ud) or the timeout (the predicates cover the
  * connection's end: its teardown completes every stream first).  Returns
@@ -151,7 +153,9 @@ static int run_until(hr_client *cl, int (*done)(void *), void *ud,
   return 0;
 }
 
-static int is_closed(void *ud) { return ((hr_client *)ud)->closed; }
+static int is_closed(void *ud) {
+  return ((hr_client *)ud)->closed;
+}
 
 /* Cuts the connection and waits for its close (the loop delivers it on
  * the next turn). */
@@ -192,8 +196,7 @@ int hr_client_connect(hr_client **out, const char *url,
 
   if (err)
     memset(err, 0, sizeof *err);
-  if (!out || !url ||
-      (opts && opts->version != HR_CLIENT_OPTIONS_VERSION)) {
+  if (!out || !url || (opts && opts->version != HR_CLIENT_OPTIONS_VERSION)) {
     if (err)
       err->status = HR_ERR_INVALID_ARGUMENT;
     return HR_ERR_INVALID_ARGUMENT;
@@ -479,8 +482,8 @@ static void on_list(hr_session *s, int status, uint32_t wire_error,
   o->wire_error = wire_error;
   if (status == 0 && resp) {
     o->more = resp->more;
-    while (hr_list_entry_next(resp->entries_raw, resp->entries_raw_len, &pos,
-                              &e))
+    while (
+        hr_list_entry_next(resp->entries_raw, resp->entries_raw_len, &pos, &e))
       if (o->on_entry && o->on_entry(&e, o->ud))
         break;
   }
@@ -575,8 +578,8 @@ static int user_done(void *p) {
   return w->done(w->ud) || w->cl->closed;
 }
 
-int hr_client_wait(hr_client *c, int (*done)(void *user_data),
-                   void *user_data, int64_t timeout_ms) {
+int hr_client_wait(hr_client *c, int (*done)(void *user_data), void *user_data,
+                   int64_t timeout_ms) {
   user_wait w;
   int rv;
 
@@ -601,8 +604,7 @@ unsigned hr_client_lanes(const hr_client *c) {
 }
 
 const hr_hello *hr_client_server_hello(const hr_client *c) {
-  return c && c->conn ? hr_session_peer_hello(hr_conn_session(c->conn))
-                      : NULL;
+  return c && c->conn ? hr_session_peer_hello(hr_conn_session(c->conn)) : NULL;
 }
 
 const hr_client_error *hr_client_last_error(const hr_client *c) {

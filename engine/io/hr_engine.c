@@ -59,7 +59,6 @@
 #define MAX_REJECTING 64
 #define LINGER_NS (1000000000ull)
 #define ACCEPT_PAUSE_NS (100000000ull)
-#define LEFTOVER_RETRY_NS (1000000ull)
 #define SETTLE_PASSES 4
 
 enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
@@ -86,10 +85,10 @@ struct hr_conn {
   hr_engine *e;
   hr_conn *prev, *next; /* in e->conns, e->lingering or e->dead */
   int fd;
-  void *cookie;  /* the host's per-fd slot */
-  int watching;  /* events last passed to ops->watch */
-  int state;     /* enum conn_state */
-  int role;      /* HR_ROLE_* */
+  void *cookie; /* the host's per-fd slot */
+  int watching; /* events last passed to ops->watch */
+  int state;    /* enum conn_state */
+  int role;     /* HR_ROLE_* */
   hr_session *s;
   hr_provider user_prov; /* server: the application's provider */
   hr_conn_cb cb;
@@ -103,9 +102,6 @@ struct hr_conn {
   int graceful_done; /* hr_session_shutdown() was called */
   int peer_eof;      /* the peer closed its side */
   unsigned work_inflight;
-  /* Input a paused session did not take yet. */
-  uint8_t *left;
-  size_t left_off, left_len, left_cap;
   uint64_t rx_bytes, tx_bytes;
   /* Why it closed. */
   uint32_t wire_error;
@@ -178,7 +174,7 @@ struct hr_engine {
   hr__pool *pool;
   unsigned pool_threads;
 
-  hr_tstamp timer_at; /* deadline the host's timer is armed for */
+  hr_tstamp timer_at;      /* deadline the host's timer is armed for */
   hr_tstamp accept_resume; /* listeners paused (EMFILE) until then */
   int accept_paused;
 
@@ -476,8 +472,7 @@ static int tr_on_put_commit(hr_session *s, const hr_put_info *info,
   return rv;
 }
 
-static void tr_on_put_abort(hr_session *s, const hr_put_info *info,
-                            void *ud) {
+static void tr_on_put_abort(hr_session *s, const hr_put_info *info, void *ud) {
   hr_conn *c = ud;
 
   if (c->user_prov.on_put_abort) {
@@ -515,8 +510,7 @@ static int tr_on_hello(hr_session *s, const hr_hello *peer,
 /* The provider a server session sees: the application's, with the
  * engine's accounting in between; NULL members stay NULL so that the
  * session advertises the same capabilities. */
-static void wrap_provider(const hr_provider *up, hr_provider *out,
-                          hr_conn *c) {
+static void wrap_provider(const hr_provider *up, hr_provider *out, hr_conn *c) {
   memset(out, 0, sizeof *out);
   out->size = sizeof *out;
   out->user_data = c;
@@ -543,39 +537,6 @@ static void session_callbacks(hr_session_callbacks *cbs) {
 /* Connection I/O                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Feeds input a paused session left over.  Returns 1 when all of it was
- * taken, 0 while some remains, a fatal error otherwise. */
-static int feed_leftover(hr_conn *c, hr_tstamp now) {
-  int64_t n;
-
-  while (c->left_len) {
-    n = hr_session_recv(c->s, c->left + c->left_off, c->left_len, now);
-    if (n < 0)
-      return (int)n;
-    if (n == 0)
-      return 0;
-    c->left_off += (size_t)n;
-    c->left_len -= (size_t)n;
-  }
-  c->left_off = 0;
-  return 1;
-}
-
-/* Keeps the bytes a session did not consume. */
-static int keep_leftover(hr_conn *c, const uint8_t *p, size_t n) {
-  if (c->left_cap < n) {
-    uint8_t *b = hr__mem_realloc(&c->e->mem, c->left, n);
-    if (!b)
-      return HR_ERR_NOMEM;
-    c->left = b;
-    c->left_cap = n;
-  }
-  memmove(c->left, p, n);
-  c->left_off = 0;
-  c->left_len = n;
-  return 0;
-}
-
 /* Reads what the socket holds, up to the byte budget.  Returns 0 or a
  * fatal error; socket errors and EOF mark the connection for closing. */
 static int conn_read(hr_conn *c, hr_tstamp now) {
@@ -583,11 +544,6 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   size_t budget = e->cfg.io_budget;
   int rv;
 
-  if (c->left_len) {
-    rv = feed_leftover(c, now);
-    if (rv <= 0)
-      return rv < 0 ? rv : 0;
-  }
   while (budget > 0 && hr_session_want_read(c->s)) {
     void *dst;
     size_t want;
@@ -618,12 +574,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
         took = hr_session_recv(c->s, e->staging, (size_t)n, now);
         if (took < 0)
           return (int)took;
-        if ((size_t)took < (size_t)n) {
-          rv = keep_leftover(c, e->staging + took, (size_t)n - (size_t)took);
-          if (rv)
-            return rv;
-          return 0; /* paused: stop reading until it takes the rest */
-        }
+        /* The session takes everything it is given (session.h). */
+        if ((size_t)took != (size_t)n)
+          return HR_ERR_INTERNAL;
       }
     }
     if (n == 0) {
@@ -715,10 +668,9 @@ static int conn_events(hr_conn *c) {
   int ev = 0;
 
   switch (c->state) {
-  case CS_CONNECTING:
-    return HR_POLL_OUT;
+  case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
-    if (hr_session_want_read(c->s) && !c->left_len && !c->peer_eof)
+    if (hr_session_want_read(c->s) && !c->peer_eof)
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
@@ -729,8 +681,7 @@ static int conn_events(hr_conn *c) {
     if (!c->peer_eof)
       ev |= HR_POLL_IN;
     return ev;
-  default:
-    return 0;
+  default: return 0;
   }
 }
 
@@ -739,7 +690,6 @@ static void conn_free(hr_conn *c) {
 
   hr_session_del(c->s);
   hr_group_del(c->grp);
-  hr__mem_free(&e->mem, c->left);
   hr__mem_free(&e->mem, c->puts);
   hr__mem_free(&e->mem, c);
 }
@@ -929,8 +879,6 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
   if (e->settle_pending)
     next = now;
   for (c = e->conns; c; c = c->next) {
-    if (c->left_len && now + LEFTOVER_RETRY_NS < next)
-      next = now + LEFTOVER_RETRY_NS;
     t = hr_session_get_expiry(c->s);
     if (t < next)
       next = t;
@@ -1072,26 +1020,13 @@ static void settle(hr_engine *e) {
         if (hr_err_is_fatal(hr_session_shutdown(c->s, now)))
           c->want_close = 1;
       }
-      if (c->left_len && !c->want_close) {
-        int rv = feed_leftover(c, now);
-        if (rv < 0) {
-          c->want_close = 1;
-          conn_note(c, rv, "session failed", 0);
-        }
-        busy = 1;
-      }
       if (!c->want_close && !c->out_blocked && hr_session_want_write(c->s))
         conn_flush(c, now);
       if (!c->want_close) {
         int r = hr_session_want_read(c->s), w = hr_session_want_write(c->s);
-        if (!r && !w)
-          c->want_close = 1;
-        /* A graceful close ends once no stream is left and the GOAWAY is
-         * out, whatever the peer does. */
-        else if (c->graceful_done && !w && !c->out_blocked &&
-                 hr_session_stream_count(c->s) == 0)
-          c->want_close = 1;
-        else if (c->peer_eof)
+        /* nghttp2's rule: both 0 means done (after a shutdown the session
+         * drops both once its streams finished and the GOAWAY is out). */
+        if ((!r && !w) || c->peer_eof)
           c->want_close = 1;
       }
       if (c->want_close) {
@@ -1362,8 +1297,8 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   long ncpu;
   int rv;
 
-  if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) ||
-      !ops->watch || !ops->timer)
+  if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) || !ops->watch ||
+      !ops->timer)
     return HR_ERR_INVALID_ARGUMENT;
   if (cfg && cfg->version != HR_ENGINE_CONFIG_VERSION)
     return HR_ERR_INVALID_ARGUMENT;
@@ -1444,12 +1379,8 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
   e->depth++;
   now = now_of(e);
   switch (o->kind) {
-  case OBJ_LISTENER:
-    listener_io((hr_listener *)o, now);
-    break;
-  case OBJ_WAKE:
-    wake_io(e, now);
-    break;
+  case OBJ_LISTENER: listener_io((hr_listener *)o, now); break;
+  case OBJ_WAKE: wake_io(e, now); break;
   case OBJ_CONN: {
     hr_conn *c = (hr_conn *)o;
     if (c->state == CS_LINGER)
@@ -1463,8 +1394,7 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
     }
     break;
   }
-  default:
-    break;
+  default: break;
   }
   e->depth--;
   settle(e);
@@ -1596,7 +1526,9 @@ void hr_engine_wakeup(hr_engine *e) {
   } while (n < 0 && errno == EINTR);
 }
 
-size_t hr_engine_conn_count(const hr_engine *e) { return e ? e->nconns : 0; }
+size_t hr_engine_conn_count(const hr_engine *e) {
+  return e ? e->nconns : 0;
+}
 
 int hr_engine_listen(hr_engine *e, const char *addr,
                      const hr_provider *provider, hr_listener **out) {
@@ -1640,7 +1572,9 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   return 0;
 }
 
-int hr_listener_port(const hr_listener *l) { return l ? l->port : -1; }
+int hr_listener_port(const hr_listener *l) {
+  return l ? l->port : -1;
+}
 
 void hr_listener_close(hr_listener *l) {
   hr_engine *e;
@@ -1809,8 +1743,7 @@ void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx) {
     *tx = t;
 }
 
-void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx,
-                     void *user_data) {
+void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx, void *user_data) {
   if (!c)
     return;
   c->tap_rx = rx;

@@ -70,8 +70,8 @@ static int pl_watch(void *loop_data, int fd, int events, void **cookie) {
 static int pl_timer(void *loop_data, int64_t ms) {
   hr__ploop *l = loop_data;
 
-  l->deadline = ms < 0 ? HR_TSTAMP_NEVER
-                       : hr__ploop_now() + (hr_tstamp)ms * 1000000ull;
+  l->deadline =
+      ms < 0 ? HR_TSTAMP_NEVER : hr__ploop_now() + (hr_tstamp)ms * 1000000ull;
   return 0;
 }
 
@@ -108,7 +108,9 @@ void hr__ploop_del(hr__ploop *l) {
   hr__mem_free(&l->mem, l);
 }
 
-void hr__ploop_set_engine(hr__ploop *l, hr_engine *e) { l->engine = e; }
+void hr__ploop_set_engine(hr__ploop *l, hr_engine *e) {
+  l->engine = e;
+}
 
 int hr__ploop_step(hr__ploop *l, int max_ms) {
   hr_tstamp now = hr__ploop_now();
@@ -133,8 +135,9 @@ int hr__ploop_step(hr__ploop *l, int max_ms) {
   /* A snapshot: callbacks below may change the watch set. */
   for (i = 0; i < n; i++) {
     l->pfd[i].fd = l->fds[i]->fd;
-    l->pfd[i].events = (short)(((l->fds[i]->events & HR_POLL_IN) ? POLLIN : 0) |
-                               ((l->fds[i]->events & HR_POLL_OUT) ? POLLOUT : 0));
+    l->pfd[i].events =
+        (short)(((l->fds[i]->events & HR_POLL_IN) ? POLLIN : 0) |
+                ((l->fds[i]->events & HR_POLL_OUT) ? POLLOUT : 0));
     l->pfd[i].revents = 0;
   }
   rv = poll(l->pfd, (nfds_t)n, timeout);

@@ -14,11 +14,11 @@ struct hr__pool {
   pthread_cond_t cond; /* workers wait here for jobs or for `stop` */
   hr__job *queue_head, *queue_tail; /* submitted, not started */
   hr__job *done_head, *done_tail;   /* finished, not taken */
-  size_t pending;    /* submitted and not taken back (loop thread only) */
+  size_t pending; /* submitted and not taken back (loop thread only) */
   int stop;
   int notify_fd;
-  unsigned want;     /* threads to start */
-  unsigned started;  /* threads running */
+  unsigned want;    /* threads to start */
+  unsigned started; /* threads running */
   pthread_t *threads;
 };
 
@@ -134,7 +134,9 @@ hr__job *hr__pool_take_done(hr__pool *p) {
   return list;
 }
 
-size_t hr__pool_pending(const hr__pool *p) { return p->pending; }
+size_t hr__pool_pending(const hr__pool *p) {
+  return p->pending;
+}
 
 void hr__pool_del(hr__pool *p) {
   unsigned i;

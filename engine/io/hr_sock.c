@@ -54,7 +54,8 @@ int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out) {
   errno = 0;
   port = strtoul(colon + 1, &end, 10);
   /* A trailing '/' (an empty path) is tolerated in URLs. */
-  if (errno || port > 65535 || (*end && !(allow_scheme && strcmp(end, "/") == 0)))
+  if (errno || port > 65535 ||
+      (*end && !(allow_scheme && strcmp(end, "/") == 0)))
     return HR_ERR_INVALID_ARGUMENT;
   memcpy(out->host, host, host_len);
   out->host[host_len] = '\0';
@@ -91,8 +92,7 @@ int hr__sock_listen(const hr__addr *a, char *why, size_t why_len) {
   if (rv)
     return rv;
   for (ai = res; ai; ai = ai->ai_next) {
-    fd = socket(ai->ai_family,
-                ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 ai->ai_protocol);
     if (fd < 0) {
       err = errno;
@@ -140,8 +140,7 @@ int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
   /* Non-blocking connects report failure later; only the first address
    * that accepts the connect() call is tried. */
   for (ai = res; ai; ai = ai->ai_next) {
-    fd = socket(ai->ai_family,
-                ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                 ai->ai_protocol);
     if (fd < 0) {
       err = errno;

@@ -53,8 +53,7 @@ static size_t lower_bound(const hr_store *s, const uint8_t *key, size_t len,
     else
       hi = mid;
   }
-  *found = lo < s->n &&
-           key_cmp(s->v[lo].key, s->v[lo].key_len, key, len) == 0;
+  *found = lo < s->n && key_cmp(s->v[lo].key, s->v[lo].key_len, key, len) == 0;
   return lo;
 }
 
@@ -129,9 +128,8 @@ void hr_store_del(hr_store *s) {
 /* Inserts or replaces under the write lock.  Returns 0, HR_ERR_STATE
  * (exists, no replace), HR_ERR_LIMIT (byte cap, when `cap` is set),
  * HR_ERR_NOMEM.  *old receives a replaced tensor to unref outside. */
-static int put_locked(hr_store *s, const uint8_t *key, size_t len,
-                      hr_tensor *t, int replace, uint64_t cap,
-                      hr_tensor **old) {
+static int put_locked(hr_store *s, const uint8_t *key, size_t len, hr_tensor *t,
+                      int replace, uint64_t cap, hr_tensor **old) {
   int found;
   size_t i = lower_bound(s, key, len, &found);
   uint64_t bytes = tensor_bytes_deep(t);

@@ -41,21 +41,25 @@ typedef struct hr_client_options {
   /* Taps on the raw byte stream, from the first byte (NULL: none). */
   hr_tap_fn on_rx;
   hr_tap_fn on_tx;
+<<<<<<< HEAD
   void *user_data;      /* for on_progress, on_rx, on_tx */
   /* ---- appended in 0.1 (0: the default) ---- */
   unsigned lanes;       /* connections of the session (1; at most
                            HR_MAX_LANES): with more, a parallel GET's
                            shards come over all of them
                            (hr_engine_connect_group()); taps see lane 0 */
+=======
+  void *user_data; /* for on_progress, on_rx, on_tx */
+>>>>>>> main
 } hr_client_options;
 
 /* Why a call failed. */
 typedef struct hr_client_error {
-  int status;           /* the library error the call returned */
-  uint32_t wire_error;  /* the spec's code sent or received (0: none) */
-  int wire_error_sent;  /* 1: we sent it (the peer broke a rule) */
-  char message[256];    /* the server's text or a local reason ("" if
-                           none) */
+  int status;          /* the library error the call returned */
+  uint32_t wire_error; /* the spec's code sent or received (0: none) */
+  int wire_error_sent; /* 1: we sent it (the peer broke a rule) */
+  char message[256];   /* the server's text or a local reason ("" if
+                          none) */
 } hr_client_error;
 
 /* Fills `o` with the defaults documented above. */
@@ -108,8 +112,8 @@ HR_EXTERN int hr_client_get_slice(hr_client *c, const uint8_t *key,
 
 /* PUTs `t` under `key` (HR_PUT_REPLACE in flags).  Returns like
  * hr_client_get() (refusals: ALREADY_EXISTS, PUT_REJECTED, ...). */
-HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key,
-                            uint16_t key_len, uint32_t flags, hr_tensor *t,
+HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key, uint16_t key_len,
+                            uint32_t flags, hr_tensor *t,
                             hr_transfer_record *rec);
 
 /*
@@ -124,8 +128,7 @@ HR_EXTERN int hr_client_list(hr_client *c, const uint8_t *prefix,
                              uint16_t start_after_len, uint16_t max_entries,
                              int (*on_entry)(const hr_list_entry *e,
                                              void *user_data),
-                             void *user_data, int *more,
-                             uint32_t *wire_error);
+                             void *user_data, int *more, uint32_t *wire_error);
 
 /* Round trip of a PING in ns.  Returns like hr_client_get(). */
 HR_EXTERN int hr_client_ping(hr_client *c, uint64_t *rtt_ns);

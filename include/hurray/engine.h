@@ -98,14 +98,14 @@ HR_EXTERN int hr_engine_flush(hr_engine *e);
 #define HR_ENGINE_CONFIG_VERSION 1
 
 typedef struct hr_engine_config {
-  int version;            /* HR_ENGINE_CONFIG_VERSION */
-  hr_settings session;    /* defaults for every session (pointers inside
-                             are deep-copied) */
-  unsigned worker_threads;/* pool size (0: number of CPUs, at most 8);
-                             threads start on the first work item */
-  uint32_t max_connections; /* server: accepted connections (1024); one
-                             over the cap gets ERROR RESOURCE_EXHAUSTED on
-                             stream 0 and is closed */
+  int version;                 /* HR_ENGINE_CONFIG_VERSION */
+  hr_settings session;         /* defaults for every session (pointers inside
+                                  are deep-copied) */
+  unsigned worker_threads;     /* pool size (0: number of CPUs, at most 8);
+                                  threads start on the first work item */
+  uint32_t max_connections;    /* server: accepted connections (1024); one
+                                over the cap gets ERROR RESOURCE_EXHAUSTED on
+                                stream 0 and is closed */
   uint64_t max_inflight_bytes; /* server: bytes of PUT landing buffers
                              allocated at once, across all connections
                              (1 GiB); a PUT over it is refused with
@@ -124,7 +124,7 @@ typedef struct hr_engine_config {
    * (NULL: none). */
   void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
                       void *user_data);
-  void *user_data;        /* for on_wakeup and on_transfer */
+  void *user_data; /* for on_wakeup and on_transfer */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */
@@ -143,10 +143,11 @@ HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
 
 /* Begins shutdown: listeners close (their handles become invalid),
  * sessions send GOAWAY and drain (active streams finish, new ones are
- * refused); connections still open after drain_timeout are cut.  `on_closed` (may be NULL) is called once, from
- * an engine entry point on the loop thread, when the last connection is
- * gone; then hr_engine_del() succeeds.  New connects fail with
- * HR_ERR_STATE.  Returns 0, or HR_ERR_STATE when already closing. */
+ * refused); connections still open after drain_timeout are cut.  `on_closed`
+ * (may be NULL) is called once, from an engine entry point on the loop thread,
+ * when the last connection is gone; then hr_engine_del() succeeds.  New
+ * connects fail with HR_ERR_STATE.  Returns 0, or HR_ERR_STATE when already
+ * closing. */
 HR_EXTERN int hr_engine_close(hr_engine *e,
                               void (*on_closed)(hr_engine *e, void *ud),
                               void *ud);
@@ -181,8 +182,7 @@ HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
  * provider), HR_ERR_IO (bind/listen), HR_ERR_STATE (closing), HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
-                               const hr_provider *provider,
-                               hr_listener **out);
+                               const hr_provider *provider, hr_listener **out);
 /* The bound port (after port 0). */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
 /* Stops accepting and frees the listener; existing connections go on. */
@@ -256,8 +256,8 @@ HR_EXTERN void hr_conn_abort(hr_conn *c);
  * peer's text, or a local reason such as a socket error; "" if none; valid
  * while `c` is).  Any out pointer may be NULL.  Returns the status the
  * close callback gets (0 while the connection is healthy). */
-HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error,
-                            int *sent, const char **message);
+HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
+                            const char **message);
 
 /* Bytes received and sent on the socket so far, those of its open lanes
  * included (any pointer may be NULL). */

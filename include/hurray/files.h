@@ -59,8 +59,8 @@ HR_EXTERN int hr_npy_parse(const void *data, size_t len, uint64_t file_size,
 /* Loads a .npy: maps it and wraps the array (a private, byte-swapped copy
  * for big-endian data).  Returns 0, hr_npy_parse()'s errors, HR_ERR_IO
  * (open/map), HR_ERR_NOMEM. */
-HR_EXTERN int hr_npy_load(hr_tensor **out, const char *path,
-                          const hr_mem *mem, char *why, size_t why_len);
+HR_EXTERN int hr_npy_load(hr_tensor **out, const char *path, const hr_mem *mem,
+                          char *why, size_t why_len);
 
 /*
  * Writes a dense tensor's bytes as a .npy (format 1.0, or 2.0 when the
@@ -74,8 +74,7 @@ HR_EXTERN int hr_npy_save(const char *path, const hr_descriptor *d,
 
 /* The .npy header (magic to the final newline) for `d`: returns its
  * length, or HR_ERR_BUFFER_TOO_SMALL / HR_ERR_UNSUPPORTED. */
-HR_EXTERN int64_t hr_npy_header(const hr_descriptor *d, char *out,
-                                size_t cap);
+HR_EXTERN int64_t hr_npy_header(const hr_descriptor *d, char *out, size_t cap);
 
 /* The numpy dtype string for an element type ("<f4", "|b1", ...), NULL
  * for the types written as a structured dtype or widened. */
@@ -95,14 +94,12 @@ typedef struct hr_safetensors hr_safetensors;
  * UNSUPPORTED (a dtype with no wire element type), HR_ERR_IO, HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_safetensors_open(hr_safetensors **out, const char *path,
-                                  const hr_mem *mem, char *why,
-                                  size_t why_len);
+                                  const hr_mem *mem, char *why, size_t why_len);
 
 /* Number of tensors; the name of tensor i (UTF-8, NUL-terminated; NULL
  * when out of range). */
 HR_EXTERN size_t hr_safetensors_count(const hr_safetensors *f);
-HR_EXTERN const char *hr_safetensors_name(const hr_safetensors *f,
-                                          size_t i);
+HR_EXTERN const char *hr_safetensors_name(const hr_safetensors *f, size_t i);
 
 /* Wraps tensor i in place (zero copy; the tensor keeps the file mapped).
  * Returns 0, HR_ERR_NOT_FOUND (i out of range), HR_ERR_NOMEM. */

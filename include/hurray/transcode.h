@@ -147,9 +147,8 @@ typedef struct hr_xc_plan hr_xc_plan;
  */
 HR_EXTERN int hr_xc_plan_new(hr_xc_plan **out, const hr_xc_tensor *src,
                              const hr_xc_target *dst,
-                             const hr_xc_region *region,
-                             const hr_xc_opts *opts, const hr_mem *mem,
-                             hr_wire_status *st);
+                             const hr_xc_region *region, const hr_xc_opts *opts,
+                             const hr_mem *mem, hr_wire_status *st);
 
 /* Frees the plan and its scratch; NULL is a no-op. */
 HR_EXTERN void hr_xc_plan_del(hr_xc_plan *p);
@@ -189,11 +188,16 @@ HR_EXTERN int hr_xc_run(const hr_xc_plan *p, uint64_t out_begin,
 
 /*
  * Sparse targets, pass 1: counts the non-zero elements of the region (a
- * full read of the source).  Afterwards hr_xc_plan_buffer_sizes(),
- * hr_xc_plan_out_size() and hr_xc_plan_describe() report the final sizes.
- * Returns 0, HR_ERR_INVALID_ARGUMENT (dense target), or HR_ERR_UNSUPPORTED
- * when the target's index_type is INT32 and an index or the non-zero
- * count does not fit it.  Idempotent.
+ * full read of the source, through a 16 KiB stack buffer; no allocation).
+ * Afterwards hr_xc_plan_buffer_sizes(), hr_xc_plan_out_size() and
+ * hr_xc_plan_describe() report the final sizes, and the index type is
+ * fixed (INT32 when the target asked for 0 and every value fits).
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL plan, dense target),
+ * HR_ERR_UNSUPPORTED when the target's index_type is INT32 and an index
+ * or indptr value does not fit it, or HR_ERR_LIMIT when a buffer size
+ * would overflow 64 bits.  `st` is reserved for faults found while
+ * scanning (none at present: hr_xc_plan_new() checked the source); it
+ * may be NULL.  Idempotent.
  */
 HR_EXTERN int hr_xc_plan_count(hr_xc_plan *p, hr_wire_status *st);
 

@@ -54,7 +54,9 @@ void tc_open(tl_env *env, hr_engine *e, const char *url, tc_conn *c) {
   }
 }
 
-static int is_closed(void *ud) { return ((tc_conn *)ud)->closed; }
+static int is_closed(void *ud) {
+  return ((tc_conn *)ud)->closed;
+}
 
 int tc_wait_closed(tc_conn *c, int timeout_ms) {
   return tl_run(c->env, is_closed, c, timeout_ms);
@@ -91,7 +93,9 @@ int tc_get_start(tc_conn *c, const hr_get_opts *o, tc_res *r, uint32_t *sid) {
   return rv;
 }
 
-static int res_done(void *ud) { return ((tc_res *)ud)->done; }
+static int res_done(void *ud) {
+  return ((tc_res *)ud)->done;
+}
 
 int tc_wait(tc_conn *c, tc_res *r, int timeout_ms) {
   return tl_run(c->env, res_done, r, timeout_ms);
@@ -160,8 +164,8 @@ static void on_list(hr_session *s, int status, uint32_t wire_error,
   if (status || !resp)
     return;
   r->more = resp->more;
-  while (hr_list_entry_next(resp->entries_raw, resp->entries_raw_len, &pos,
-                            &e)) {
+  while (
+      hr_list_entry_next(resp->entries_raw, resp->entries_raw_len, &pos, &e)) {
     CHECK(r->nentries < 64 && e.key_len < 64);
     memcpy(r->keys[r->nentries], e.key, e.key_len);
     r->keys[r->nentries][e.key_len] = '\0';
@@ -177,8 +181,7 @@ int tc_list(tc_conn *c, const char *prefix, const char *start_after,
 
   memset(r, 0, sizeof *r);
   rv = hr_session_list(hr_conn_session(c->c), (const uint8_t *)prefix,
-                       (uint16_t)strlen(prefix),
-                       (const uint8_t *)start_after,
+                       (uint16_t)strlen(prefix), (const uint8_t *)start_after,
                        (uint16_t)strlen(start_after), max, on_list, r);
   if (rv)
     return rv;

@@ -72,9 +72,9 @@ static int run(const char *arg, ...) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, tpath("stderr"),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(posix_spawn(&pid, HURRAY_BIN, &fa, NULL,
-                               (char *const *)argv, environ),
-                   0);
+  assert_int_equal(
+      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
+      0);
   posix_spawn_file_actions_destroy(&fa);
   assert_int_equal(waitpid(pid, &st, 0), pid);
   slurp(tpath("stdout"), out, sizeof out);
@@ -100,7 +100,7 @@ static void one_line(const char *s) {
 static pid_t start_server(int *p, const char *a1, const char *a2,
                           const char *a3) {
   const char *argv[8] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0",
-                         a1, a2, a3, NULL};
+                         a1,         a2,      a3,         NULL};
   posix_spawn_file_actions_t fa;
   int pipefd[2], i;
   pid_t pid;
@@ -113,9 +113,9 @@ static pid_t start_server(int *p, const char *a1, const char *a2,
   posix_spawn_file_actions_addclose(&fa, pipefd[0]);
   posix_spawn_file_actions_addopen(&fa, 2, tpath("server.log"),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(posix_spawn(&pid, HURRAY_BIN, &fa, NULL,
-                               (char *const *)argv, environ),
-                   0);
+  assert_int_equal(
+      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
+      0);
   posix_spawn_file_actions_destroy(&fa);
   close(pipefd[1]);
   for (i = 0; i < 255 && n < sizeof line - 1; i++) {
@@ -138,8 +138,8 @@ static int setup(void **state) {
   if (!mkdtemp(tmp))
     return -1;
   signal(SIGPIPE, SIG_IGN);
-  server_pid = start_server(&port, "--allow-put", HR_SOURCE_DIR "/examples/data",
-                            NULL);
+  server_pid =
+      start_server(&port, "--allow-put", HR_SOURCE_DIR "/examples/data", NULL);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   return 0;
 }
@@ -190,9 +190,8 @@ static void test_get_plain_and_stats(void **state) {
   cJSON *j;
 
   (void)state;
-  assert_int_equal(run("get", "--stats", "-o", tpath("m.npy"), url, "matrix",
-                       NULL),
-                   0);
+  assert_int_equal(
+      run("get", "--stats", "-o", tpath("m.npy"), url, "matrix", NULL), 0);
   got = load(tpath("m.npy"));
   assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(ref, 0), 96);
   hr_tensor_unref(got);
@@ -278,9 +277,8 @@ static void test_get_safetensors_bf16(void **state) {
   const uint16_t *v;
 
   (void)state;
-  assert_int_equal(run("get", "-o", tpath("b.npy"), url, "model/lm_head.bias",
-                       NULL),
-                   0);
+  assert_int_equal(
+      run("get", "-o", tpath("b.npy"), url, "model/lm_head.bias", NULL), 0);
   got = load(tpath("b.npy"));
   assert_int_equal(hr_tensor_descriptor(got)->element_type, HR_ELEM_BFLOAT16);
   v = hr_tensor_buffer(got, 0);
@@ -300,18 +298,16 @@ static void test_put_and_parallel(void **state) {
   (void)state;
   t = tl_dense(HR_ELEM_FLOAT32, 2, shape, 77);
   d = *hr_tensor_descriptor(t);
-  assert_int_equal(hr_npy_save(tpath("big.npy"), &d, hr_tensor_buffer(t, 0),
-                               NULL, 0),
-                   0);
+  assert_int_equal(
+      hr_npy_save(tpath("big.npy"), &d, hr_tensor_buffer(t, 0), NULL, 0), 0);
   assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 0);
   assert_non_null(strstr(out, "stored"));
   assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 1);
   one_line(err);
   assert_non_null(strstr(err, "ALREADY_EXISTS"));
   assert_non_null(strstr(err, "--replace"));
-  assert_int_equal(run("put", "--replace", url, "up/big", tpath("big.npy"),
-                       NULL),
-                   0);
+  assert_int_equal(
+      run("put", "--replace", url, "up/big", tpath("big.npy"), NULL), 0);
   assert_int_equal(run("get", "--parallel", "4", "--stats", "-o",
                        tpath("g.npy"), url, "up/big", NULL),
                    0);
@@ -369,9 +365,8 @@ static void test_dump_and_inspect(void **state) {
   int64_t len;
 
   (void)state;
-  assert_int_equal(run("get", "--dump-wire", tpath("wire.bin"), url, "matrix",
-                       NULL),
-                   0);
+  assert_int_equal(
+      run("get", "--dump-wire", tpath("wire.bin"), url, "matrix", NULL), 0);
   assert_int_equal(run("inspect", tpath("wire.bin"), NULL), 0);
   assert_non_null(strstr(out, "SERVER_HELLO"));
   assert_non_null(strstr(out, "TENSOR_DESCRIPTOR"));
@@ -432,9 +427,8 @@ static void test_graceful_drain(void **state) {
   (void)state;
   t = tl_dense(HR_ELEM_UINT8, 1, shape, 5);
   d = *hr_tensor_descriptor(t);
-  assert_int_equal(hr_npy_save(tpath("drain.npy"), &d, hr_tensor_buffer(t, 0),
-                               NULL, 0),
-                   0);
+  assert_int_equal(
+      hr_npy_save(tpath("drain.npy"), &d, hr_tensor_buffer(t, 0), NULL, 0), 0);
   hr_tensor_unref(t);
   pid = start_server(&p, tpath("drain.npy"), NULL, NULL);
   fd = tl_raw_connect(p);

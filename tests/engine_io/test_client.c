@@ -35,7 +35,9 @@ typedef struct srv {
   pthread_cond_t cond;
 } srv;
 
-static int stopped(void *ud) { return atomic_load(&((srv *)ud)->stop); }
+static int stopped(void *ud) {
+  return atomic_load(&((srv *)ud)->stop);
+}
 
 static void *srv_main(void *arg) {
   srv *s = arg;
@@ -77,7 +79,9 @@ static srv *srv_start2(uint32_t max_conns, uint32_t io_budget) {
   return s;
 }
 
-static srv *srv_start(uint32_t max_conns) { return srv_start2(max_conns, 0); }
+static srv *srv_start(uint32_t max_conns) {
+  return srv_start2(max_conns, 0);
+}
 
 static void srv_stop(srv *s) {
   atomic_store(&s->stop, 1);
@@ -148,19 +152,16 @@ static void test_calls(void **state) {
   assert_int_equal(hr_client_last_error(c)->wire_error, HR_WIRE_NOT_FOUND);
   assert_non_null(strstr(hr_client_last_error(c)->message, "nope"));
   /* PUT, then the same key again. */
-  assert_int_equal(hr_client_put(c, (const uint8_t *)"p", 1, 0, s->m, &rec),
-                   0);
+  assert_int_equal(hr_client_put(c, (const uint8_t *)"p", 1, 0, s->m, &rec), 0);
   assert_int_equal(hr_client_put(c, (const uint8_t *)"p", 1, 0, s->m, &rec),
                    HR_ERR_REMOTE);
   assert_int_equal(rec.wire_error, HR_WIRE_ALREADY_EXISTS);
-  assert_int_equal(hr_client_put(c, (const uint8_t *)"p", 1, HR_PUT_REPLACE,
-                                 s->m, NULL),
-                   0);
+  assert_int_equal(
+      hr_client_put(c, (const uint8_t *)"p", 1, HR_PUT_REPLACE, s->m, NULL), 0);
   assert_int_equal(hr_client_last_error(c)->status, 0);
   /* LIST in pages of one. */
-  assert_int_equal(hr_client_list(c, NULL, 0, NULL, 0, 1, on_entry, &col,
-                                  &more, NULL),
-                   0);
+  assert_int_equal(
+      hr_client_list(c, NULL, 0, NULL, 0, 1, on_entry, &col, &more, NULL), 0);
   assert_int_equal(col.n, 1);
   assert_string_equal(col.last, "big");
   assert_int_equal(more, 1);
@@ -219,8 +220,7 @@ static void test_connect_timeout(void **state) {
   snprintf(url, sizeof url, "127.0.0.1:%d", port);
   hr_client_options_default(&o);
   o.timeout_ms = 200;
-  assert_int_equal(hr_client_connect(&c, url, &o, NULL, &err),
-                   HR_ERR_TIMEOUT);
+  assert_int_equal(hr_client_connect(&c, url, &o, NULL, &err), HR_ERR_TIMEOUT);
   assert_null(c);
   assert_int_equal(err.status, HR_ERR_TIMEOUT);
   fd = accept(lfd, NULL, NULL);
@@ -357,7 +357,9 @@ static void many_cb(hr_session *s, uint32_t sid, hr_tensor *t,
   hr_tensor_unref(t);
 }
 
-static int ten_done(void *ud) { return ((many *)ud)->done == 10; }
+static int ten_done(void *ud) {
+  return ((many *)ud)->done == 10;
+}
 
 static void test_pipelining(void **state) {
   srv *s = *state;
@@ -369,9 +371,8 @@ static void test_pipelining(void **state) {
   assert_int_equal(hr_client_connect(&c, s->url, NULL, NULL, NULL), 0);
   get_opts(&g, "m");
   for (i = 0; i < 10; i++)
-    assert_int_equal(hr_session_get(hr_client_session(c), &g, many_cb, &m,
-                                    NULL),
-                     0);
+    assert_int_equal(
+        hr_session_get(hr_client_session(c), &g, many_cb, &m, NULL), 0);
   assert_int_equal(hr_client_wait(c, ten_done, &m, 10000), 0);
   assert_int_equal(m.ok, 10);
   hr_client_close(c);

@@ -140,8 +140,7 @@ static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
   } else if (!t) {
     FAIL("client %d: GET failed: %s %s", c->id,
          hr_wire_error_name(rec->wire_error), rec->message);
-  } else if (!same_bytes(c->op == OP_CHECK_PUT ? c->mine : refs[c->want],
-                         t)) {
+  } else if (!same_bytes(c->op == OP_CHECK_PUT ? c->mine : refs[c->want], t)) {
     FAIL("client %d: GET %d returned other bytes", c->id, c->want);
   }
   hr_tensor_unref(t);
@@ -278,8 +277,7 @@ static void *worker_main(void *arg) {
   }
   hr_engine_flush(w->e);
   if (!tl_run(w->env, all_closed, w, 120000))
-    FAIL("worker %d: clients did not finish (%d done)", w->index,
-         w->finished);
+    FAIL("worker %d: clients did not finish (%d done)", w->index, w->finished);
   tl_engine_finish(w->env, w->e);
   tl_free(w->env);
   for (i = 0; i < CLIENTS / THREADS; i++) {
@@ -291,10 +289,9 @@ static void *worker_main(void *arg) {
 }
 
 static void test_200_clients(void **state) {
-  static const uint8_t elems[] = {HR_ELEM_UINT8, HR_ELEM_FLOAT32,
-                                  HR_ELEM_INT64, HR_ELEM_BFLOAT16};
-  static const uint8_t layouts[] = {HR_LAYOUT_ROW_MAJOR,
-                                    HR_LAYOUT_COLUMN_MAJOR,
+  static const uint8_t elems[] = {HR_ELEM_UINT8, HR_ELEM_FLOAT32, HR_ELEM_INT64,
+                                  HR_ELEM_BFLOAT16};
+  static const uint8_t layouts[] = {HR_LAYOUT_ROW_MAJOR, HR_LAYOUT_COLUMN_MAJOR,
                                     HR_LAYOUT_TILED};
   static worker workers[THREADS];
   pthread_t srv, th[THREADS];
@@ -316,8 +313,7 @@ static void test_200_clients(void **state) {
   pthread_mutex_unlock(&ready_lock);
   for (i = 0; i < THREADS; i++) {
     workers[i].index = i;
-    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &workers[i]),
-                     0);
+    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &workers[i]), 0);
   }
   for (i = 0; i < THREADS; i++)
     pthread_join(th[i], NULL);

@@ -6,6 +6,7 @@
  * a connection-level one the ERROR must arrive on stream 0 before the
  * close.
  */
+#include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -78,8 +78,8 @@ static int raw_client(fx *f) {
 static void expect_error(fx *f, int fd, uint32_t stream, uint32_t code) {
   hr_msg m;
 
-  assert_true(tl_raw_expect(f->env, fd, HR_MSG_ERROR, stream, f->buf, BUFSZ,
-                            &m, 5000));
+  assert_true(
+      tl_raw_expect(f->env, fd, HR_MSG_ERROR, stream, f->buf, BUFSZ, &m, 5000));
   if (m.u.error.code != code)
     fprintf(stderr, "expected %s, got %s: %.*s\n", hr_wire_error_name(code),
             hr_wire_error_name(m.u.error.code), (int)m.u.error.message_len,
@@ -95,8 +95,8 @@ static void expect_alive(fx *f, int fd) {
   m.hdr.type = HR_MSG_PING;
   m.u.ping = 0x1234;
   assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
-  assert_true(tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m,
-                            5000));
+  assert_true(
+      tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m, 5000));
   assert_int_equal(m.u.ping, 0x1234);
 }
 
@@ -293,8 +293,12 @@ static void test_transcode_failed(void **state) {
   close(fd);
 }
 
-static void spoil_size(hr_msg *m) { m->u.put.desc.buffers[0].size_bytes = 15; }
-static void spoil_sync(hr_msg *m) { m->u.put.desc.buffers[0].sync_mode = 1; }
+static void spoil_size(hr_msg *m) {
+  m->u.put.desc.buffers[0].size_bytes = 15;
+}
+static void spoil_sync(hr_msg *m) {
+  m->u.put.desc.buffers[0].sync_mode = 1;
+}
 static void make_shard(hr_msg *m) {
   hr_descriptor *d = &m->u.put.desc;
   d->flags = HR_DESC_HAS_SHARD;
@@ -479,8 +483,8 @@ static void test_resource_exhausted_connection(void **state) {
   tl_server_stop(f->env, &s2);
 }
 
-static int deny_hello(hr_session *s, const hr_hello *peer,
-                      uint32_t *wire_error, void *ud) {
+static int deny_hello(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
+                      void *ud) {
   (void)s;
   (void)ud;
   if (!peer->exts.auth_token || peer->exts.auth_token_len != 6 ||
@@ -769,10 +773,9 @@ static void test_client_handles_every_error_code(void **state) {
     assert_int_equal(r.status, HR_ERR_REMOTE);
     assert_null(r.t);
     assert_int_equal(r.rec.wire_error_sent, 0);
-    assert_string_equal(hr_wire_error_name(r.rec.wire_error),
-                        code == HR_WIRE_ERROR_LAST + 1
-                            ? "INTERNAL"
-                            : hr_wire_error_name(code));
+    assert_string_equal(
+        hr_wire_error_name(r.rec.wire_error),
+        code == HR_WIRE_ERROR_LAST + 1 ? "INTERNAL" : hr_wire_error_name(code));
     assert_false(rs.c.closed);
   }
   raw_server_close(f, &rs);
@@ -854,24 +857,22 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unsupported_version, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_message_too_large, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_protocol_violation, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_protocol_violation, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_type_and_malformed, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stream_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_composite_invalid, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_composite_invalid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancelled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transcode_failed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_resource_exhausted_connection,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_resource_exhausted_connection, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_unauthorized_and_internal, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_client_rejects_minor_version,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_client_rejects_minor_version, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_client_sync_mode_and_gap, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_client_shard_inconsistent, setup,
@@ -880,10 +881,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_client_handles_every_error_code,
                                       setup, teardown),
-      cmocka_unit_test_setup_teardown(test_client_goaway_and_conn_error,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(test_client_too_large_and_unknown,
-                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_client_goaway_and_conn_error, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_client_too_large_and_unknown, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

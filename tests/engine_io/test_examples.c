@@ -32,9 +32,8 @@ static pid_t spawn(const char *const *argv, int *rd) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);
   posix_spawn_file_actions_addclose(&fa, p[0]);
-  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv,
-                               environ),
-                   0);
+  assert_int_equal(
+      posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
   posix_spawn_file_actions_destroy(&fa);
   close(p[1]);
   *rd = p[0];
@@ -83,8 +82,12 @@ static void stop(pid_t pid) {
 static void test_examples(void **state) {
   char url[300], url2[300];
   const char *srv[] = {EX_DIR "/tensor_server", NULL};
-  const char *hs[] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0",
-                      HR_SOURCE_DIR "/examples/data", NULL};
+  const char *hs[] = {HURRAY_BIN,
+                      "serve",
+                      "--listen",
+                      "127.0.0.1:0",
+                      HR_SOURCE_DIR "/examples/data",
+                      NULL};
   pid_t a, b;
 
   (void)state;
@@ -95,8 +98,8 @@ static void test_examples(void **state) {
     assert_non_null(strstr(out, "arange/10: FLOAT32 [10] ROW_MAJOR, 40 bytes"));
   }
   {
-    const char *c2[] = {EX_DIR "/libevent_client", url, "eye/4",
-                        "matrix/3/4", NULL};
+    const char *c2[] = {EX_DIR "/libevent_client", url, "eye/4", "matrix/3/4",
+                        NULL};
     assert_int_equal(run(c2), 0);
     assert_non_null(strstr(out, "FLOAT32, 2-d, 64 bytes, ROW_MAJOR"));
     assert_non_null(strstr(out, "FLOAT32, 2-d, 48 bytes, ROW_MAJOR"));

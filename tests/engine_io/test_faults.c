@@ -11,8 +11,8 @@
  * every fault.
  */
 #include <poll.h>
-#include <signal.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -187,7 +187,9 @@ static size_t msgs_end(const bytes *b, int k) {
   return off;
 }
 
-static size_t first_msg_len(const bytes *b) { return msgs_end(b, 1); }
+static size_t first_msg_len(const bytes *b) {
+  return msgs_end(b, 1);
+}
 
 /* After a fault: the server still serves, the healthy connection too,
  * and the faulty connection is gone. */
@@ -322,9 +324,8 @@ static void client_side_get(fx *f, const rec2 *r, const char *key) {
                               sizeof f->buf, &m, 5000));
     if (cuts[i] > first_msg_len(&r->rx)) {
       /* Past the SERVER_HELLO: a request is on its way. */
-      assert_int_equal(tl_raw_send(f->env, rs.fd, r->rx.p,
-                                   first_msg_len(&r->rx)),
-                       0);
+      assert_int_equal(
+          tl_raw_send(f->env, rs.fd, r->rx.p, first_msg_len(&r->rx)), 0);
       assert_true(tc_wait_up(&rs.c, 5000));
       {
         hr_get_opts o;
@@ -332,8 +333,8 @@ static void client_side_get(fx *f, const rec2 *r, const char *key) {
         assert_int_equal(tc_get_start(&rs.c, &o, &res, NULL), 0);
         started = 1;
       }
-      assert_true(tl_raw_expect(f->env, rs.fd, HR_MSG_TENSOR_REQUEST, 1,
-                                f->buf, sizeof f->buf, &m, 5000));
+      assert_true(tl_raw_expect(f->env, rs.fd, HR_MSG_TENSOR_REQUEST, 1, f->buf,
+                                sizeof f->buf, &m, 5000));
       assert_int_equal(tl_raw_send(f->env, rs.fd,
                                    r->rx.p + first_msg_len(&r->rx),
                                    cuts[i] - first_msg_len(&r->rx)),

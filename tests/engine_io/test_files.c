@@ -82,14 +82,22 @@ static void test_npy_dtypes(void **state) {
     uint8_t elem;
     size_t size;
   } cases[] = {
-      {"|b1", HR_ELEM_BOOL, 1},        {"|i1", HR_ELEM_INT8, 1},
-      {"|u1", HR_ELEM_UINT8, 1},       {"<i2", HR_ELEM_INT16, 2},
-      {"<u2", HR_ELEM_UINT16, 2},      {"<i4", HR_ELEM_INT32, 4},
-      {"<u4", HR_ELEM_UINT32, 4},      {"<i8", HR_ELEM_INT64, 8},
-      {"<u8", HR_ELEM_UINT64, 8},      {"<f2", HR_ELEM_FLOAT16, 2},
-      {"<f4", HR_ELEM_FLOAT32, 4},     {"<f8", HR_ELEM_FLOAT64, 8},
-      {"<c8", HR_ELEM_COMPLEX64, 8},   {"<c16", HR_ELEM_COMPLEX128, 16},
-      {"=f4", HR_ELEM_FLOAT32, 4},     {"<V2", HR_ELEM_BFLOAT16, 2},
+      {"|b1", HR_ELEM_BOOL, 1},
+      {"|i1", HR_ELEM_INT8, 1},
+      {"|u1", HR_ELEM_UINT8, 1},
+      {"<i2", HR_ELEM_INT16, 2},
+      {"<u2", HR_ELEM_UINT16, 2},
+      {"<i4", HR_ELEM_INT32, 4},
+      {"<u4", HR_ELEM_UINT32, 4},
+      {"<i8", HR_ELEM_INT64, 8},
+      {"<u8", HR_ELEM_UINT64, 8},
+      {"<f2", HR_ELEM_FLOAT16, 2},
+      {"<f4", HR_ELEM_FLOAT32, 4},
+      {"<f8", HR_ELEM_FLOAT64, 8},
+      {"<c8", HR_ELEM_COMPLEX64, 8},
+      {"<c16", HR_ELEM_COMPLEX128, 16},
+      {"=f4", HR_ELEM_FLOAT32, 4},
+      {"<V2", HR_ELEM_BFLOAT16, 2},
       {"bfloat16", HR_ELEM_BFLOAT16, 2},
       {"float8_e4m3fn", HR_ELEM_FLOAT8_E4M3FN, 1},
       {"float8_e5m2", HR_ELEM_FLOAT8_E5M2, 1},
@@ -136,8 +144,7 @@ static void test_npy_structured_ext(void **state) {
   t = load_dict("{'descr': [('float8_e5m2', '|u1')], 'fortran_order': False, "
                 "'shape': (8,), }",
                 data, 8, 0);
-  assert_int_equal(hr_tensor_descriptor(t)->element_type,
-                   HR_ELEM_FLOAT8_E5M2);
+  assert_int_equal(hr_tensor_descriptor(t)->element_type, HR_ELEM_FLOAT8_E5M2);
   hr_tensor_unref(t);
   /* Two fields are not a tensor; a mismatched width is refused. */
   load_dict("{'descr': [('a', '<u2'), ('b', '<u2')], 'fortran_order': "
@@ -154,8 +161,8 @@ static void test_npy_fortran_and_scalar(void **state) {
   const hr_descriptor *d;
 
   (void)state;
-  t = load_dict("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                v, sizeof v, 0);
+  t = load_dict("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", v,
+                sizeof v, 0);
   d = hr_tensor_descriptor(t);
   assert_int_equal(d->layout.tag, HR_LAYOUT_COLUMN_MAJOR);
   hr_tensor_unref(t);
@@ -164,8 +171,8 @@ static void test_npy_fortran_and_scalar(void **state) {
                 sizeof v, 0);
   assert_int_equal(hr_tensor_descriptor(t)->layout.tag, HR_LAYOUT_ROW_MAJOR);
   hr_tensor_unref(t);
-  t = load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", v,
-                4, 0);
+  t = load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", v, 4,
+                0);
   d = hr_tensor_descriptor(t);
   assert_int_equal(d->rank, 0);
   assert_int_equal(d->buffers[0].size_bytes, 4);
@@ -186,15 +193,15 @@ static void test_npy_fortran_and_scalar(void **state) {
 
 static void test_npy_big_endian(void **state) {
   uint8_t be[8] = {0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x03, 0x04};
-  uint8_t c[16] = {0x3f, 0x80, 0, 0, 0x40, 0, 0, 0,
+  uint8_t c[16] = {0x3f, 0x80, 0, 0, 0x40, 0,    0, 0,
                    0x40, 0x40, 0, 0, 0x40, 0x80, 0, 0};
   hr_tensor *t;
   const uint32_t *u;
   const float *f;
 
   (void)state;
-  t = load_dict("{'descr': '>u4', 'fortran_order': False, 'shape': (2,), }",
-                be, 8, 0);
+  t = load_dict("{'descr': '>u4', 'fortran_order': False, 'shape': (2,), }", be,
+                8, 0);
   u = hr_tensor_buffer(t, 0);
   assert_int_equal(u[0], 1);
   assert_int_equal(u[1], 0x01020304);
@@ -216,12 +223,12 @@ static void test_npy_rejects(void **state) {
   (void)state;
   load_dict("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", d, 16,
             HR_ERR_UNSUPPORTED);
-  load_dict("{'descr': '<U4', 'fortran_order': False, 'shape': (2,), }", d,
-            32, HR_ERR_UNSUPPORTED);
+  load_dict("{'descr': '<U4', 'fortran_order': False, 'shape': (2,), }", d, 32,
+            HR_ERR_UNSUPPORTED);
   load_dict("{'descr': '|V1', 'fortran_order': False, 'shape': (2,), }", d, 2,
             HR_ERR_UNSUPPORTED);
-  load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (20,), }", d,
-            16, HR_ERR_INVALID_ARGUMENT); /* truncated data */
+  load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (20,), }", d, 16,
+            HR_ERR_INVALID_ARGUMENT); /* truncated data */
   load_dict("{'descr': '<f4', 'shape': (2,), }", d, 8,
             HR_ERR_INVALID_ARGUMENT); /* no fortran_order */
   load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "
@@ -239,8 +246,8 @@ static void test_npy_rejects(void **state) {
   load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", d, 8,
             HR_ERR_INVALID_ARGUMENT); /* unterminated */
   /* Bad magic, truncated header, unknown version. */
-  assert_int_equal(hr_npy_parse("NUMPY\x01\x00\x10\x00", 10, UINT64_MAX,
-                                &info, why, sizeof why),
+  assert_int_equal(hr_npy_parse("NUMPY\x01\x00\x10\x00", 10, UINT64_MAX, &info,
+                                why, sizeof why),
                    HR_ERR_INVALID_ARGUMENT);
   assert_int_equal(hr_npy_parse("\x93NUMPY\x01\x00\xff\x00{", 11, UINT64_MAX,
                                 &info, why, sizeof why),
@@ -248,9 +255,9 @@ static void test_npy_rejects(void **state) {
   assert_int_equal(hr_npy_parse("\x93NUMPY\x09\x00\x01\x00{", 11, UINT64_MAX,
                                 &info, why, sizeof why),
                    HR_ERR_INVALID_ARGUMENT);
-  assert_int_equal(hr_npy_load(&t, path_of("missing.npy"), NULL, why,
-                               sizeof why),
-                   HR_ERR_IO);
+  assert_int_equal(
+      hr_npy_load(&t, path_of("missing.npy"), NULL, why, sizeof why),
+      HR_ERR_IO);
   assert_non_null(strstr(why, "missing.npy"));
 }
 
@@ -277,11 +284,11 @@ static void test_npy_v2_header(void **state) {
 
 static void test_npy_save_roundtrip(void **state) {
   static const uint8_t elems[] = {
-      HR_ELEM_BOOL,    HR_ELEM_INT8,      HR_ELEM_UINT8,
-      HR_ELEM_INT16,   HR_ELEM_UINT16,    HR_ELEM_INT32,
-      HR_ELEM_UINT32,  HR_ELEM_INT64,     HR_ELEM_UINT64,
-      HR_ELEM_FLOAT16, HR_ELEM_BFLOAT16,  HR_ELEM_FLOAT32,
-      HR_ELEM_FLOAT64, HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
+      HR_ELEM_BOOL,      HR_ELEM_INT8,          HR_ELEM_UINT8,
+      HR_ELEM_INT16,     HR_ELEM_UINT16,        HR_ELEM_INT32,
+      HR_ELEM_UINT32,    HR_ELEM_INT64,         HR_ELEM_UINT64,
+      HR_ELEM_FLOAT16,   HR_ELEM_BFLOAT16,      HR_ELEM_FLOAT32,
+      HR_ELEM_FLOAT64,   HR_ELEM_FLOAT8_E4M3FN, HR_ELEM_FLOAT8_E5M2,
       HR_ELEM_COMPLEX64, HR_ELEM_COMPLEX128};
   uint8_t data[12 * 16];
   size_t i, k;
@@ -323,8 +330,7 @@ static void test_npy_save_roundtrip(void **state) {
         size_t got = fread(hdr, 1, sizeof hdr, f);
         fclose(f);
         assert_true(got >= 64);
-        assert_int_equal(hr_npy_parse(hdr, got, UINT64_MAX, &info, NULL, 0),
-                         0);
+        assert_int_equal(hr_npy_parse(hdr, got, UINT64_MAX, &info, NULL, 0), 0);
         assert_int_equal(info.data_offset % 64, 0);
       }
       hr_tensor_unref(t);
@@ -404,9 +410,8 @@ static void test_safetensors(void **state) {
            "\"z\": {\"dtype\": \"I64\", \"shape\": [0], "
            "\"data_offsets\": [37, 37]}}",
            data, 37);
-  assert_int_equal(hr_safetensors_open(&f, path_of("a.safetensors"), NULL,
-                                       NULL, 0),
-                   0);
+  assert_int_equal(
+      hr_safetensors_open(&f, path_of("a.safetensors"), NULL, NULL, 0), 0);
   assert_int_equal(hr_safetensors_count(f), 5);
   /* Sorted by name. */
   assert_string_equal(hr_safetensors_name(f, 0), "b");
@@ -426,9 +431,8 @@ static void test_safetensors(void **state) {
   assert_memory_equal(hr_tensor_buffer(t, 0), data, 24);
   hr_tensor_unref(t);
 
-  assert_int_equal(hr_safetensors_open(&f, path_of("a.safetensors"), NULL,
-                                       NULL, 0),
-                   0);
+  assert_int_equal(
+      hr_safetensors_open(&f, path_of("a.safetensors"), NULL, NULL, 0), 0);
   assert_int_equal(hr_safetensors_tensor(f, 0, &t), 0);
   assert_int_equal(hr_tensor_descriptor(t)->element_type, HR_ELEM_BFLOAT16);
   assert_memory_equal(hr_tensor_buffer(t, 0), data + 24, 8);
@@ -490,9 +494,9 @@ static void test_safetensors_rejects(void **state) {
     uint8_t len[8] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
     hr_safetensors *f = NULL;
     write_file(path_of("short.safetensors"), len, 8, "{}", 2);
-    assert_int_equal(hr_safetensors_open(&f, path_of("short.safetensors"),
-                                         NULL, NULL, 0),
-                     HR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(
+        hr_safetensors_open(&f, path_of("short.safetensors"), NULL, NULL, 0),
+        HR_ERR_INVALID_ARGUMENT);
   }
   assert_int_equal(hr_safetensors_dtype_parse("BF16"), HR_ELEM_BFLOAT16);
   assert_string_equal(hr_safetensors_dtype_name(HR_ELEM_FLOAT8_E5M2),

@@ -38,8 +38,12 @@ static int setup_mode(void **state, int mode) {
   return 0;
 }
 
-static int setup_epoll(void **state) { return setup_mode(state, TL_EPOLL); }
-static int setup_ev(void **state) { return setup_mode(state, TL_LIBEVENT); }
+static int setup_epoll(void **state) {
+  return setup_mode(state, TL_EPOLL);
+}
+static int setup_ev(void **state) {
+  return setup_mode(state, TL_LIBEVENT);
+}
 
 static int teardown(void **state) {
   fx *f = *state;
@@ -83,9 +87,9 @@ static void test_get_every_element_type(void **state) {
 
 static void test_get_native_layouts(void **state) {
   fx *f = *state;
-  static const uint8_t layouts[] = {HR_LAYOUT_ROW_MAJOR,
-                                    HR_LAYOUT_COLUMN_MAJOR, HR_LAYOUT_STRIDED,
-                                    HR_LAYOUT_PERMUTED, HR_LAYOUT_TILED};
+  static const uint8_t layouts[] = {HR_LAYOUT_ROW_MAJOR, HR_LAYOUT_COLUMN_MAJOR,
+                                    HR_LAYOUT_STRIDED, HR_LAYOUT_PERMUTED,
+                                    HR_LAYOUT_TILED};
   uint64_t shape[3] = {3, 4, 5};
   uint32_t order[3] = {1, 2, 0}, tiles[3] = {2, 3, 2};
   size_t i;
@@ -170,9 +174,15 @@ static void test_get_transcoded(void **state) {
       {"column-major", HR_LAYOUT_COLUMN_MAJOR, {0}, 0, HR_LAYOUT_COLUMN_MAJOR},
       {"permuted", HR_LAYOUT_PERMUTED, {0}, 0, HR_LAYOUT_PERMUTED},
       {"tiled", HR_LAYOUT_TILED, {0}, 0, HR_LAYOUT_TILED},
-      {"permuted:1,0", HR_LAYOUT_PERMUTED_EXACT, {2, 1, 0}, 3,
+      {"permuted:1,0",
+       HR_LAYOUT_PERMUTED_EXACT,
+       {2, 1, 0},
+       3,
        HR_LAYOUT_PERMUTED},
-      {"tiled:8,16", HR_LAYOUT_TILED_EXACT, {2, 8, 0, 0, 0, 16, 0, 0, 0}, 9,
+      {"tiled:8,16",
+       HR_LAYOUT_TILED_EXACT,
+       {2, 8, 0, 0, 0, 16, 0, 0, 0},
+       9,
        HR_LAYOUT_TILED},
       {"panel:4", HR_LAYOUT_PANEL, {4, 0, 0, 0}, 4, HR_LAYOUT_PANEL},
   };
@@ -326,8 +336,8 @@ static void same_composite(hr_tensor *a, hr_tensor *b) {
   assert_int_equal(hr_tensor_descriptor(b)->layout.tag, HR_LAYOUT_COMPOSITE);
   assert_int_equal(hr_tensor_member_count(a), hr_tensor_member_count(b));
   for (i = 0; i < hr_tensor_member_count(a); i++)
-    assert_true(tl_same_elements(hr_tensor_member(a, i), NULL,
-                                 hr_tensor_member(b, i)));
+    assert_true(
+        tl_same_elements(hr_tensor_member(a, i), NULL, hr_tensor_member(b, i)));
 }
 
 static void test_get_composite(void **state) {
@@ -391,8 +401,7 @@ static void test_put_refused_by_config(void **state) {
   sc.allow_put = 0;
   tl_server_start(f->env, &s2, NULL, &sc);
   tc_open(f->env, f->ce, s2.url, &c2);
-  assert_false(hr_session_peer_hello(hr_conn_session(c2.c))
-                   ->capability_flags &
+  assert_false(hr_session_peer_hello(hr_conn_session(c2.c))->capability_flags &
                HR_CAP_TENSOR_PUT);
   rv = tc_put(&c2, "x", 0, t, &r);
   assert_int_not_equal(rv, 0);
@@ -615,7 +624,8 @@ static void test_del_busy_and_abort(void **state) {
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup,           \
                                       teardown),                               \
       cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),   \
-      cmocka_unit_test_setup_teardown(test_del_busy_and_abort, setup, teardown)
+      cmocka_unit_test_setup_teardown(test_del_busy_and_abort, setup,          \
+                                      teardown)
 
 int main(void) {
   const struct CMUnitTest epoll_tests[] = {FLOW_TESTS(setup_epoll)};

@@ -193,8 +193,7 @@ static void test_put_provider(void **state) {
   assert_int_equal(prov.on_put_begin(NULL, &in, &we, prov.user_data), 0);
   assert_int_equal(we, HR_WIRE_RESOURCE_EXHAUSTED);
   we = 0;
-  assert_int_equal(prov.on_put_commit(NULL, &in, big, &we, prov.user_data),
-                   0);
+  assert_int_equal(prov.on_put_commit(NULL, &in, big, &we, prov.user_data), 0);
   assert_int_equal(we, HR_WIRE_RESOURCE_EXHAUSTED);
   prov.on_put_abort(NULL, &in, prov.user_data);
   assert_int_equal(hr_store_count(s), 1);

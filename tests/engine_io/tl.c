@@ -199,7 +199,9 @@ void tl_free(tl_env *env) {
   free(env);
 }
 
-int tl_mode(const tl_env *env) { return env->mode; }
+int tl_mode(const tl_env *env) {
+  return env->mode;
+}
 
 hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
   hr_engine *e = NULL;
@@ -247,7 +249,9 @@ static int never(void *ud) {
   return 0;
 }
 
-void tl_spin(tl_env *env, int ms) { tl_run(env, never, NULL, ms); }
+void tl_spin(tl_env *env, int ms) {
+  tl_run(env, never, NULL, ms);
+}
 
 typedef struct closed_flag {
   int closed;
@@ -258,7 +262,9 @@ static void on_engine_closed(hr_engine *e, void *ud) {
   ((closed_flag *)ud)->closed = 1;
 }
 
-static int is_closed(void *ud) { return ((closed_flag *)ud)->closed; }
+static int is_closed(void *ud) {
+  return ((closed_flag *)ud)->closed;
+}
 
 void tl_engine_finish(tl_env *env, hr_engine *e) {
   closed_flag f = {0};
@@ -426,8 +432,7 @@ const uint8_t *tl_elem(const hr_descriptor *d, const void *buf,
     off = (idx[0] / m) * (m * d->shape[1]) + idx[1] * m + idx[0] % m;
     break;
   }
-  default:
-    CHECK(0);
+  default: CHECK(0);
   }
   return b + off * esz;
 }
@@ -501,8 +506,7 @@ int tl_raw_listen(int *port) {
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(fd, 16) != 0 ||
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
       getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     close(fd);
     return -1;
@@ -614,8 +618,8 @@ int64_t tl_raw_read_msg(tl_env *env, int fd, uint8_t *buf, size_t cap,
     /* Too big for the caller: skip the payload (bulk data). */
     uint64_t left = h.payload_length;
     while (left) {
-      size_t k = left > cap - HR_HEADER_SIZE ? cap - HR_HEADER_SIZE
-                                             : (size_t)left;
+      size_t k =
+          left > cap - HR_HEADER_SIZE ? cap - HR_HEADER_SIZE : (size_t)left;
       r = read_exact(env, fd, buf + HR_HEADER_SIZE, k, end);
       if (r <= 0)
         return r;

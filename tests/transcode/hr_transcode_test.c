@@ -11,10 +11,13 @@
  * HR_XC_SEED=<n> in the environment replays another random sequence;
  * HR_XC_CASES=<percent> scales the number of random cases.
  */
+/* cmocka needs these three first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -94,6 +97,8 @@ static void random_perm(xc_rng *r, uint8_t *o, unsigned n) {
 static void cap_tiles(xc_rng *r, uint32_t *tile, const uint64_t *s,
                       unsigned rank) {
   uint64_t n = xc_prod(s, rank), cap = 4 * n + 4096;
+  if (n == 0)
+    return; /* a zero extent: the buffer is empty whatever the tiles */
   for (;;) {
     uint64_t padded = 1;
     for (unsigned k = 0; k < rank && padded <= cap; k++)
@@ -144,8 +149,8 @@ static void truth_from_dense(tcase *t) {
     return;
   do {
     uint64_t o = xc_ref_off(d->layout.tag, &d->params, d->shape, d->rank, i);
-    memcpy(t->truth + xc_lin(d->shape, d->rank, i) * t->e,
-           t->buf[0] + o * t->e, t->e);
+    memcpy(t->truth + xc_lin(d->shape, d->rank, i) * t->e, t->buf[0] + o * t->e,
+           t->e);
   } while (xc_next(d->shape, d->rank, i));
 }
 
@@ -169,9 +174,7 @@ static void gen_dense_src(xc_rng *r, tcase *t) {
   d->buffer_count = 1;
   uint64_t n = xc_prod(d->shape, rank), nb = 0;
   switch (tag) {
-  case HR_LAYOUT_PERMUTED:
-    random_perm(r, d->params.order, rank);
-    break;
+  case HR_LAYOUT_PERMUTED: random_perm(r, d->params.order, rank); break;
   case HR_LAYOUT_TILED:
     for (unsigned k = 0; k < rank; k++)
       d->params.tile[k] = (uint32_t)xc_rr(r, 1, d->shape[k] + 2);
@@ -212,8 +215,7 @@ static void gen_dense_src(xc_rng *r, tcase *t) {
     nb = n ? d->params.origin + (uint64_t)hi + 1 + xc_rn(r, 3) : xc_rn(r, 3);
     break;
   }
-  default:
-    break;
+  default: break;
   }
   if (tag != HR_LAYOUT_STRIDED)
     nb = xc_ref_elems(tag, &d->params, d->shape, rank);
@@ -369,11 +371,11 @@ static void gen_region_target(xc_rng *r, tcase *t, int allow_sparse) {
     R[k] = t->has_region ? t->reg.shape[k] : d->shape[k];
   }
   for (;;) {
-    static const uint8_t tags[] = {
-        HR_LAYOUT_ROW_MAJOR,  HR_LAYOUT_COLUMN_MAJOR, HR_LAYOUT_PERMUTED,
-        HR_LAYOUT_PERMUTED,   HR_LAYOUT_TILED,        HR_LAYOUT_TILED,
-        HR_LAYOUT_PANEL,      HR_LAYOUT_SPARSE_CSR,   HR_LAYOUT_SPARSE_CSC,
-        HR_LAYOUT_SPARSE_COO};
+    static const uint8_t tags[] = {HR_LAYOUT_ROW_MAJOR,  HR_LAYOUT_COLUMN_MAJOR,
+                                   HR_LAYOUT_PERMUTED,   HR_LAYOUT_PERMUTED,
+                                   HR_LAYOUT_TILED,      HR_LAYOUT_TILED,
+                                   HR_LAYOUT_PANEL,      HR_LAYOUT_SPARSE_CSR,
+                                   HR_LAYOUT_SPARSE_CSC, HR_LAYOUT_SPARSE_COO};
     uint8_t tag = tags[xc_rn(r, sizeof tags)];
     if (tag == HR_LAYOUT_PANEL && rank != 2)
       continue;
@@ -384,9 +386,7 @@ static void gen_region_target(xc_rng *r, tcase *t, int allow_sparse) {
     t->tgt.layout = tag;
     hr_layout_params *p = &t->tgt.params;
     switch (tag) {
-    case HR_LAYOUT_PERMUTED:
-      random_perm(r, p->order, rank);
-      break;
+    case HR_LAYOUT_PERMUTED: random_perm(r, p->order, rank); break;
     case HR_LAYOUT_TILED:
       for (unsigned k = 0; k < rank; k++)
         p->tile[k] = (uint32_t)(xc_rn(r, 6) == 0 ? 1 : xc_rr(r, 1, R[k] + 3));
@@ -402,8 +402,7 @@ static void gen_region_target(xc_rng *r, tcase *t, int allow_sparse) {
       p->index_type = it[xc_rn(r, 3)];
       break;
     }
-    default:
-      break;
+    default: break;
     }
     return;
   }
@@ -496,8 +495,8 @@ static void check_dense_plan(xc_rng *r, const tcase *t, const hr_xc_plan *p,
   cuts[0] = 0;
   cuts[nc] = n;
   for (unsigned i = 1; i < nc; i++)
-    cuts[i] = xc_rn(r, 3) == 0 ? xc_rn(r, n + 1) / t->e * t->e
-                               : xc_rn(r, n + 1);
+    cuts[i] =
+        xc_rn(r, 3) == 0 ? xc_rn(r, n + 1) / t->e * t->e : xc_rn(r, n + 1);
   for (unsigned i = 1; i < nc; i++)
     for (unsigned j = i; j > 1 && cuts[j - 1] > cuts[j]; j--) {
       uint64_t tmp = cuts[j];
@@ -641,8 +640,7 @@ static void check_sparse_target(xc_rng *r, const tcase *t) {
     fail_case(t, "nnz differs");
   /* Every index of these tests fits 32 bits: the plan's own choice is
    * INT32. */
-  assert_int_equal(od.params.index_type,
-                   is64 ? HR_ELEM_INT64 : HR_ELEM_INT32);
+  assert_int_equal(od.params.index_type, is64 ? HR_ELEM_INT64 : HR_ELEM_INT32);
   if (tag == HR_LAYOUT_SPARSE_COO)
     assert_int_equal(od.params.sorted, 1);
   void *bufs[3];
@@ -771,8 +769,7 @@ static void test_bench_shapes(void **state) {
       uint8_t *exp = expect_dense(&t, &nb);
       hr_xc_tensor src = tensor_of(&t);
       hr_xc_plan *p;
-      assert_int_equal(hr_xc_plan_new(&p, &src, &t.tgt, NULL, NULL, NULL,
-                                      NULL),
+      assert_int_equal(hr_xc_plan_new(&p, &src, &t.tgt, NULL, NULL, NULL, NULL),
                        0);
       assert_int_equal(hr__xc_plan_mode(p), XC_MODE_AFFINE);
       for (int isa = XC_ISA_PORTABLE; isa <= hr__xc_best_isa(); isa++) {
@@ -912,9 +909,8 @@ static void test_sparse_errors(void **state) {
   for (int j = 0; j < 3; j++)
     for (int k = 0; k < 2; k++)
       xc_put_idx(ci, (uint64_t)(j * 2 + k), 1, co[j][k]);
-  hr_xc_tensor cx = {.desc = &d,
-                     .buffers = {ci, cv},
-                     .sizes = {sizeof ci, sizeof cv}};
+  hr_xc_tensor cx = {
+      .desc = &d, .buffers = {ci, cv}, .sizes = {sizeof ci, sizeof cv}};
   assert_int_equal(plan_err(&cx, &row, NULL, &st), HR_ERR_PROTO);
   assert_int_equal(st.code, HR_WIRE_INVALID_DESCRIPTOR);
   d.params.sorted = 0;
@@ -966,12 +962,11 @@ static void test_dense_errors(void **state) {
   assert_int_equal(hr_xc_supported(HR_ELEM_INT4, HR_LAYOUT_ROW_MAJOR,
                                    HR_LAYOUT_COLUMN_MAJOR),
                    0);
-  assert_int_equal(hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_STRIDED,
-                                   HR_LAYOUT_PANEL),
-                   1);
-  assert_int_equal(hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_ROW_MAJOR,
-                                   HR_LAYOUT_STRIDED),
-                   0);
+  assert_int_equal(
+      hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_STRIDED, HR_LAYOUT_PANEL), 1);
+  assert_int_equal(
+      hr_xc_supported(HR_ELEM_FLOAT32, HR_LAYOUT_ROW_MAJOR, HR_LAYOUT_STRIDED),
+      0);
   d.element_type = 0x14;
   assert_int_equal(plan_err(&x, &row, NULL, &st), HR_ERR_PROTO);
   assert_int_equal(st.code, HR_WIRE_INVALID_DESCRIPTOR);
@@ -1137,9 +1132,8 @@ static void test_huge_logical(void **state) {
   assert_int_equal(hr_xc_plan_new(&p, &x, &t, &reg, NULL, NULL, NULL), 0);
   assert_true(hr_xc_plan_out_size(p) == 8);
   assert_int_equal(hr_xc_run(p, 0, 8, out), 0);
-  assert_memory_equal(out, ((uint8_t[]){0x7E, 0x7E, 0x7E, 0, 0x7E, 0x7E,
-                                        0x7E, 0}),
-                      8);
+  assert_memory_equal(
+      out, ((uint8_t[]){0x7E, 0x7E, 0x7E, 0, 0x7E, 0x7E, 0x7E, 0}), 8);
   hr_xc_plan_del(p);
 }
 
@@ -1223,9 +1217,9 @@ static void test_scratch_limit(void **state) {
   assert_int_equal(hr_xc_plan_new(&p, &x, &row, NULL, &o, NULL, NULL), 0);
   assert_true(hr_xc_plan_scratch(p) == 3 * sizeof(xc_entry));
   uint8_t out[80], exp[80] = {0};
-  memcpy(exp + 4 * 4, s.val, 4);        /* (0, 4) */
-  memcpy(exp + 10 * 4, s.val + 4, 4);   /* (2, 0) */
-  memcpy(exp + 12 * 4, s.val + 8, 4);   /* (2, 2) */
+  memcpy(exp + 4 * 4, s.val, 4);      /* (0, 4) */
+  memcpy(exp + 10 * 4, s.val + 4, 4); /* (2, 0) */
+  memcpy(exp + 12 * 4, s.val + 8, 4); /* (2, 2) */
   assert_int_equal(hr_xc_run(p, 0, sizeof out, out), 0);
   assert_memory_equal(out, exp, sizeof out);
   hr_xc_plan_del(p);
@@ -1338,8 +1332,7 @@ static void test_threads(void **state) {
   uint8_t *exp = expect_dense(&t, &n);
   hr_xc_tensor src = tensor_of(&t);
   hr_xc_plan *p;
-  assert_int_equal(hr_xc_plan_new(&p, &src, &t.tgt, NULL, NULL, NULL, NULL),
-                   0);
+  assert_int_equal(hr_xc_plan_new(&p, &src, &t.tgt, NULL, NULL, NULL, NULL), 0);
   uint8_t *out = xmalloc(n);
   uint64_t half = n / 2 + 3; /* not element-aligned */
   xc_job j[2] = {{p, 0, half, out, 0}, {p, half, n - half, out, 0}};

@@ -12,10 +12,13 @@
  * The vectors are found through $HR_VECTORS, else $HR_VECTORS_DEFAULT
  * (set by CTest); without them the test is skipped (exit 77).
  */
+/* cmocka needs these three first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -73,18 +76,19 @@ static uint8_t *hex(const char *s, size_t *n) {
 
 static unsigned esize_of(uint8_t t) {
   switch (t) {
-  case HR_ELEM_INT16: case HR_ELEM_UINT16: case HR_ELEM_FLOAT16:
-  case HR_ELEM_BFLOAT16:
-    return 2;
-  case HR_ELEM_INT32: case HR_ELEM_UINT32: case HR_ELEM_FLOAT32:
-    return 4;
-  case HR_ELEM_INT64: case HR_ELEM_UINT64: case HR_ELEM_FLOAT64:
-  case HR_ELEM_COMPLEX64:
-    return 8;
-  case HR_ELEM_COMPLEX128:
-    return 16;
-  default:
-    return 1;
+  case HR_ELEM_INT16:
+  case HR_ELEM_UINT16:
+  case HR_ELEM_FLOAT16:
+  case HR_ELEM_BFLOAT16: return 2;
+  case HR_ELEM_INT32:
+  case HR_ELEM_UINT32:
+  case HR_ELEM_FLOAT32: return 4;
+  case HR_ELEM_INT64:
+  case HR_ELEM_UINT64:
+  case HR_ELEM_FLOAT64:
+  case HR_ELEM_COMPLEX64: return 8;
+  case HR_ELEM_COMPLEX128: return 16;
+  default: return 1;
   }
 }
 
@@ -152,8 +156,7 @@ static void parse_desc(const cJSON *j, hr_descriptor *d, uint8_t *ext) {
     d->params.bc = (uint32_t)inum(v);
   const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(j, "buffers");
   i = 0;
-  cJSON_ArrayForEach(e, bufs) d->buffers[i++].size_bytes = num(e,
-                                                               "size_bytes");
+  cJSON_ArrayForEach(e, bufs) d->buffers[i++].size_bytes = num(e, "size_bytes");
   d->buffer_count = (uint8_t)i;
 }
 
@@ -296,12 +299,12 @@ static void run_vector(const cJSON *v) {
       L.shape[L.rank++] = (uint64_t)inum(e);
   L.e = esize_of((uint8_t)num(lj, "element_type"));
   size_t nbytes;
-  L.bytes = hex(cJSON_GetObjectItemCaseSensitive(lj, "hex")->valuestring,
-                &nbytes);
+  L.bytes =
+      hex(cJSON_GetObjectItemCaseSensitive(lj, "hex")->valuestring, &nbytes);
   const cJSON *seq = cJSON_GetObjectItemCaseSensitive(v, "sequence");
   const cJSON *req = cJSON_GetObjectItemCaseSensitive(seq, "request");
-  const cJSON *region = req ? cJSON_GetObjectItemCaseSensitive(req, "region")
-                            : NULL;
+  const cJSON *region =
+      req ? cJSON_GetObjectItemCaseSensitive(req, "region") : NULL;
   if (region)
     u64_array(region, "offset", L.box_off);
 
@@ -331,11 +334,10 @@ static void run_vector(const cJSON *v) {
     } else if (type == HR_MSG_TENSOR_DATA) {
       assert_non_null(t);
       size_t n;
-      uint8_t *b = hex(cJSON_GetObjectItemCaseSensitive(pl, "data")
-                           ->valuestring,
-                       &n);
-      uint64_t bi = num(pl, "buffer_index"), off = num(pl,
-                                                       "byte_offset_in_buffer");
+      uint8_t *b =
+          hex(cJSON_GetObjectItemCaseSensitive(pl, "data")->valuestring, &n);
+      uint64_t bi = num(pl, "buffer_index"),
+               off = num(pl, "byte_offset_in_buffer");
       assert_true(bi < t->d.buffer_count &&
                   off + n <= t->d.buffers[bi].size_bytes);
       memcpy(t->buf[bi] + off, b, n);

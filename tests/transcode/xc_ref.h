@@ -72,8 +72,7 @@ static inline uint64_t xc_ref_off(uint8_t tag, const hr_layout_params *p,
                                   const uint64_t *i) {
   uint64_t l = 0;
   switch (tag) {
-  case HR_LAYOUT_ROW_MAJOR:
-    return xc_lin(s, r, i);
+  case HR_LAYOUT_ROW_MAJOR: return xc_lin(s, r, i);
   case HR_LAYOUT_COLUMN_MAJOR:
     for (unsigned k = r; k-- > 0;)
       l = l * s[k] + i[k];
@@ -105,8 +104,7 @@ static inline uint64_t xc_ref_off(uint8_t tag, const hr_layout_params *p,
     uint64_t mr = p->mr;
     return i[0] / mr * mr * s[1] + i[1] * mr + i[0] % mr;
   }
-  default:
-    abort();
+  default: abort();
   }
 }
 
@@ -119,10 +117,8 @@ static inline uint64_t xc_ref_elems(uint8_t tag, const hr_layout_params *p,
     for (unsigned k = 0; k < r; k++)
       n *= xc_ceil(s[k], p->tile[k]) * p->tile[k];
     return n;
-  case HR_LAYOUT_PANEL:
-    return xc_ceil(s[0], p->mr) * p->mr * s[1];
-  default:
-    return xc_prod(s, r);
+  case HR_LAYOUT_PANEL: return xc_ceil(s[0], p->mr) * p->mr * s[1];
+  default: return xc_prod(s, r);
   }
 }
 
