@@ -41,16 +41,11 @@ typedef struct hr_client_options {
   /* Taps on the raw byte stream, from the first byte (NULL: none). */
   hr_tap_fn on_rx;
   hr_tap_fn on_tx;
-<<<<<<< HEAD
-  void *user_data;      /* for on_progress, on_rx, on_tx */
-  /* ---- appended in 0.1 (0: the default) ---- */
-  unsigned lanes;       /* connections of the session (1; at most
-                           HR_MAX_LANES): with more, a parallel GET's
-                           shards come over all of them
-                           (hr_engine_connect_group()); taps see lane 0 */
-=======
   void *user_data; /* for on_progress, on_rx, on_tx */
->>>>>>> main
+  /* ---- appended in 0.1 (0: the default) ---- */
+  unsigned lanes; /* connections of the session (1; at most HR_MAX_LANES):
+                     with more, a parallel GET's shards come over all of
+                     them (hr_engine_connect_group()); taps see lane 0 */
 } hr_client_options;
 
 /* Why a call failed. */
