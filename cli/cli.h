@@ -52,6 +52,7 @@ typedef struct cli_conn_opts {
   uint64_t expect_bytes; /* for the progress bar's percentage (0: ?) */
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
+  unsigned lanes;          /* connections of the session (0: one) */
 } cli_conn_opts;
 
 typedef struct cli_conn {

@@ -242,6 +242,7 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
   hr_client_options_default(&opts);
   if (o->timeout_ms)
     opts.timeout_ms = o->timeout_ms;
+  opts.lanes = o->lanes;
   opts.user_data = cc;
   if (o->dump_wire) {
     cc->dump = fopen(o->dump_wire, "wb");

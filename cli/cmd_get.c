@@ -1,7 +1,14 @@
 /*
  * `hurray get [--layout NAME]... [--allow-transcode] [--device NAME]
- *             [--parallel N] [--region OFF,...:SHAPE,...] [-o OUT.npy]
- *             [--stats] [--dump-wire FILE] [--timeout S] URL KEY`
+ *             [--parallel N] [--connections C]
+ *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
+ *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
+ *             URL KEY`
+ *
+ * --connections opens one session over C connections (its lanes): the
+ * shards of a --parallel GET travel over all of them.  --slice fetches
+ * the slice rank RANK of COUNT holds when the tensor is cut along DIM
+ * (tensor-parallel loading; the shape comes from LIST).
  *
  * Fetches one tensor.  With -o the result is always a valid .npy: a
  * ROW_MAJOR answer is written in C order, a COLUMN_MAJOR one in Fortran
@@ -26,8 +33,8 @@
 
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
-  "[--region OFF,...:SHAPE,...] [-o OUT.npy] [--stats] [--dump-wire FILE] "    \
-  "URL KEY"
+  "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -42,6 +49,9 @@ typedef struct get_args {
   uint8_t region_rank;
   uint64_t region_offset[HR_MAX_RANK];
   uint64_t region_shape[HR_MAX_RANK];
+  uint64_t connections;
+  int slice;
+  uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
   int stats;
   const char *dump;
@@ -150,6 +160,29 @@ static int parse_region(get_args *a, const char *s) {
     return -1;
   a->region = 1;
   a->region_rank = (uint8_t)n;
+  return 0;
+}
+
+/* "DIM:RANK/COUNT". */
+static int parse_slice(get_args *a, const char *s) {
+  char buf[96];
+  char *colon, *slash;
+
+  if (strlen(s) >= sizeof buf)
+    return -1;
+  strcpy(buf, s);
+  colon = strchr(buf, ':');
+  slash = colon ? strchr(colon + 1, '/') : NULL;
+  if (!colon || !slash)
+    return -1;
+  *colon = *slash = '\0';
+  if (cli_parse_u64(buf, &a->slice_dim) ||
+      cli_parse_u64(colon + 1, &a->slice_rank) ||
+      cli_parse_u64(slash + 1, &a->slice_count) ||
+      a->slice_dim >= HR_MAX_RANK || a->slice_count < 1 ||
+      a->slice_count > UINT32_MAX || a->slice_rank >= a->slice_count)
+    return -1;
+  a->slice = 1;
   return 0;
 }
 
@@ -305,7 +338,8 @@ static int transcoded_of(const hr_transfer_record *rec, const probe *pr) {
 }
 
 static void print_stats(const get_args *a, const hr_transfer_record *rec,
-                        hr_tensor *t, int converted, const probe *pr) {
+                        hr_tensor *t, int converted, const probe *pr,
+                        unsigned connections) {
   cJSON *o = cJSON_CreateObject(), *shape;
   const hr_descriptor *d = t ? hr_tensor_descriptor(t) : NULL;
   double secs = rec->finished > rec->started
@@ -335,7 +369,10 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
   else
     cJSON_AddNullToObject(o, "fallback");
   cJSON_AddNumberToObject(o, "shards", rec->shards);
+  /* lanes: connections the shards came over; connections: those of the
+   * session. */
   cJSON_AddNumberToObject(o, "lanes", rec->lanes);
+  cJSON_AddNumberToObject(o, "connections", connections);
   cJSON_AddNumberToObject(o, "bytes", (double)rec->bytes);
   cJSON_AddNumberToObject(o, "seconds", secs);
   cJSON_AddNumberToObject(o, "gb_per_s",
@@ -400,6 +437,17 @@ int cli_get(int argc, char **argv) {
           a.parallel > 65535)
         return cli_usage("get", SYNOPSIS,
                          "--parallel takes a number from 1 to 65535");
+    } else if (!strcmp(s, "--connections") && more) {
+      if (cli_parse_u64(argv[++i], &a.connections) || a.connections < 1 ||
+          a.connections > HR_MAX_LANES)
+        return cli_usage("get", SYNOPSIS,
+                         "--connections takes a number from 1 to %d",
+                         HR_MAX_LANES);
+    } else if (!strcmp(s, "--slice") && more) {
+      if (parse_slice(&a, argv[++i]))
+        return cli_usage("get", SYNOPSIS,
+                         "--slice wants DIM:RANK/COUNT with RANK < COUNT, "
+                         "e.g. 0:1/4");
     } else if (!strcmp(s, "--region") && more) {
       if (parse_region(&a, argv[++i]))
         return cli_usage("get", SYNOPSIS,
@@ -430,6 +478,8 @@ int cli_get(int argc, char **argv) {
   }
   if (npos != 2)
     return cli_usage("get", SYNOPSIS, "give a URL and a KEY");
+  if (a.slice && a.region)
+    return cli_usage("get", SYNOPSIS, "give --region or --slice, not both");
   key_len = strlen(a.key);
   if (key_len < 1 || key_len > HR_MAX_KEY)
     return cli_usage("get", SYNOPSIS, "keys are 1 to 1024 bytes");
@@ -440,6 +490,7 @@ int cli_get(int argc, char **argv) {
   co.dump_wire = a.dump;
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
+  co.lanes = (unsigned)a.connections;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 
@@ -452,7 +503,7 @@ int cli_get(int argc, char **argv) {
     if (h && (h->capability_flags & HR_CAP_LIST))
       hr_client_list(cc.client, (const uint8_t *)a.key, (uint16_t)key_len, NULL,
                      0, 1, probe_entry, &pr, NULL, NULL);
-    cli_progress_total(&cc, a.region ? 0 : pr.bytes, 0);
+    cli_progress_total(&cc, a.region || a.slice ? 0 : pr.bytes, 0);
   }
 
   memset(&go, 0, sizeof go);
@@ -475,7 +526,12 @@ int cli_get(int argc, char **argv) {
     go.region_shape = a.region_shape;
   }
   memset(&rec, 0, sizeof rec);
-  rv = hr_client_get(cc.client, &go, &t, &rec);
+  if (a.slice)
+    rv = hr_client_get_slice(cc.client, go.key, go.key_len,
+                             (unsigned)a.slice_dim, (uint32_t)a.slice_rank,
+                             (uint32_t)a.slice_count, &go, &t, &rec);
+  else
+    rv = hr_client_get(cc.client, &go, &t, &rec);
   cli_progress_done(&cc);
   if (rv) {
     char action[1100];
@@ -483,7 +539,7 @@ int cli_get(int argc, char **argv) {
     status =
         cli_client_fail("get", action, a.url, hr_client_last_error(cc.client));
     if (a.stats)
-      print_stats(&a, &rec, NULL, 0, &pr);
+      print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client));
     cli_disconnect(&cc, "get");
     return status;
   }
@@ -503,7 +559,7 @@ int cli_get(int argc, char **argv) {
   }
   fflush(stdout);
   if (a.stats)
-    print_stats(&a, &rec, t, converted, &pr);
+    print_stats(&a, &rec, t, converted, &pr, hr_client_lanes(cc.client));
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "get");
   return status ? status : rv;

@@ -31,12 +31,13 @@ static int key_ok(const uint8_t *k, size_t n, int allow_empty) {
 
 /* Reserves ids [id, id + count). */
 static int take_ids(hr_session *s, uint32_t count, uint32_t *first) {
-  uint64_t last = (uint64_t)s->next_id + count - 1;
-  if (s->next_id == 0 || last > UINT32_MAX)
+  hr_ids *d = s->ids;
+  uint64_t last = (uint64_t)d->next_id + count - 1;
+  if (d->next_id == 0 || last > UINT32_MAX)
     return HR_ERR_LIMIT;
-  *first = s->next_id;
-  hr__hist_add(s, s->next_id, (uint32_t)last);
-  s->next_id = last == UINT32_MAX ? 0 : (uint32_t)last + 1;
+  *first = d->next_id;
+  hr__hist_add(s, d->next_id, (uint32_t)last);
+  d->next_id = last == UINT32_MAX ? 0 : (uint32_t)last + 1;
   return 0;
 }
 
@@ -76,6 +77,12 @@ static void get_complete(hr_session *s, hr_stream *st, hr_tensor *t) {
   st->cb_done = 1;
   st->rec.finished = s->now;
   st->rec.bytes = st->rv.bytes;
+  if (st->lane_mask) {
+    unsigned n = 0;
+    for (uint64_t m = st->lane_mask; m; m &= m - 1)
+      n++;
+    st->rec.lanes = n;
+  }
   if (!t && !s->set.strict_composites && st->rv.root &&
       st->rv.root->desc.layout.tag == HR_LAYOUT_COMPOSITE && st->rv.ndone) {
     st->rec.partial = st->rv.done_list;
@@ -169,6 +176,68 @@ int hr__cli_cancel_others(hr_session *s, hr_stream *st, uint32_t except) {
         return hr__fatal(s, rv);
     }
   return 0;
+}
+
+/* ---- lanes -----------------------------------------------------------------
+ */
+
+/* Is shard i of GET `st` still to come? */
+static int shard_pending(const hr_stream *st, uint32_t i) {
+  return !(st->rv.shards && i < st->rv.nshards && st->rv.shards[i].ended);
+}
+
+/* May the server send a shard of GET `st` that is still to come on lane
+ * `pos` (i mod L == pos)?  L is at least the lanes joined when it was
+ * sent and at most the lanes there are now (joins on other connections may
+ * overtake the request), so every L in that range counts.  Shard `pos`
+ * itself lands there for any larger L. */
+static int get_uses_lane(const hr_stream *st, unsigned pos, unsigned hi) {
+  if (st->last == st->id)
+    return pos == 0;
+  uint32_t n = st->rv.nshards ? st->rv.nshards
+               : st->rv.root  ? 1
+                              : st->last - st->id + 1;
+  unsigned lo = st->cg.lanes_lo > pos ? st->cg.lanes_lo : pos + 1;
+  for (uint32_t i = pos; i < n; i++) {
+    if (!shard_pending(st, i))
+      continue;
+    if (i == pos)
+      return 1;
+    for (unsigned l = lo; l <= hi; l++)
+      if ((i - pos) % l == 0)
+        return 1;
+  }
+  return 0;
+}
+
+void hr__cli_lane_lost(hr_session *s, unsigned pos) {
+  unsigned hi = s->grp->nlanes + (s->grp->joining ? 1u : 0u);
+  for (size_t i = s->ntab; i-- > 0;) {
+    if (i >= s->ntab)
+      continue;
+    hr_stream *st = s->tab[i];
+    if (st->kind != HR_SK_CLI_GET || st->cb_done || st->req ||
+        !get_uses_lane(st, pos, hi))
+      continue;
+    hr__cli_stream_fail(s, st, HR_ERR_CLOSED, 0, 0,
+                        "a lane carrying its shards closed");
+    /* The shards on the other lanes would go on streaming. */
+    int rv = hr__cli_cancel_others(s, st, 0);
+    if (rv)
+      return;
+    hr__discard_add(s, st->id, st->last);
+    hr__stream_end(s, st);
+  }
+}
+
+/* The first closed lane's position (UINT32_MAX when none): shards at or
+ * above it could land on it. */
+static uint32_t first_closed_lane(const hr_session *s) {
+  unsigned n = hr__lanes_now(s);
+  for (unsigned i = 1; i < n; i++)
+    if (!hr__lane_at(s, i))
+      return i;
+  return UINT32_MAX;
 }
 
 /* ---- GET ----------------------------------------------------------------- */
@@ -279,8 +348,6 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
     rc = hr__recv_msg(s, st, &st->rv, m, &ws);
     if (rc)
       return get_local_fail(s, st, m->hdr.stream_id, rc, &ws);
-    if (m->hdr.type == HR_MSG_TENSOR_DATA)
-      s->rc.st = st;
     if (st->rv.complete) {
       hr_tensor *t = hr__recv_take(&st->rv);
       if (st->rv.shards)
@@ -321,12 +388,18 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
         o->layouts[i].tag == HR_LAYOUT_INVALID_FF ||
         (o->layouts[i].ext_len && !o->layouts[i].ext))
       return HR_ERR_INVALID_ARGUMENT;
-  if (!state_ok(s))
+  /* Requests go on lane 0 (§ 14.5), whichever lane was named. */
+  s = hr__request_lane(s);
+  if (!s || !state_ok(s))
     return HR_ERR_STATE;
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
   hr__api_enter(s);
   uint32_t count = (o->flags & HR_REQ_PARALLEL_OK) ? o->max_shards : 1;
+  /* Shards at or above a closed lane's position could be sent on it. */
+  uint32_t closed = first_closed_lane(s);
+  if (count > closed)
+    count = closed;
   uint32_t id = 0;
   hr_stream *st = NULL;
   int rv = take_ids(s, count, &id);
@@ -340,6 +413,8 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
   st->cg.cb = cb;
   st->cg.ud = ud;
   st->cg.opts = *o;
+  st->cg.opts.max_shards = (uint16_t)count;
+  st->cg.lanes_lo = hr__lanes_now(s);
   st->rec.transcoded = -1;
   st->rec.device = o->preferred_device;
   /* Keep the preferences (checked against every descriptor). */
@@ -377,7 +452,7 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
   cfg.direction = HR_RX_S2C;
   cfg.base_stream = id;
   cfg.request_flags = o->flags;
-  cfg.max_shards = (o->flags & HR_REQ_PARALLEL_OK) ? o->max_shards : 1;
+  cfg.max_shards = (uint16_t)count;
   cfg.strict = s->set.strict_composites ? 1 : 0;
   if (o->flags & HR_REQ_REGION) {
     cfg.region_rank = o->region_rank;
@@ -407,7 +482,7 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
     r->layouts[i] = o->layouts[i];
   r->preferred_device = o->preferred_device;
   r->min_alignment_log2 = o->min_alignment_log2;
-  r->max_shards = (o->flags & HR_REQ_PARALLEL_OK) ? o->max_shards : 1;
+  r->max_shards = (uint16_t)count;
   if (o->flags & HR_REQ_REGION) {
     r->region_rank = o->region_rank;
     for (unsigned k = 0; k < o->region_rank; k++) {
@@ -460,7 +535,8 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   int rv = put_check(t, 0);
   if (rv)
     return rv;
-  if (!state_ok(s))
+  s = hr__request_lane(s);
+  if (!s || !state_ok(s))
     return HR_ERR_STATE;
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
@@ -555,7 +631,8 @@ int hr_session_list(hr_session *s, const uint8_t *prefix, uint16_t prefix_len,
       !key_ok(start_after, start_after_len, 1) || max_entries < 1 ||
       max_entries > HR_MAX_LIST_ENTRIES)
     return HR_ERR_INVALID_ARGUMENT;
-  if (!state_ok(s))
+  s = hr__request_lane(s);
+  if (!s || !state_ok(s))
     return HR_ERR_STATE;
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
@@ -633,6 +710,8 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
   if (!st || st->ended || s->role != HR_ROLE_CLIENT ||
       (st->kind != HR_SK_CLI_GET && st->kind != HR_SK_CLI_PUT))
     return HR_ERR_NOT_FOUND;
+  /* The stream's lane (lane 0) sends the CANCELs. */
+  s = st->s;
   hr__api_enter(s);
   int rv = 0;
   if (st->req || (st->kind == HR_SK_CLI_PUT && !st->tx.cur &&

@@ -15,19 +15,20 @@
  * tensor stored ROW_MAJOR or COLUMN_MAJOR we choose the order its bytes
  * already have (identity / reversed), so the answer costs no copy.
  *
- * Shards: N = min(max_shards asked, our MAX_SHARDS, ceil(bytes / 16 MiB)),
- * cut along the outermost stored dimension of the layout sent (dim 0 for
- * row-major, TILED and PANEL; the last for column-major; order[0] for
- * PERMUTED), on whole tile rows or panels, as evenly as the extent allows.
- * Each shard of an untranscoded tensor is then one contiguous slab of its
- * buffer and is sent without a copy.  Sparse, STRIDED, INT4/UINT4 and
- * extension layouts are answered with one shard.
+ * Shards: N = min(max_shards asked, our MAX_SHARDS, lanes x
+ * shards_per_lane (4), ceil(bytes / shard_bytes (16 MiB)), the extent
+ * cut), cut along the outermost stored
+ * dimension of the layout sent whose extent in the box exceeds 1 (dim 0
+ * for row-major, the last for column-major, order[0] for PERMUTED, unless
+ * those are 1; always dim 0 on whole tile rows or panels for TILED and
+ * PANEL), into slices whose extents differ by at most one.  Each shard of
+ * an untranscoded tensor is then one contiguous run of its buffer and is
+ * sent without a copy.  Sparse, STRIDED, INT4/UINT4 and extension layouts
+ * are answered with one shard.
  */
 #include <string.h>
 
 #include "hr_session_int.h"
-
-#define SHARD_BYTES ((uint64_t)16 << 20)
 
 /* The layout chosen for one tensor. */
 typedef struct choice {
@@ -435,13 +436,40 @@ static hr_part *new_part(hr_session *s, hr_tx *tx) {
   return p;
 }
 
-/* Storage-outermost dimension of a dense layout. */
-static unsigned outer_dim(const hr_descriptor *d, const choice *c) {
-  if (c->tag == HR_LAYOUT_COLUMN_MAJOR)
-    return d->rank - 1;
-  if (c->tag == HR_LAYOUT_PERMUTED)
-    return c->native ? d->params.order[0] : c->params.order[0];
-  return 0;
+/* Dims from the storage-outermost to the innermost, for the layout sent
+ * (TILED and PANEL: row-major order of their tiles or panels). */
+static void storage_order(const hr_descriptor *d, const choice *c,
+                          unsigned *perm) {
+  for (unsigned k = 0; k < d->rank; k++) {
+    if (c->tag == HR_LAYOUT_COLUMN_MAJOR)
+      perm[k] = d->rank - 1 - k;
+    else if (c->tag == HR_LAYOUT_PERMUTED)
+      perm[k] = c->native ? d->params.order[k] : c->params.order[k];
+    else
+      perm[k] = k;
+  }
+}
+
+/* Shards of TILED and PANEL are slabs of whole tile rows / panels along
+ * dim 0, and INT4 ones whole bytes: their receivers place nothing else. */
+static int slab_only(const hr_descriptor *d, const choice *c) {
+  return c->tag == HR_LAYOUT_TILED || c->tag == HR_LAYOUT_PANEL ||
+         is_int4(d->element_type);
+}
+
+/* The dimension shards are cut along: the storage-outermost one whose
+ * extent in the box exceeds 1 (dims of extent 1 outside it leave every
+ * slice one contiguous run of the buffer); dim 0 for slab-only layouts. */
+static unsigned cut_dim(const hr_descriptor *d, const choice *c,
+                        const uint64_t *box_shape) {
+  unsigned perm[HR_MAX_RANK];
+  if (slab_only(d, c))
+    return 0;
+  storage_order(d, c, perm);
+  for (unsigned k = 0; k < d->rank; k++)
+    if (box_shape[perm[k]] > 1)
+      return perm[k];
+  return perm[0];
 }
 
 /* Slab unit along the outer dim: rows of a tile row or a panel. */
@@ -453,13 +481,45 @@ static uint64_t slab_unit(const hr_descriptor *d, const choice *c) {
   return 1;
 }
 
+/* Dense element layouts: is the box one contiguous run of the stored
+ * buffer?  It is when, in storage order, the dims inside some dim j span
+ * the whole tensor and those outside j have extent 1 in the box. */
+static int run_of(const hr_descriptor *d, const choice *c, const uint64_t *off,
+                  const uint64_t *shape, uint64_t *start, uint64_t *len) {
+  unsigned perm[HR_MAX_RANK];
+  storage_order(d, c, perm);
+  uint64_t esz = elem_bytes(d->element_type), elems = 1;
+  for (unsigned k = 0; k < d->rank; k++)
+    elems *= shape[k];
+  if (elems == 0) {
+    *start = *len = 0;
+    return 1;
+  }
+  unsigned j = d->rank - 1;
+  while (j > 0 && off[perm[j]] == 0 && shape[perm[j]] == d->shape[perm[j]])
+    j--;
+  for (unsigned i = 0; i < j; i++)
+    if (shape[perm[i]] != 1)
+      return 0;
+  uint64_t first = 0, stride = 1;
+  for (unsigned i = d->rank; i-- > 0;) {
+    first += off[perm[i]] * stride;
+    stride *= d->shape[perm[i]];
+  }
+  *start = first * esz;
+  *len = elems * esz;
+  return 1;
+}
+
 /* Is box a slab of the stored buffer (native or relabelled data only)?
  * Sets *start and *len to its byte range. */
 static int slab_of(const hr_descriptor *d, const choice *c, const uint64_t *off,
                    const uint64_t *shape, uint64_t *start, uint64_t *len) {
   if (!(c->native || c->relabel) || !is_dense(c->tag) || d->rank == 0)
     return 0;
-  unsigned od = outer_dim(d, c);
+  if (!slab_only(d, c))
+    return run_of(d, c, off, shape, start, len);
+  unsigned od = 0;
   for (unsigned k = 0; k < d->rank; k++)
     if (k != od && (off[k] != 0 || shape[k] != d->shape[k]))
       return 0;
@@ -697,8 +757,8 @@ void hr__answer_plan_free(hr_session *s, hr_answer_plan *plan) {
 }
 
 int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
-                      hr_answer_plan *plan, uint32_t *wire, char *msg,
-                      size_t msgcap) {
+                      unsigned lanes, hr_answer_plan *plan, uint32_t *wire,
+                      char *msg, size_t msgcap) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
   memset(plan, 0, sizeof *plan);
   *wire = 0;
@@ -769,23 +829,26 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
     for (unsigned k = 0; k < d->rank; k++)
       elems *= box_shape[k];
     uint64_t bytes = elems * elem_bytes(d->element_type);
-    uint64_t want = bytes / SHARD_BYTES + (bytes % SHARD_BYTES != 0);
+    uint64_t sb = s->set.shard_bytes;
+    uint64_t want = bytes / sb + (bytes % sb != 0);
     if (want > req->max_shards)
       want = req->max_shards;
     if (want > s->set.max_shards)
       want = s->set.max_shards;
-    unsigned od = outer_dim(d, &c);
+    if (want > (uint64_t)lanes * s->set.shards_per_lane)
+      want = (uint64_t)lanes * s->set.shards_per_lane;
+    unsigned od = cut_dim(d, &c, box_shape);
     uint64_t unit = slab_unit(d, &c);
     uint64_t units = unit ? (box_shape[od] + unit - 1) / unit : 0;
     if (want > units)
       want = units;
     n = want ? (uint32_t)want : 1;
     if (n > 1) {
-      plan->nshards = n;
       hr_tx *txs = hr__mem_realloc(&s->mem, plan->txs, n * sizeof *txs);
       if (!txs)
         return HR_ERR_NOMEM;
       plan->txs = txs;
+      plan->nshards = n;
       memset(txs + 1, 0, (n - 1) * sizeof *txs);
       for (uint32_t i = 0; i < n; i++) {
         uint64_t u0 = units * i / n, u1 = units * (i + 1) / n;

@@ -89,6 +89,8 @@ static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
   s->nrequests++;
   st->gh.st = st;
   st->sg.block_last = last;
+  /* L counts the lanes when the request arrives (§ 14.5). */
+  st->sg.lanes = hr__lanes_now(s);
   rv = copy_request(s, st, r);
   if (rv) {
     hr__stream_end(s, st);
@@ -133,7 +135,8 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   hr_answer_plan plan;
   uint32_t wire = 0;
   char msg[256] = "";
-  int rv = hr__select_answer(s, &st->sg.req, t, &plan, &wire, msg, sizeof msg);
+  int rv = hr__select_answer(s, &st->sg.req, t, st->sg.lanes, &plan, &wire, msg,
+                             sizeof msg);
   if (rv < 0) {
     hr__answer_plan_free(s, &plan);
     hr__fatal(s, rv);
@@ -150,16 +153,29 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   st->rec.device = plan.device;
   memcpy(st->rec.fallback, plan.fallback, sizeof st->rec.fallback);
   uint32_t n = plan.nshards ? plan.nshards : 1;
+  unsigned lanes = st->sg.lanes;
   st->rec.shards = n;
-  /* Shard 0 stays on the base stream; the others open id+1..id+N-1 and
-   * the rest of the reserved block is released. */
+  st->rec.lanes = n < lanes ? n : lanes;
+  /* Shard 0 stays on the base stream; the others open id+1..id+N-1, each
+   * on lane i mod L, and the rest of the reserved block is released. */
   st->last = st->id;
   st->tx = plan.txs[0];
   memset(&plan.txs[0], 0, sizeof plan.txs[0]);
   st->nshards = n;
   for (uint32_t i = 1; i < n && rv == 0; i++) {
+    hr_session *lane = hr__lane_at(s, i % lanes);
+    if (!lane) {
+      /* Its lane closed: that shard cannot be sent, the client fails the
+       * transfer when it sees the lane go. */
+      hr_transfer_record rec = st->rec;
+      rec.status = HR_ERR_CLOSED;
+      hr__set_msg(rec.message, sizeof rec.message, "its lane closed", 15);
+      rec.finished = s->now;
+      hr__report_transfer(s, &rec);
+      continue;
+    }
     hr_stream *sh;
-    rv = hr__stream_new(s, HR_SK_SRV_GET, st->id + i, st->id + i, &sh);
+    rv = hr__stream_new(lane, HR_SK_SRV_GET, st->id + i, st->id + i, &sh);
     if (rv) {
       hr__fatal(s, rv);
       break;
@@ -172,7 +188,7 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
     sh->rec = st->rec;
     sh->tx = plan.txs[i];
     memset(&plan.txs[i], 0, sizeof plan.txs[i]);
-    hr__ready_add(s, sh);
+    hr__ready_add(lane, sh);
   }
   hr__answer_plan_free(s, &plan);
   if (rv == 0) {
@@ -376,8 +392,6 @@ static int srv_put_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
                               "no memory for the tensor");
     if (rv)
       return hr__fatal(s, rv);
-    if (m->hdr.type == HR_MSG_TENSOR_DATA)
-      s->rc.st = st;
     if (st->rv.complete)
       return put_commit(s, st);
     return 0;
@@ -507,6 +521,14 @@ static int srv_list_open(hr_session *s, const hr_msg *m) {
 int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
   (void)ws;
   uint32_t sid = m->hdr.stream_id, last = sid;
+  if (s->grp && s->lane != 0) {
+    /* Requests go on lane 0 (§ 14.5): the id is used up all the same. */
+    hr__hist_add(s, sid, sid);
+    if (m->hdr.type == HR_MSG_TENSOR_PUT)
+      hr__discard_add(s, sid, sid);
+    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
+                            "requests go on lane 0 of the session");
+  }
   if (m->hdr.type == HR_MSG_TENSOR_REQUEST &&
       (m->u.request.flags & HR_REQ_PARALLEL_OK)) {
     uint64_t end = (uint64_t)sid + m->u.request.max_shards - 1;
@@ -516,7 +538,7 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
     last = (uint32_t)end;
   }
   hr__hist_add(s, sid, last);
-  s->last_open_first = sid;
+  s->ids->last_open_first = sid;
   if (s->goaway_sent && sid > s->goaway_last) {
     if (m->hdr.type == HR_MSG_TENSOR_PUT)
       hr__discard_add(s, sid, sid);

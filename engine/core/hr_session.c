@@ -169,6 +169,8 @@ void hr_settings_default(hr_settings *st) {
   st->transcode_window = 4;
   st->strict_composites = 1;
   st->peer_name = NULL;
+  st->shard_bytes = (uint64_t)16 << 20;
+  st->shards_per_lane = 4;
 }
 
 /* ---- id history and the discard set -------------------------------------- */
@@ -202,22 +204,31 @@ static int range_has(const hr_idrange *ring, unsigned cap, unsigned n,
 }
 
 void hr__hist_add(hr_session *s, uint32_t first, uint32_t last) {
-  range_add(s->hist, HR_ID_HISTORY, &s->nhist, &s->hist_head, first, last);
-  if (last > s->max_seen)
-    s->max_seen = last;
+  hr_ids *d = s->ids;
+  range_add(d->hist, HR_ID_HISTORY, &d->nhist, &d->hist_head, first, last);
+  if (last > d->max_seen)
+    d->max_seen = last;
 }
 
 void hr__discard_add(hr_session *s, uint32_t first, uint32_t last) {
-  range_add(s->discard, HR_DISCARD_RANGES, &s->ndiscard, &s->discard_head,
+  hr_ids *d = s->ids;
+  range_add(d->discard, HR_DISCARD_RANGES, &d->ndiscard, &d->discard_head,
             first, last);
+}
+
+static int discarded(const hr_session *s, uint32_t id) {
+  const hr_ids *d = s->ids;
+  return range_has(d->discard, HR_DISCARD_RANGES, d->ndiscard, d->discard_head,
+                   id);
 }
 
 /* Was `id` (<= max_seen) ever opened?  Ids older than the history are
  * assumed to have been (the lenient reading once it is forgotten). */
 static int was_opened(const hr_session *s, uint32_t id) {
-  if (range_has(s->hist, HR_ID_HISTORY, s->nhist, s->hist_head, id))
+  const hr_ids *d = s->ids;
+  if (range_has(d->hist, HR_ID_HISTORY, d->nhist, d->hist_head, id))
     return 1;
-  if (s->nhist == HR_ID_HISTORY && id < s->hist[s->hist_head].first)
+  if (d->nhist == HR_ID_HISTORY && id < d->hist[d->hist_head].first)
     return 1;
   return 0;
 }
@@ -236,11 +247,26 @@ static size_t tab_lower(const hr_session *s, uint32_t id) {
   return lo;
 }
 
-hr_stream *hr__stream_find(const hr_session *s, uint32_t id) {
+static hr_stream *find_here(const hr_session *s, uint32_t id) {
   size_t i = tab_lower(s, id);
   if (i < s->ntab && s->tab[i]->id <= id && id <= s->tab[i]->last)
     return s->tab[i];
   return NULL;
+}
+
+/* Stream ids are per session: with lanes, the stream may live in any
+ * lane's table. */
+hr_stream *hr__stream_find(const hr_session *s, uint32_t id) {
+  hr_stream *st = find_here(s, id);
+  const hr_group *g = s->grp;
+  if (st || !g)
+    return st;
+  for (unsigned i = 0; i < g->nlanes && !st; i++)
+    if (g->lanes[i] && g->lanes[i] != s)
+      st = find_here(g->lanes[i], id);
+  if (!st && g->joining && g->joining != s)
+    st = find_here(g->joining, id);
+  return st;
 }
 
 static int tab_insert(hr_session *s, hr_stream *st) {
@@ -269,6 +295,13 @@ static void tab_remove(hr_session *s, hr_stream *st) {
   s->ntab--;
 }
 
+/* Stream activity holds off the idle timer of every lane. */
+static void note_activity(hr_session *s) {
+  s->last_activity = s->now;
+  if (s->grp)
+    s->grp->last_activity = s->now;
+}
+
 int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
                    hr_stream **out) {
   hr_stream *st = hr__mem_calloc(&s->mem, 1, sizeof *st);
@@ -284,7 +317,7 @@ int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
     hr__mem_free(&s->mem, st);
     return rv;
   }
-  s->last_activity = s->now;
+  note_activity(s);
   *out = st;
   return 0;
 }
@@ -312,9 +345,33 @@ static void stream_release(hr_session *s, hr_stream *st) {
 
 static void check_drained(hr_session *s);
 
+/* Calls fn on every session of s's group (s alone without one). */
+static void each_lane(hr_session *s, void (*fn)(hr_session *, void *),
+                      void *arg) {
+  hr_group *g = s->grp;
+  if (!g) {
+    fn(s, arg);
+    return;
+  }
+  for (unsigned i = 0; i < g->nlanes; i++)
+    if (g->lanes[i] && !g->lanes[i]->deleted)
+      fn(g->lanes[i], arg);
+  if (g->joining && !g->joining->deleted)
+    fn(g->joining, arg);
+}
+
+static void forget_stream(hr_session *s, void *st) {
+  /* A frame of it may be arriving on any lane. */
+  if (s->rc.st == st)
+    s->rc.st = NULL;
+  check_drained(s);
+}
+
 void hr__stream_end(hr_session *s, hr_stream *st) {
   if (st->ended)
     return;
+  /* Whichever lane ended it, it belongs to its owner's table. */
+  s = st->s;
   st->ended = 1;
   if (st->counted) {
     st->counted = 0;
@@ -322,14 +379,12 @@ void hr__stream_end(hr_session *s, hr_stream *st) {
   }
   hr__ready_remove(s, st);
   tab_remove(s, st);
-  if (s->rc.st == st)
-    s->rc.st = NULL;
   hr__work_detach_stream(st);
   stream_release(s, st);
   st->zlink = s->zombies;
   s->zombies = st;
-  s->last_activity = s->now;
-  check_drained(s);
+  note_activity(s);
+  each_lane(s, forget_stream, st);
 }
 
 static void free_zombies(hr_session *s) {
@@ -340,9 +395,10 @@ static void free_zombies(hr_session *s) {
   }
 }
 
-/* DRAINING with nothing left to do: the connection may close. */
+/* DRAINING with nothing left to do: the connection may close.  A lane
+ * waits for the whole session: its streams may still get shards on it. */
 static void check_drained(hr_session *s) {
-  if (s->state == HR_CS_DRAINING && s->ntab == 0)
+  if (s->state == HR_CS_DRAINING && hr__session_streams(s) == 0)
     hr__session_set_state(s, HR_CS_CLOSED);
 }
 
@@ -388,20 +444,64 @@ int hr__status_for_wire(uint32_t code) {
 
 static void session_free(hr_session *s);
 
-static void enter(hr_session *s, hr_tstamp now) {
-  s->depth++;
-  if (now != HR_TSTAMP_NEVER && now > s->now)
-    s->now = now;
+static void set_now(hr_session *s, void *now) {
+  if (*(hr_tstamp *)now > s->now)
+    s->now = *(hr_tstamp *)now;
 }
 
-static void leave(hr_session *s) {
-  if (--s->depth > 0)
-    return;
+/* With lanes, one lane's input runs code on behalf of another (a shard
+ * lands in lane 0's GET): every lane shares the clock and the bracket. */
+static void enter(hr_session *s, hr_tstamp now) {
+  s->depth++;
+  if (s->grp)
+    s->grp->depth++;
+  if (now != HR_TSTAMP_NEVER)
+    each_lane(s, set_now, &now);
+}
+
+static void settle_one(hr_session *s) {
   free_zombies(s);
   if (s->del_pending) {
     s->del_pending = 0;
     hr_session_del(s);
   }
+}
+
+/* No call runs on any lane: free what lanes ended, run deferred deletes
+ * (which may change the lanes, hence the restart). */
+static void group_settle(hr_group *g) {
+  g->refs++;
+  for (int again = 1; again;) {
+    again = 0;
+    for (unsigned i = 0; i < g->nlanes && !again; i++) {
+      hr_session *l = g->lanes[i];
+      if (l && !l->deleted) {
+        again = l->del_pending;
+        settle_one(l);
+      }
+    }
+    if (!again && g->joining && !g->joining->deleted) {
+      again = g->joining->del_pending;
+      settle_one(g->joining);
+    }
+  }
+  hr__group_unref(g);
+}
+
+static void leave(hr_session *s) {
+  hr_group *g = s->grp;
+  s->depth--;
+  if (g) {
+    if (--g->depth == 0)
+      group_settle(g);
+    return;
+  }
+  if (s->depth == 0)
+    settle_one(s);
+}
+
+static int in_callback(const hr_session *s) {
+  return s->in_cb || (s->grp && s->grp->in_cb);
 }
 
 void hr__api_enter(hr_session *s) { enter(s, HR_TSTAMP_NEVER); }
@@ -428,6 +528,8 @@ static void fail_all(hr_session *s, int status, uint32_t wire, int sent,
     }
     hr__mem_free(&s->mem, p);
   }
+  /* Shards of other lanes' transfers that were to come on this one. */
+  hr__group_lane_down(s);
 }
 
 /* Keeps only the partly written head item (framing must stay intact). */
@@ -477,6 +579,11 @@ int hr__conn_error(hr_session *s, uint32_t code, const char *text) {
 
 int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
                      const char *text) {
+  /* An open stream's ERROR goes out on the lane that owns it: the shard's
+   * lane on a server, lane 0 on a client (§ 25.2). */
+  hr_stream *owner = hr__stream_find(s, sid);
+  if (owner)
+    s = owner->s;
   int rv = hr__out_error(s, sid, code, text);
   if (rv)
     return hr__fatal(s, rv);
@@ -491,13 +598,13 @@ int hr__stream_error(hr_session *s, uint32_t sid, uint32_t code,
     /* The other shards of a client GET would go on streaming. */
     if (s->role == HR_ROLE_CLIENT && st->kind == HR_SK_CLI_GET &&
         st->last > st->id) {
-      rv = hr__cli_cancel_others(s, st, sid);
+      rv = hr__cli_cancel_others(st->s, st, sid);
       if (rv)
         return rv;
     }
-    hr__stream_fail(s, st, HR_ERR_PROTO, code, 1, text);
+    hr__stream_fail(st->s, st, HR_ERR_PROTO, code, 1, text);
     if (!st->ended)
-      hr__stream_end(s, st);
+      hr__stream_end(st->s, st);
   }
   /* Whatever the peer already sent on it is dropped silently. */
   hr__discard_add(s, first, last);
@@ -534,7 +641,7 @@ static int send_hello(hr_session *s, uint16_t minor) {
   h->device_count = s->set.devices ? s->set.device_count : 1;
   h->memory_classes = std_memory;
   h->memory_class_count = 1;
-  uint8_t ext[HR_MAX_KEY + 256 + 64];
+  uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX];
   size_t n = 0;
   int w;
   uint16_t count = 0;
@@ -557,6 +664,18 @@ static int send_hello(hr_session *s, uint16_t minor) {
     uint8_t ms[2] = {(uint8_t)(s->set.max_shards & 0xFF),
                      (uint8_t)(s->set.max_shards >> 8)};
     w = hr_ext_put(ext + n, sizeof ext - n, HR_EXT_MAX_SHARDS, ms, 2);
+    if (w > 0) {
+      n += (size_t)w;
+      count++;
+    }
+  }
+  /* Lanes: the server names the session (every lane's SERVER_HELLO
+   * carries the same token); a joining client sends it back. */
+  if (s->grp && s->grp->token_len) {
+    uint16_t type =
+        s->role == HR_ROLE_SERVER ? HR_EXT_SESSION_TOKEN : HR_EXT_SESSION_JOIN;
+    w = hr_ext_put(ext + n, sizeof ext - n, type, s->grp->token,
+                   s->grp->token_len);
     if (w > 0) {
       n += (size_t)w;
       count++;
@@ -616,6 +735,9 @@ static int on_hello(hr_session *s, const hr_msg_header *hdr,
     if (s->peer.version_minor > HR_VERSION_MINOR_WIRE)
       return hr__conn_error(s, HR_WIRE_UNSUPPORTED_VERSION,
                             "SERVER_HELLO version_minor above ours");
+    const char *why = NULL;
+    if (hr__group_on_server_hello(s, &why))
+      return hr__conn_error(s, HR_WIRE_PROTOCOL_VIOLATION, why);
     s->peer_max_shards = s->peer.exts.max_shards;
     return established(s);
   }
@@ -635,6 +757,14 @@ static int on_hello(hr_session *s, const hr_msg_header *hdr,
     if (wire)
       return conn_error_status(s, wire, "connection refused", HR_ERR_REMOTE);
   }
+  /* A new session, or a lane joining one (§ 14.5). */
+  uint32_t wire = 0;
+  const char *why = NULL;
+  rv = hr__group_on_client_hello(s, &wire, &why);
+  if (rv < 0)
+    return hr__fatal(s, rv);
+  if (rv)
+    return conn_error_status(s, wire, why, HR_ERR_REMOTE);
   /* We answer with the lower of the two minors (§ 6). */
   uint16_t minor = HR_VERSION_MINOR_WIRE;
   if (s->peer.version_minor < minor)
@@ -695,6 +825,7 @@ static int on_conn_msg(hr_session *s, const hr_msg *m) {
                 m->u.error.message_len);
     uint32_t code = m->u.error.code > HR_WIRE_ERROR_LAST ? HR_WIRE_INTERNAL
                                                          : m->u.error.code;
+    s->refused = s->state == HR_CS_AWAIT_HELLO;
     out_truncate(s);
     hr__session_set_state(s, HR_CS_CLOSED);
     if (s->cbs.on_error) {
@@ -736,7 +867,7 @@ static int classify(hr_session *s, const hr_msg_header *h, hr_stream **st) {
   if (sid == 0)
     return r == R_CONN || t == HR_MSG_ERROR ? K_CONN : K_CONN_PV;
   if (r == R_OPEN)
-    return sid > s->max_seen ? K_OPEN : K_CONN_PV;
+    return sid > s->ids->max_seen ? K_OPEN : K_CONN_PV;
   if (r == R_CONN || r == R_BAD_CONN)
     return K_CONN_PV;
   hr_stream *found = hr__stream_find(s, sid);
@@ -744,19 +875,24 @@ static int classify(hr_session *s, const hr_msg_header *h, hr_stream **st) {
     *st = found;
     return r == R_BAD_STREAM ? K_STREAM_PV : K_STREAM;
   }
-  if (range_has(s->discard, HR_DISCARD_RANGES, s->ndiscard, s->discard_head,
-                sid))
+  if (discarded(s, sid))
     return K_DROP;
-  if (sid <= s->max_seen && was_opened(s, sid))
+  if (sid <= s->ids->max_seen && was_opened(s, sid))
     return r == R_STREAM && is_race(t) ? K_DROP : K_STREAM_PV;
   return K_CONN_PV;
 }
 
 /* ---- receive ------------------------------------------------------------- */
 
+/* A message for stream `st` arrived on lane `s`.  The stream's owner
+ * handles it, whichever lane carried it, so that what it answers goes
+ * out on the owner's lane. */
 static int stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
-  return s->role == HR_ROLE_SERVER ? hr__srv_on_stream_msg(s, st, m)
-                                   : hr__cli_on_stream_msg(s, st, m);
+  hr_session *o = st->s;
+  if (s->grp && s->lane >= 0 && s->lane < 64)
+    st->lane_mask |= (uint64_t)1 << s->lane;
+  return o->role == HR_ROLE_SERVER ? hr__srv_on_stream_msg(o, st, m)
+                                   : hr__cli_on_stream_msg(o, st, m);
 }
 
 static int on_message(hr_session *s, const hr_msg_header *hdr,
@@ -863,6 +999,10 @@ static int on_data(hr_session *s, const hr_reader_event *ev) {
       m.u.data.offset = ev->frame_offset;
       m.u.data.data_len = ev->frame_len;
       rv = stream_msg(s, st, &m);
+      /* Accepted: the frame's bytes go to the stream's destination (this
+       * lane's cursor, whichever lane owns the stream). */
+      if (rv == 0 && !st->ended)
+        s->rc.st = st;
       break;
     }
     default: /* K_DROP: discard the bytes */
@@ -901,10 +1041,9 @@ static int on_reader_error(hr_session *s, const hr_reader_event *ev) {
   if (ev->status.code == HR_WIRE_UNKNOWN_MESSAGE_TYPE ||
       hr__stream_find(s, sid))
     return hr__stream_error(s, sid, ev->status.code, ev->status.reason);
-  if (range_has(s->discard, HR_DISCARD_RANGES, s->ndiscard, s->discard_head,
-                sid))
+  if (discarded(s, sid))
     return 0;
-  if (sid <= s->max_seen && was_opened(s, sid))
+  if (sid <= s->ids->max_seen && was_opened(s, sid))
     return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                             "message on an ended stream");
   return hr__conn_error(s, HR_WIRE_PROTOCOL_VIOLATION,
@@ -915,7 +1054,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
                         hr_tstamp now) {
   if (!s || (!in && len))
     return HR_ERR_INVALID_ARGUMENT;
-  if (s->in_cb)
+  if (in_callback(s))
     return HR_ERR_IN_CALLBACK;
   if (s->fatal)
     return s->fatal;
@@ -961,7 +1100,8 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
 }
 
 int hr_session_recv_target(hr_session *s, void **dst, size_t *len) {
-  if (!s || !dst || !len || s->in_cb || s->fatal || s->state == HR_CS_CLOSED)
+  if (!s || !dst || !len || in_callback(s) || s->fatal ||
+      s->state == HR_CS_CLOSED)
     return 0;
   uint8_t bi;
   uint64_t off;
@@ -985,7 +1125,7 @@ int hr_session_recv_target(hr_session *s, void **dst, size_t *len) {
 int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
   if (!s)
     return HR_ERR_INVALID_ARGUMENT;
-  if (s->in_cb)
+  if (in_callback(s))
     return HR_ERR_IN_CALLBACK;
   if (s->fatal)
     return s->fatal;
@@ -1017,7 +1157,7 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
 int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
   if (!s || (!iov && max > 0) || max < 0)
     return HR_ERR_INVALID_ARGUMENT;
-  if (s->in_cb)
+  if (in_callback(s))
     return HR_ERR_IN_CALLBACK;
   if (s->fatal)
     return s->fatal;
@@ -1035,6 +1175,7 @@ void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now) {
     return;
   if (now != HR_TSTAMP_NEVER && now > s->now)
     s->now = now;
+  s->consumed += n;
   hr__out_consume(s, n);
 }
 
@@ -1063,6 +1204,14 @@ static hr_tstamp add_ts(hr_tstamp a, uint64_t b) {
 
 static hr_tstamp min_ts(hr_tstamp a, hr_tstamp b) { return a < b ? a : b; }
 
+/* Idle counts the whole session: a lane with no stream of its own carries
+ * the shards of streams that live on other lanes. */
+static hr_tstamp idle_since(const hr_session *s) {
+  if (s->grp && s->grp->last_activity > s->last_activity)
+    return s->grp->last_activity;
+  return s->last_activity;
+}
+
 hr_tstamp hr_session_get_expiry(const hr_session *s) {
   if (!s || s->fatal || s->state == HR_CS_CLOSED)
     return HR_TSTAMP_NEVER;
@@ -1071,8 +1220,9 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
   if (!hr_reader_at_boundary(s->rd) && s->set.read_timeout)
     t = min_ts(t, add_ts(s->msg_started, s->set.read_timeout));
-  if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout)
-    t = min_ts(t, add_ts(s->last_activity, s->set.idle_timeout));
+  if (s->state != HR_CS_AWAIT_HELLO && hr__session_streams(s) == 0 &&
+      s->set.idle_timeout)
+    t = min_ts(t, add_ts(idle_since(s), s->set.idle_timeout));
   if (s->role == HR_ROLE_CLIENT && s->state != HR_CS_AWAIT_HELLO &&
       s->set.keepalive_interval) {
     if (s->keepalive_out)
@@ -1152,8 +1302,9 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
   } else {
     /* Idle: no stream open and none opened or ended for idle_timeout
      * (PINGs do not count, or two keepalive peers would never idle). */
-    if (s->state != HR_CS_AWAIT_HELLO && s->ntab == 0 && s->set.idle_timeout) {
-      if (now >= add_ts(s->last_activity, s->set.idle_timeout) &&
+    if (s->state != HR_CS_AWAIT_HELLO && hr__session_streams(s) == 0 &&
+        s->set.idle_timeout) {
+      if (now >= add_ts(idle_since(s), s->set.idle_timeout) &&
           !s->goaway_sent) {
         rv = hr_session_shutdown(s, now);
         hr__session_set_state(s, HR_CS_CLOSED);
@@ -1209,8 +1360,9 @@ int hr_session_shutdown(hr_session *s, hr_tstamp now) {
     m.hdr.type = HR_MSG_GOAWAY;
     /* The last request accepted, counted by its first id (§ 18); a
      * client names the last stream it opened. */
-    m.u.goaway.last_stream_id = s->goaway_last =
-        s->role == HR_ROLE_SERVER ? s->last_open_first : s->next_id - 1;
+    m.u.goaway.last_stream_id = s->goaway_last = s->role == HR_ROLE_SERVER
+                                                     ? s->ids->last_open_first
+                                                     : s->ids->next_id - 1;
     m.u.goaway.code = HR_WIRE_NO_ERROR;
     rv = hr__out_msg(s, &m, 0);
     if (rv == 0) {
@@ -1246,7 +1398,9 @@ int hr_session_role(const hr_session *s) { return s ? s->role : -1; }
 const hr_hello *hr_session_peer_hello(const hr_session *s) {
   return s && s->have_peer && s->state != HR_CS_AWAIT_HELLO ? &s->peer : NULL;
 }
-size_t hr_session_stream_count(const hr_session *s) { return s ? s->ntab : 0; }
+size_t hr_session_stream_count(const hr_session *s) {
+  return s ? hr__session_streams(s) : 0;
+}
 const char *hr_session_state_name(const hr_session *s) {
   return s ? hr__conn_state_names[s->state] : "NULL";
 }
@@ -1254,6 +1408,14 @@ const char *hr_session_state_name(const hr_session *s) {
 int hr_session_new(hr_session **out, int role, const hr_settings *settings,
                    const hr_session_callbacks *cbs, const hr_provider *provider,
                    void *user_data, hr_tstamp now, const hr_mem *mem) {
+  return hr__session_create(out, role, settings, cbs, provider, user_data, now,
+                            mem, NULL);
+}
+
+int hr__session_create(hr_session **out, int role, const hr_settings *settings,
+                       const hr_session_callbacks *cbs,
+                       const hr_provider *provider, void *user_data,
+                       hr_tstamp now, const hr_mem *mem, hr_group *join) {
   if (!out || (role != HR_ROLE_CLIENT && role != HR_ROLE_SERVER))
     return HR_ERR_INVALID_ARGUMENT;
   hr_settings def;
@@ -1275,6 +1437,10 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
   s->mem = *m;
   s->role = role;
   s->set = *in;
+  if (!s->set.shard_bytes)
+    s->set.shard_bytes = (uint64_t)16 << 20;
+  if (!s->set.shards_per_lane)
+    s->set.shards_per_lane = 4;
   s->ud = user_data;
   s->now = now;
   s->created = now;
@@ -1282,7 +1448,8 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
   s->last_activity = now;
   s->msg_started = now;
   s->peer_max = HR_PREHELLO_MAX_PAYLOAD;
-  s->next_id = 1;
+  s->ids = &s->own_ids;
+  s->ids->next_id = 1;
   s->wctx.transport = HR_TRANSPORT_NETWORK;
   if (cbs) {
     size_t n = cbs->size < sizeof s->cbs ? cbs->size : sizeof s->cbs;
@@ -1341,6 +1508,14 @@ int hr_session_new(hr_session **out, int role, const hr_settings *settings,
   int rv = hr_reader_new(&s->rd, &rs, &s->mem);
   if (rv)
     goto nomem;
+  if (join) {
+    /* A lane joining a session: it shares the session's ids from the
+     * start; its position comes with its SERVER_HELLO. */
+    s->grp = join;
+    s->lane = HR_LANE_NONE;
+    s->ids = &join->ids;
+    join->refs++;
+  }
   if (role == HR_ROLE_CLIENT && send_hello(s, HR_VERSION_MINOR_WIRE))
     goto nomem;
   *out = s;
@@ -1351,6 +1526,8 @@ nomem:
 }
 
 static void session_free(hr_session *s) {
+  hr__group_leave(s);
+  hr__registry_unref(s->reg);
   hr__out_clear(s);
   free_zombies(s);
   while (s->pings) {
@@ -1370,9 +1547,15 @@ static void session_free(hr_session *s) {
 void hr_session_del(hr_session *s) {
   if (!s || s->deleted)
     return;
-  if (s->depth || s->in_cb) {
+  hr_group *g = s->grp;
+  /* Another lane inside a call may hold this session's streams. */
+  if (s->depth || in_callback(s) || (g && g->depth)) {
     s->del_pending = 1;
     return;
+  }
+  if (g) {
+    g->refs++;
+    g->depth++;
   }
   s->depth++;
   if (s->state != HR_CS_CLOSED)
@@ -1380,6 +1563,13 @@ void hr_session_del(hr_session *s) {
   fail_all(s, HR_ERR_CLOSED, 0, 0, "session deleted");
   s->depth--;
   s->deleted = 1;
+  hr__group_leave(s);
+  if (g) {
+    /* Streams the failures ended on other lanes can go now. */
+    if (--g->depth == 0)
+      group_settle(g);
+    hr__group_unref(g);
+  }
   if (s->works_inflight == 0)
     session_free(s);
   else {

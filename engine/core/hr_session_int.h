@@ -187,6 +187,7 @@ typedef struct hr_srvget_state {
   int answered; /* hr_get_answer/fail called */
   int in_on_get;
   uint32_t block_last; /* last id of the reserved block */
+  unsigned lanes;      /* L: lanes when the request arrived */
 } hr_srvget_state;
 
 struct hr_srv_get {
@@ -210,6 +211,9 @@ typedef struct hr_cliget_state {
   char fail_msg[256];
   uint8_t *ended; /* per shard stream: ended (N known) */
   int base_ended; /* the base id got ERROR/END */
+  /* Lanes joined when it was sent: the server counts at least these
+   * (§ 14.5), more when joins overtook the request. */
+  unsigned lanes_lo;
 } hr_cliget_state;
 
 struct hr_stream {
@@ -246,7 +250,8 @@ struct hr_stream {
   size_t list_len;
   /* Shard streams of one server answer share the base's request. */
   hr_stream *base;
-  uint32_t nshards; /* server shard streams: N */
+  uint64_t lane_mask; /* client GET: lanes its messages arrived on */
+  uint32_t nshards;   /* server shard streams: N */
   uint32_t shard_index;
   hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
 };
@@ -288,6 +293,91 @@ typedef struct hr_idrange {
 #define HR_DISCARD_RANGES 256 /* ranges whose late messages are dropped */
 #define HR_CTRL_BACKLOG_MAX ((uint64_t)1 << 20) /* flood limit (bytes) */
 
+/* The stream id space of a session (§ 21).  Stream ids belong to the
+ * session, not to a connection (§ 14.5): the lanes of a group share one. */
+typedef struct hr_ids {
+  uint32_t max_seen;        /* highest id opened or reserved */
+  uint32_t last_open_first; /* server: first id of the last request */
+  uint32_t next_id;         /* client: next id to use */
+  hr_idrange hist[HR_ID_HISTORY];
+  unsigned nhist, hist_head;
+  hr_idrange discard[HR_DISCARD_RANGES];
+  unsigned ndiscard, discard_head;
+} hr_ids;
+
+/* ---- lanes: one session over several connections (hr_group.c) ---------- */
+
+#define HR_LANE_NONE (-1) /* not in a group, or joining */
+#define HR_TOKEN_MAX 255  /* longest SESSION_TOKEN a client keeps */
+#define HR_TOKEN_LEN 16   /* bytes of the tokens this server makes */
+
+/*
+ * The connections of one session (§ 14.5), each driven by its own
+ * hr_session on the same thread.  A lane keeps its position (join order)
+ * for the session's life: a lane that closed still counts in `nlanes`, so
+ * both peers map shard i to lane i mod L the same way whatever they know
+ * about closed connections.  The group shares what is per session: the
+ * id space, and the call and callback brackets (so that a stream ended
+ * on behalf of one lane is freed only when no lane is inside a call).
+ */
+struct hr_group {
+  int refs; /* one per lane session, plus the application's handle */
+  int has_handle;
+  hr_mem mem;
+  int role;
+  hr_ids ids;
+  hr_session *lanes[HR_MAX_LANES]; /* by position; NULL once deleted */
+  unsigned nlanes;                 /* positions taken (closed included) */
+  hr_session *joining;             /* client: HELLO sent, no answer yet */
+  uint8_t token[HR_TOKEN_MAX];
+  uint16_t token_len;
+  hr_registry *reg; /* server: registered there (NULL: not / no longer) */
+  int depth;        /* public calls in progress on any lane */
+  int in_cb;        /* callbacks in progress on any lane */
+  hr_tstamp last_activity;
+};
+
+struct hr_registry {
+  int refs; /* the application's handle plus one per attached session */
+  hr_mem mem;
+  hr_random_fn random;
+  void *random_ud;
+  hr_group **groups; /* sorted by token */
+  size_t n, cap;
+};
+
+/* Lane bookkeeping (hr_group.c). */
+/* Server: the CLIENT_HELLO arrived: joins the session it names or starts
+ * a new one.  Returns 0, 1 when refused (*wire set), or fatal. */
+int hr__group_on_client_hello(hr_session *s, uint32_t *wire, const char **why);
+/* Client: this lane's SERVER_HELLO arrived.  Returns 0, 1 when it must be
+ * refused (*why set, PROTOCOL_VIOLATION), or fatal. */
+int hr__group_on_server_hello(hr_session *s, const char **why);
+/* The lane closed (idempotent): the transfers that had shards on it
+ * fail. */
+void hr__group_lane_down(hr_session *s);
+/* The session is being freed: leaves its group. */
+void hr__group_leave(hr_session *s);
+/* Lanes when a request arrives (1 without a group). */
+unsigned hr__lanes_now(const hr_session *s);
+/* The session of position i, NULL when closed or unknown. */
+hr_session *hr__lane_at(const hr_session *s, unsigned i);
+/* Client: the lane requests go on (lane 0), NULL when it closed. */
+hr_session *hr__request_lane(hr_session *s);
+/* Streams open on every lane of the session. */
+size_t hr__session_streams(const hr_session *s);
+void hr__group_unref(hr_group *g);
+void hr__registry_unref(hr_registry *r);
+/* Client: lane `pos` closed: every GET on lane 0 `s` that may have a
+ * shard on it fails and cancels its other shards. */
+void hr__cli_lane_lost(hr_session *s, unsigned pos);
+/* hr_session_new() for a lane joining `join` (NULL: an ordinary
+ * session). */
+int hr__session_create(hr_session **out, int role, const hr_settings *settings,
+                       const hr_session_callbacks *cbs,
+                       const hr_provider *provider, void *user_data,
+                       hr_tstamp now, const hr_mem *mem, hr_group *join);
+
 /* ---- the session --------------------------------------------------------- */
 
 struct hr_session {
@@ -315,14 +405,16 @@ struct hr_session {
   /* Streams. */
   hr_stream **tab; /* sorted by id */
   size_t ntab, captab;
-  size_t nrequests;         /* open streams counted for max_streams */
-  uint32_t max_seen;        /* highest id opened or reserved */
-  uint32_t last_open_first; /* server: first id of the last request */
-  uint32_t next_id;         /* client: next id to use */
-  hr_idrange hist[HR_ID_HISTORY];
-  unsigned nhist, hist_head;
-  hr_idrange discard[HR_DISCARD_RANGES];
-  unsigned ndiscard, discard_head;
+  size_t nrequests; /* open streams counted for max_streams */
+  hr_ids *ids;      /* &own_ids, or the group's */
+  hr_ids own_ids;
+  /* Lanes. */
+  hr_group *grp;     /* NULL: a session of one connection */
+  int lane;          /* position in grp (HR_LANE_NONE while joining) */
+  int lane_down;     /* hr__group_lane_down() ran */
+  hr_registry *reg;  /* server: where SESSION_JOIN tokens are looked up */
+  uint64_t consumed; /* bytes the host wrote (pull/consumed) */
+  int refused;       /* client: ERROR came instead of SERVER_HELLO */
   /* GOAWAY. */
   int goaway_sent, goaway_recv;
   uint32_t goaway_last; /* what we sent */
@@ -429,7 +521,8 @@ hr_tensor *hr__recv_take(hr_recv *rv);
 /* ---- hr_select.c --------------------------------------------------------- */
 
 /* Plans a server answer of `t` to request `req` into shard streams: fills
- * parts lists (one per shard), and the decision summary.  Errors: wire
+ * parts lists (one per shard), and the decision summary.  `lanes` is L,
+ * the session's lanes when the request arrived.  Errors: wire
  * error code in *wire and a message (stream-level refusal), or fatal. */
 typedef struct hr_answer_plan {
   uint32_t nshards; /* 0: unsharded answer */
@@ -441,8 +534,8 @@ typedef struct hr_answer_plan {
 } hr_answer_plan;
 
 int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
-                      hr_answer_plan *plan, uint32_t *wire, char *msg,
-                      size_t msgcap);
+                      unsigned lanes, hr_answer_plan *plan, uint32_t *wire,
+                      char *msg, size_t msgcap);
 void hr__answer_plan_free(hr_session *s, hr_answer_plan *plan);
 
 /* ---- hr_server.c / hr_client.c ------------------------------------------- */
@@ -501,8 +594,16 @@ void hr__report_transfer(hr_session *s, const hr_transfer_record *rec);
 void hr__api_enter(hr_session *s);
 void hr__api_leave(hr_session *s);
 /* Callback bracket (re-entrancy accounting). */
-static inline void hr__cb_enter(hr_session *s) { s->in_cb++; }
-static inline void hr__cb_leave(hr_session *s) { s->in_cb--; }
+static inline void hr__cb_enter(hr_session *s) {
+  s->in_cb++;
+  if (s->grp)
+    s->grp->in_cb++;
+}
+static inline void hr__cb_leave(hr_session *s) {
+  s->in_cb--;
+  if (s->grp)
+    s->grp->in_cb--;
+}
 /* Fatal error: marks the session and returns rv. */
 int hr__fatal(hr_session *s, int rv);
 /* Sets a record's error text from a C string (NULL: empty). */

@@ -226,7 +226,8 @@ int hr_client_connect(hr_client **out, const char *url,
   if (rv)
     goto fail;
   hr__ploop_set_engine(cl->loop, cl->e);
-  rv = hr_engine_connect(cl->e, url, NULL, conn_cb, cl, &cl->conn);
+  rv = hr_engine_connect_group(cl->e, url, cl->o.lanes ? cl->o.lanes : 1,
+                               NULL, conn_cb, cl, &cl->conn);
   if (rv) {
     char m[300];
     snprintf(m, sizeof m, "cannot connect to %s: %s", url, hr_strerror(rv));
@@ -351,6 +352,80 @@ int hr_client_get(hr_client *c, const hr_get_opts *opts, hr_tensor **out,
   }
   *out = o.t;
   return finish(c, 0, NULL);
+}
+
+/* The LIST entry of exactly one key. */
+typedef struct shape_probe {
+  const uint8_t *key;
+  uint16_t key_len;
+  int found;
+  uint8_t rank;
+  uint64_t shape[HR_MAX_RANK];
+} shape_probe;
+
+static int probe_shape(const hr_list_entry *e, void *ud) {
+  shape_probe *p = ud;
+
+  if (e->key_len == p->key_len && !memcmp(e->key, p->key, e->key_len)) {
+    p->found = 1;
+    p->rank = e->rank;
+    memcpy(p->shape, e->shape, sizeof p->shape);
+  }
+  return 1;
+}
+
+int hr_client_get_slice(hr_client *c, const uint8_t *key, uint16_t key_len,
+                        unsigned dim, uint32_t index, uint32_t count,
+                        const hr_get_opts *opts, hr_tensor **out,
+                        hr_transfer_record *rec) {
+  const hr_hello *h;
+  shape_probe p;
+  hr_get_opts o;
+  uint64_t off[HR_MAX_RANK], ext[HR_MAX_RANK];
+  int rv;
+
+  if (!c || !key || !key_len || !out || count == 0 || index >= count)
+    return HR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  h = hr_client_server_hello(c);
+  if (h && (!(h->capability_flags & HR_CAP_LIST) ||
+            !(h->capability_flags & HR_CAP_REGION_REQUESTS))) {
+    set_err(c, HR_ERR_UNSUPPORTED, 0, 0,
+            "the server offers no LIST or no REGION requests");
+    return HR_ERR_UNSUPPORTED;
+  }
+  /* The key is the smallest key with itself as prefix: a page of one
+   * entry names it when it exists. */
+  memset(&p, 0, sizeof p);
+  p.key = key;
+  p.key_len = key_len;
+  rv = hr_client_list(c, key, key_len, NULL, 0, 1, probe_shape, &p, NULL,
+                      NULL);
+  if (rv)
+    return rv;
+  if (!p.found) {
+    set_err(c, HR_ERR_NOT_FOUND, HR_WIRE_NOT_FOUND, 0, "no such tensor");
+    return HR_ERR_NOT_FOUND;
+  }
+  rv = hr_region_slice(p.rank, p.shape, dim, index, count, off, ext);
+  if (rv) {
+    set_err(c, rv, 0, 0, "no such slice of this tensor (rank 0, or dim "
+                         "beyond its rank)");
+    return rv;
+  }
+  if (opts)
+    o = *opts;
+  else
+    memset(&o, 0, sizeof o);
+  o.key = key;
+  o.key_len = key_len;
+  o.flags |= HR_REQ_REGION;
+  o.region_rank = p.rank;
+  o.region_offset = off;
+  o.region_shape = ext;
+  if ((o.flags & HR_REQ_PARALLEL_OK) && o.max_shards == 0)
+    o.max_shards = 1;
+  return hr_client_get(c, &o, out, rec);
 }
 
 static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
@@ -522,6 +597,10 @@ int hr_client_wait(hr_client *c, int (*done)(void *user_data), void *user_data,
 
 hr_session *hr_client_session(hr_client *c) {
   return c && c->conn ? hr_conn_session(c->conn) : NULL;
+}
+
+unsigned hr_client_lanes(const hr_client *c) {
+  return c && c->conn ? hr_conn_lanes(c->conn) : 0;
 }
 
 const hr_hello *hr_client_server_hello(const hr_client *c) {

@@ -24,6 +24,17 @@
  * lingers half-closed for up to a second so that a final ERROR or GOAWAY
  * reaches the peer before close() could turn into a reset.  A session
  * with work items still on the pool is freed only when they are back.
+ *
+ * Lanes (docs/protocol.md § 14.5).  A server session may be joined: every
+ * server session is attached to the engine's token registry, fed by
+ * getrandom().  A client session over several connections is a lead
+ * connection (lane 0, the one the application holds) and lane
+ * connections the engine opens one after the other once the lead is up,
+ * each joining with the session's token; the application hears that the
+ * lead is up when every lane is (or when the server took fewer).  Lanes
+ * close with their lead.  Since settle() flushes every connection, the
+ * output one lane's session gives another (a CANCEL queued on lane 0 by a
+ * fault on lane 2, a shard answered on lane 1) goes out in the same turn.
  */
 #include <hurray/engine.h>
 
@@ -32,6 +43,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -107,6 +119,14 @@ struct hr_conn {
   int shut_wr;
   hr_tstamp linger_until;
   int is_reject; /* never counted as a connection */
+  /* Lanes of a client session: the lead (lane 0) lists its lanes. */
+  hr_conn *lead;         /* a lane: its lead (NULL once the lead is gone) */
+  hr_conn *lane_next;    /* a lane: the next lane of its lead */
+  hr_conn *lanes;        /* the lead: its lanes */
+  hr_group *grp;         /* the lead: the session's group */
+  unsigned lanes_wanted; /* the lead: connections asked for (0: done) */
+  int lane_step;         /* the lead: settle opens the next lane */
+  hr__addr addr;         /* the lead: where its lanes connect */
 };
 
 struct hr_listener {
@@ -167,6 +187,7 @@ struct hr_engine {
 
   uint64_t put_bytes; /* max_inflight_bytes accounting */
   uint8_t *staging;
+  hr_registry *reg; /* server: sessions that connections may join */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -295,19 +316,37 @@ static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
   return 0;
 }
 
+/* Tells the application its client connection (a lead with the lanes it
+ * got) is up. */
+static void lead_up(hr_conn *c) {
+  if (c->notified_up)
+    return;
+  c->notified_up = 1;
+  c->lanes_wanted = 0;
+  if (c->cb) {
+    c->e->in_user_cb++;
+    c->cb(c, 0, c->ud);
+    c->e->in_user_cb--;
+  }
+}
+
 static void cb_established(hr_session *s, const hr_hello *peer, void *ud) {
   hr_conn *c = ud;
 
   (void)s;
   (void)peer;
-  if (c->role == HR_ROLE_CLIENT && !c->notified_up) {
-    c->notified_up = 1;
-    if (c->cb) {
-      c->e->in_user_cb++;
-      c->cb(c, 0, c->ud);
-      c->e->in_user_cb--;
-    }
+  if (c->role != HR_ROLE_CLIENT)
+    return;
+  if (c->lead) {
+    /* A lane joined: the next one may go (lanes join one at a time). */
+    c->lead->lane_step = 1;
+    return;
   }
+  if (c->grp && c->lanes_wanted > 1) {
+    c->lane_step = 1;
+    return;
+  }
+  lead_up(c);
 }
 
 static void cb_error(hr_session *s, uint32_t wire_error, int sent,
@@ -650,6 +689,7 @@ static void conn_free(hr_conn *c) {
   hr_engine *e = c->e;
 
   hr_session_del(c->s);
+  hr_group_del(c->grp);
   hr__mem_free(&e->mem, c->puts);
   hr__mem_free(&e->mem, c);
 }
@@ -701,11 +741,45 @@ static void conn_start_linger(hr_conn *c, hr_tstamp now) {
 
 /* Ends a CONNECTING or OPEN connection: the session's streams complete,
  * the client hears about it, the socket lingers. */
+/* Unlinks a lane from its lead.  A lane that fails while the lead still
+ * opens lanes ends the opening: the session goes on with the lanes it
+ * has. */
+static void lane_detach(hr_conn *c) {
+  hr_conn *lead = c->lead, **pp;
+
+  if (!lead)
+    return;
+  for (pp = &lead->lanes; *pp; pp = &(*pp)->lane_next)
+    if (*pp == c) {
+      *pp = c->lane_next;
+      break;
+    }
+  c->lead = NULL;
+  c->lane_next = NULL;
+  if (!lead->notified_up && lead->state == CS_OPEN)
+    lead_up(lead);
+}
+
+/* The lead goes: its lanes serve nothing any more. */
+static void lanes_close(hr_conn *lead) {
+  hr_conn *l;
+
+  while ((l = lead->lanes)) {
+    lead->lanes = l->lane_next;
+    l->lead = NULL;
+    l->lane_next = NULL;
+    l->want_close = 1;
+    conn_note(l, HR_ERR_CLOSED, "lane 0 of the session closed", 0);
+  }
+}
+
 static void conn_teardown(hr_conn *c, hr_tstamp now) {
   hr_engine *e = c->e;
   size_t i;
   int status = c->close_status ? c->close_status : HR_ERR_CLOSED;
 
+  lanes_close(c);
+  lane_detach(c);
   list_remove(&e->conns, c);
   e->nconns--;
   if (c->role == HR_ROLE_SERVER)
@@ -864,6 +938,47 @@ static void reap_listeners(hr_engine *e) {
   }
 }
 
+static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c);
+
+/* Opens the lead's next lane, or tells the application the lead is up
+ * when no lane is left to open (all there, the server keeps no
+ * sessions, the engine closes). */
+static void lane_next(hr_conn *lead, hr_tstamp now) {
+  hr_engine *e = lead->e;
+  hr_conn *c;
+  int rv;
+
+  if (lead->notified_up)
+    return;
+  if (e->closing || hr_group_lanes(lead->grp) >= lead->lanes_wanted) {
+    lead_up(lead);
+    return;
+  }
+  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  if (!c) {
+    lead_up(lead);
+    return;
+  }
+  c->o.kind = OBJ_CONN;
+  c->e = e;
+  c->fd = -1;
+  c->role = HR_ROLE_CLIENT;
+  c->state = CS_CONNECTING;
+  rv = hr_group_add_lane(lead->grp, c, now, &c->s);
+  if (rv == 0)
+    rv = conn_start(e, &lead->addr, c);
+  if (rv) {
+    /* HR_ERR_UNSUPPORTED: the server sent no SESSION_TOKEN. */
+    hr_session_del(c->s);
+    hr__mem_free(&e->mem, c);
+    lead_up(lead);
+    return;
+  }
+  c->lead = lead;
+  c->lane_next = lead->lanes;
+  lead->lanes = c;
+}
+
 static void settle(hr_engine *e) {
   hr_tstamp now;
   hr_conn *c, *next;
@@ -894,6 +1009,11 @@ static void settle(hr_engine *e) {
           busy = 1;
         }
         continue;
+      }
+      if (c->lane_step && !c->want_close) {
+        c->lane_step = 0;
+        lane_next(c, now);
+        busy = 1;
       }
       if (c->graceful_req && !c->graceful_done && !c->want_close) {
         c->graceful_done = 1;
@@ -1015,6 +1135,10 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
                       now, &e->mem);
   if (rv)
     goto fail;
+  /* Clients may join this session from other connections, or start a
+   * session others join. */
+  if (e->reg)
+    hr_session_set_registry(c->s, e->reg);
   rv = fdmap_set(e, fd, &c->o);
   if (rv)
     goto fail;
@@ -1121,6 +1245,24 @@ void hr_engine_config_default(hr_engine_config *c) {
   c->socket_buffer = 0;
 }
 
+/* The randomness of SESSION_TOKENs. */
+static int engine_random(void *buf, size_t len, void *ud) {
+  uint8_t *p = buf;
+
+  (void)ud;
+  while (len) {
+    ssize_t n = getrandom(p, len, 0);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
 static int copy_settings(hr_engine *e) {
   hr_settings *s = &e->cfg.session;
 
@@ -1201,12 +1343,16 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   rv = fdmap_set(e, e->wake_fd, &e->wake);
   if (rv)
     goto fail;
+  rv = hr_registry_new(&e->reg, engine_random, NULL, &e->mem);
+  if (rv)
+    goto fail;
   rv = e->ops.watch(e->loop_data, e->wake_fd, HR_POLL_IN, &e->wake_cookie);
   if (rv)
     goto fail;
   *out = e;
   return 0;
 fail:
+  hr_registry_del(e->reg);
   if (e->wake_fd >= 0)
     close(e->wake_fd);
   hr__mem_free(&e->mem, e->fdmap);
@@ -1353,6 +1499,7 @@ int hr_engine_del(hr_engine *e) {
   if (e->timer_at != HR_TSTAMP_NEVER)
     e->ops.timer(e->loop_data, -1);
   hr__pool_del(e->pool);
+  hr_registry_del(e->reg);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);
@@ -1442,24 +1589,56 @@ void hr_listener_close(hr_listener *l) {
     reap_listeners(e);
 }
 
-int hr_engine_connect(hr_engine *e, const char *url,
-                      const hr_settings *settings, hr_conn_cb cb,
-                      void *user_data, hr_conn **out) {
-  hr_session_callbacks cbs;
-  hr__addr a;
-  hr_conn *c;
+/* Starts the TCP connect of client connection `c` (its session made) and
+ * lists it.  Returns 0, or an error with nothing left open. */
+static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   int fd, in_progress = 0, rv;
 
-  if (!e || !url)
+  fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
+  if (fd < 0)
+    return fd;
+  rv = fdmap_set(e, fd, &c->o);
+  if (rv) {
+    close(fd);
+    return rv;
+  }
+  /* Writability reports the connect's outcome, also when it completed at
+   * once (loopback); the HELLO goes out from there. */
+  rv = watch(e, fd, HR_POLL_OUT, &c->watching, &c->cookie);
+  if (rv) {
+    fdmap_set(e, fd, NULL);
+    close(fd);
+    return rv;
+  }
+  c->fd = fd;
+  list_push(&e->conns, c);
+  e->nconns++;
+  /* The session's handshake timeout also bounds the TCP connect: the
+   * timer must be armed now, a connect that hangs reports nothing. */
+  if (e->depth == 0)
+    update_timer(e, now_of(e));
+  return 0;
+}
+
+static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
+                        const hr_settings *settings, hr_conn_cb cb,
+                        void *user_data, hr_conn **out) {
+  hr_session_callbacks cbs;
+  hr_conn *c;
+  int rv;
+
+  if (!e || !url || lanes < 1 || lanes > HR_MAX_LANES)
     return HR_ERR_INVALID_ARGUMENT;
   if (e->closing)
     return HR_ERR_STATE;
-  rv = hr__addr_parse(url, 1, &a);
-  if (rv)
-    return rv;
   c = hr__mem_calloc(&e->mem, 1, sizeof *c);
   if (!c)
     return HR_ERR_NOMEM;
+  rv = hr__addr_parse(url, 1, &c->addr);
+  if (rv) {
+    hr__mem_free(&e->mem, c);
+    return rv;
+  }
   c->o.kind = OBJ_CONN;
   c->e = e;
   c->fd = -1;
@@ -1471,39 +1650,39 @@ int hr_engine_connect(hr_engine *e, const char *url,
   rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
                       settings ? settings : &e->cfg.session, &cbs, NULL, c,
                       now_of(e), &e->mem);
-  if (rv)
-    goto fail;
-  fd = hr__sock_connect(&a, &in_progress, c->message, sizeof c->message);
-  if (fd < 0) {
-    rv = fd;
-    goto fail;
+  if (rv == 0 && lanes > 1) {
+    c->lanes_wanted = lanes;
+    rv = hr_group_new(&c->grp, c->s);
   }
-  c->fd = fd;
-  rv = fdmap_set(e, fd, &c->o);
-  if (rv)
-    goto fail;
-  /* Writability reports the connect's outcome, also when it completed at
-   * once (loopback); the HELLO goes out from there. */
-  rv = watch(e, fd, HR_POLL_OUT, &c->watching, &c->cookie);
+  if (rv == 0)
+    rv = conn_start(e, &c->addr, c);
   if (rv) {
-    fdmap_set(e, fd, NULL);
-    goto fail;
+    hr_group_del(c->grp);
+    hr_session_del(c->s);
+    hr__mem_free(&e->mem, c);
+    return rv;
   }
-  list_push(&e->conns, c);
-  e->nconns++;
   if (out)
     *out = c;
-  /* The session's handshake timeout also bounds the TCP connect: the
-   * timer must be armed now, a connect that hangs reports nothing. */
-  if (e->depth == 0)
-    update_timer(e, now_of(e));
   return 0;
-fail:
-  if (c->fd >= 0)
-    close(c->fd);
-  hr_session_del(c->s);
-  hr__mem_free(&e->mem, c);
-  return rv;
+}
+
+int hr_engine_connect(hr_engine *e, const char *url,
+                      const hr_settings *settings, hr_conn_cb cb,
+                      void *user_data, hr_conn **out) {
+  return connect_lead(e, url, 1, settings, cb, user_data, out);
+}
+
+int hr_engine_connect_group(hr_engine *e, const char *url, unsigned lanes,
+                            const hr_settings *settings, hr_conn_cb cb,
+                            void *user_data, hr_conn **out) {
+  return connect_lead(e, url, lanes, settings, cb, user_data, out);
+}
+
+unsigned hr_conn_lanes(const hr_conn *c) {
+  if (!c || c->state == CS_DEAD)
+    return 0;
+  return c->grp ? hr_group_open_lanes(c->grp) : 1;
 }
 
 hr_session *hr_conn_session(hr_conn *c) {
@@ -1513,17 +1692,27 @@ hr_session *hr_conn_session(hr_conn *c) {
 }
 
 void hr_conn_close(hr_conn *c) {
+  hr_conn *l;
+
   if (!c || (c->state != CS_OPEN && c->state != CS_CONNECTING))
     return;
   c->graceful_req = 1;
+  for (l = c->lanes; l; l = l->lane_next)
+    l->graceful_req = 1;
   defer(c->e);
 }
 
 void hr_conn_abort(hr_conn *c) {
+  hr_conn *l;
+
   if (!c || (c->state != CS_OPEN && c->state != CS_CONNECTING))
     return;
   c->want_close = 1;
   conn_note(c, HR_ERR_CLOSED, "closed by the application", 0);
+  for (l = c->lanes; l; l = l->lane_next) {
+    l->want_close = 1;
+    conn_note(l, HR_ERR_CLOSED, "closed by the application", 0);
+  }
   defer(c->e);
 }
 
@@ -1541,10 +1730,17 @@ int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
 }
 
 void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx) {
+  uint64_t r = c ? c->rx_bytes : 0, t = c ? c->tx_bytes : 0;
+  const hr_conn *l;
+
+  for (l = c ? c->lanes : NULL; l; l = l->lane_next) {
+    r += l->rx_bytes;
+    t += l->tx_bytes;
+  }
   if (rx)
-    *rx = c ? c->rx_bytes : 0;
+    *rx = r;
   if (tx)
-    *tx = c ? c->tx_bytes : 0;
+    *tx = t;
 }
 
 void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx, void *user_data) {

@@ -42,6 +42,10 @@ typedef struct hr_client_options {
   hr_tap_fn on_rx;
   hr_tap_fn on_tx;
   void *user_data; /* for on_progress, on_rx, on_tx */
+  /* ---- appended in 0.1 (0: the default) ---- */
+  unsigned lanes; /* connections of the session (1; at most HR_MAX_LANES):
+                     with more, a parallel GET's shards come over all of
+                     them (hr_engine_connect_group()); taps see lane 0 */
 } hr_client_options;
 
 /* Why a call failed. */
@@ -81,6 +85,26 @@ HR_EXTERN int hr_client_connect(hr_client **out, const char *url,
 HR_EXTERN int hr_client_get(hr_client *c, const hr_get_opts *opts,
                             hr_tensor **out, hr_transfer_record *rec);
 
+/*
+ * Tensor-parallel loading: fetches the slice of tensor `key` that rank
+ * `index` of `count` holds when the tensor is cut along dimension `dim`
+ * into `count` slices whose extents differ by at most one
+ * (hr_region_slice()).  The shape comes from a LIST of the key, so the
+ * server must offer LIST and REGION_REQUESTS (else HR_ERR_UNSUPPORTED);
+ * the slice is then a REGION request.  `opts` (may be NULL) supplies the
+ * rest of the request: layouts, device, PARALLEL_OK and max_shards, the
+ * destination; its key and region fields are ignored.  The result is a
+ * shard of the stored tensor (HAS_SHARD, parent_shape, shard_offset).
+ * Returns like hr_client_get(), plus HR_ERR_NOT_FOUND (no such key) and
+ * HR_ERR_INVALID_ARGUMENT (dim beyond the tensor's rank, count 0, index
+ * >= count).
+ */
+HR_EXTERN int hr_client_get_slice(hr_client *c, const uint8_t *key,
+                                  uint16_t key_len, unsigned dim,
+                                  uint32_t index, uint32_t count,
+                                  const hr_get_opts *opts, hr_tensor **out,
+                                  hr_transfer_record *rec);
+
 /* PUTs `t` under `key` (HR_PUT_REPLACE in flags).  Returns like
  * hr_client_get() (refusals: ALREADY_EXISTS, PUT_REJECTED, ...). */
 HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key, uint16_t key_len,
@@ -117,6 +141,10 @@ HR_EXTERN int hr_client_wait(hr_client *c, int (*done)(void *user_data),
  * queued on it directly complete inside hr_client_wait() or any later
  * call. */
 HR_EXTERN hr_session *hr_client_session(hr_client *c);
+
+/* Open connections of the client's session (its lanes; 1 without
+ * hr_client_options.lanes), 0 once it closed. */
+HR_EXTERN unsigned hr_client_lanes(const hr_client *c);
 
 /* The server's HELLO (valid until hr_client_close()). */
 HR_EXTERN const hr_hello *hr_client_server_hello(const hr_client *c);

@@ -173,7 +173,10 @@ HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
 /*
  * Listens on `addr` ("HOST:PORT", "[v6]:PORT"; port 0 picks one) and
  * serves every accepted connection with `provider` (copied; its callbacks
- * run on the loop thread).  Server sessions get the engine's session
+ * run on the loop thread).  Every connection's SERVER_HELLO names its
+ * session (SESSION_TOKEN, 16 bytes of getrandom()), so that a client may
+ * join more connections to it (hr_engine_connect_group()); requests come
+ * on lane 0, whose session the provider sees.  Server sessions get the engine's session
  * settings; hr_session_user_data() of such a session is its hr_conn.
  * `out` may be NULL.  Returns 0, HR_ERR_INVALID_ARGUMENT (bad address or
  * provider), HR_ERR_IO (bind/listen), HR_ERR_STATE (closing), HR_ERR_NOMEM.
@@ -208,6 +211,32 @@ HR_EXTERN int hr_engine_connect(hr_engine *e, const char *url,
                                 const hr_settings *settings, hr_conn_cb cb,
                                 void *user_data, hr_conn **out);
 
+/*
+ * Connects one session over `lanes` connections to the server at `url`
+ * (docs/protocol.md § 14.5; 1 to HR_MAX_LANES, 1 is hr_engine_connect()).
+ * The connection returned is lane 0; once its HELLOs are exchanged the
+ * engine opens the other lanes one after the other, each joining the
+ * session with its SESSION_TOKEN.  `cb` reports status 0 when every lane
+ * is up, or as many as could be had: a server that sends no token (it
+ * keeps no multi-connection sessions) or a lane that fails to join leaves
+ * the session with fewer (hr_conn_lanes() says how many), and then the
+ * close of lane 0, which closes the other lanes.  Requests go on
+ * hr_conn_session() of lane 0; the shards of a parallel GET arrive over
+ * every lane, each straight into the one destination.  hr_conn_close(),
+ * hr_conn_abort() and hr_conn_bytes() on lane 0 cover every lane.
+ * Returns like hr_engine_connect(); HR_ERR_INVALID_ARGUMENT for a lane
+ * count out of range.
+ */
+HR_EXTERN int hr_engine_connect_group(hr_engine *e, const char *url,
+                                      unsigned lanes,
+                                      const hr_settings *settings,
+                                      hr_conn_cb cb, void *user_data,
+                                      hr_conn **out);
+
+/* Open lanes of a client connection made by hr_engine_connect_group()
+ * (1 for any other connection, 0 once it closed). */
+HR_EXTERN unsigned hr_conn_lanes(const hr_conn *c);
+
 /* The connection's session: use hr_session_get/put/list/ping/cancel on
  * it.  Valid until the connection's close callback returns. */
 HR_EXTERN hr_session *hr_conn_session(hr_conn *c);
@@ -230,7 +259,8 @@ HR_EXTERN void hr_conn_abort(hr_conn *c);
 HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
                             const char **message);
 
-/* Bytes received and sent on the socket so far (any pointer may be NULL). */
+/* Bytes received and sent on the socket so far, those of its open lanes
+ * included (any pointer may be NULL). */
 HR_EXTERN void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx);
 
 /* A tap on the raw byte stream (debugging, `hurray get --dump-wire`):

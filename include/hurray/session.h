@@ -106,6 +106,12 @@ typedef struct hr_settings {
   const uint8_t *auth_token;   /* client: AUTH_TOKEN extension (NULL: none) */
   uint16_t auth_token_len;
   const char *peer_name;       /* PEER_NAME ("libhurray/<version>") */
+  /* ---- appended in 0.1 (0: the default) ---- */
+  uint64_t shard_bytes;        /* server: a parallel answer has at most
+                                  ceil(bytes / shard_bytes) shards
+                                  (16 MiB) */
+  uint16_t shards_per_lane;    /* server: ... and at most lanes x this
+                                  (4) */
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */
@@ -134,7 +140,9 @@ typedef struct hr_transfer_record {
   uint8_t device;          /* device tag delivered */
   char fallback[128];      /* "" or why a fallback happened */
   uint32_t shards;         /* shards received (1 when unsharded) */
-  uint32_t lanes;          /* connections used */
+  uint32_t lanes;          /* connections used: client, the lanes its
+                              messages arrived on; server, those its
+                              shards were spread over (min(N, L)) */
   uint64_t bytes;          /* tensor bytes moved */
   hr_tstamp started;       /* request sent / received */
   hr_tstamp finished;      /* last byte in place */
@@ -301,6 +309,10 @@ typedef struct hr_get_opts {
  * Queues a GET.  `opts` is copied.  *stream_id receives the stream id
  * (may be NULL).  The completion callback is called exactly once (also on
  * failure, cancel and session teardown).  May be called from callbacks.
+ * On a lane of a group the request goes on lane 0 whichever lane `s` is
+ * (so do PUT, LIST and CANCEL), and max_shards is capped at the position
+ * of the group's first closed lane (see the lanes section below); the
+ * callback then gets lane 0's session.
  * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (not a client, or
  * GOAWAY received / closing), HR_ERR_LIMIT (max_streams), HR_ERR_NOMEM.
  */
@@ -451,11 +463,127 @@ HR_EXTERN void *hr_session_user_data(const hr_session *s);
 HR_EXTERN int hr_session_role(const hr_session *s);
 /* The peer's HELLO after the handshake, else NULL. */
 HR_EXTERN const hr_hello *hr_session_peer_hello(const hr_session *s);
-/* Active streams. */
+/* Active streams of the session: with lanes, those of every lane (a lane
+ * with none of its own still carries shards of the others'). */
 HR_EXTERN size_t hr_session_stream_count(const hr_session *s);
 /* The connection state's name ("AWAIT_HELLO", "ESTABLISHED", "DRAINING",
  * "CLOSED"), for logs.  Never NULL.  version-added: 0.1 */
 HR_EXTERN const char *hr_session_state_name(const hr_session *s);
+
+/* ------------------------------------------------------------------------ */
+/* Sessions over several connections: lanes (docs/protocol.md § 14.5)       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A session may span several connections, its *lanes*: the first
+ * connection's SERVER_HELLO carries a SESSION_TOKEN; further connections
+ * send it back in SESSION_JOIN and become lanes 1, 2, ... in join order.
+ * Requests go on lane 0; shard i of a parallel answer travels on lane
+ * (i mod L), L being the lanes when the request arrived; stream ids are
+ * per session.  Each lane is an ordinary hr_session driven over its own
+ * connection by the host, on one thread for the whole group: the group
+ * links them.  A call on one lane may give another lane output (a shard
+ * answered on lane 0 is sent by lane 2; a client's CANCEL for a shard that
+ * arrived on lane 1 goes out on lane 0), so after any call a host pulls
+ * from every lane of the group, not only the one it called.
+ *
+ * A lane keeps its position for the session's life.  A lane that closes
+ * ends the shard streams it carried: on the server they stop; on the
+ * client every GET with a shard mapped to it fails with HR_ERR_CLOSED and
+ * cancels its other shards, while transfers on the other lanes go on.  A
+ * closed lane still counts in L, so both peers keep mapping shards the
+ * same way; a libhurray client therefore caps max_shards at the position
+ * of the first closed lane, so that its later requests avoid it.
+ */
+typedef struct hr_group hr_group;
+typedef struct hr_registry hr_registry;
+
+/* The most lanes of one session (a server refuses further joins with
+ * RESOURCE_EXHAUSTED). */
+#define HR_MAX_LANES 64
+
+/* Fills buf[0..len) with unpredictable bytes (getrandom(2) in the
+ * engine).  Returns 0, or non-zero when no randomness is available. */
+typedef int (*hr_random_fn)(void *buf, size_t len, void *user_data);
+
+/*
+ * Server: the table of sessions that connections may join, keyed by their
+ * SESSION_TOKENs (16 bytes from `random`).  One per server (the engine
+ * keeps one); attach every server session to it with
+ * hr_session_set_registry().  The sans-IO core takes its randomness only
+ * from `random`.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_registry_new(hr_registry **out, hr_random_fn random,
+                              void *random_user_data, const hr_mem *mem);
+/* Drops the application's reference.  Sessions attached keep the
+ * registry's memory until they are freed, but no session can be joined
+ * any more.  NULL is a no-op. */
+HR_EXTERN void hr_registry_del(hr_registry *r);
+/* Sessions that can be joined now (their lane 0 is open). */
+HR_EXTERN size_t hr_registry_count(const hr_registry *r);
+
+/*
+ * Server: lets the session's client start a multi-lane session (its
+ * SERVER_HELLO then carries a SESSION_TOKEN) or join one (SESSION_JOIN).
+ * Without a registry the server sends no token and answers every
+ * SESSION_JOIN with ERROR UNAUTHORIZED.  Call before the CLIENT_HELLO is
+ * fed.  Returns 0, HR_ERR_INVALID_ARGUMENT (not a server), HR_ERR_STATE
+ * (the handshake already ran, or a registry is set).
+ */
+HR_EXTERN int hr_session_set_registry(hr_session *s, hr_registry *r);
+
+/*
+ * Client: makes client session `lane0` the lane 0 of a new group.  Its
+ * requests, queued before or after, are the group's.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (not a client session, already in a group),
+ * HR_ERR_STATE (closed), HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_group_new(hr_group **out, hr_session *lane0);
+
+/*
+ * Client: a new lane: a client session (settings and callbacks of lane
+ * 0; `user_data` its own) whose CLIENT_HELLO carries SESSION_JOIN.  Drive
+ * it over a new connection to the same server and free it with
+ * hr_session_del() like any session.  Lanes join one at a time, so that
+ * both peers number them alike: add the next one once this one's
+ * on_established (or its failure) was seen.  Returns 0, HR_ERR_STATE
+ * (lane 0 not established, or closed), HR_ERR_UNSUPPORTED (the server
+ * sent no SESSION_TOKEN), HR_ERR_BUSY (a lane is still joining),
+ * HR_ERR_LIMIT (HR_MAX_LANES), HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_group_add_lane(hr_group *g, void *user_data, hr_tstamp now,
+                                hr_session **out);
+
+/* Drops the application's handle.  The lanes' sessions are not freed
+ * (their hosts free them); the group's memory goes with the last of them.
+ * NULL is a no-op. */
+HR_EXTERN void hr_group_del(hr_group *g);
+
+/* Lanes joined so far (closed ones included; a joining one not). */
+HR_EXTERN unsigned hr_group_lanes(const hr_group *g);
+/* Lanes joined and still open. */
+HR_EXTERN unsigned hr_group_open_lanes(const hr_group *g);
+/* The session of lane i, or NULL (closed and freed, or i out of range). */
+HR_EXTERN hr_session *hr_group_lane(const hr_group *g, unsigned i);
+/* The session's group (client or server), or NULL. */
+HR_EXTERN hr_group *hr_session_group(const hr_session *s);
+/* The session's lane position: 0 for a session of one connection, -1
+ * while it is joining. */
+HR_EXTERN int hr_session_lane(const hr_session *s);
+
+/*
+ * Tensor-parallel loading: the slice that rank `index` of `count` reads
+ * of a tensor of shape[0..rank), cut along dimension `dim` into `count`
+ * slices whose extents differ by at most one (the first shape[dim] %
+ * count slices get one more).  Fills offset[] and extent[] for a REGION
+ * request (hr_get_opts.region_offset / region_shape).  A slice may be
+ * empty when count exceeds shape[dim].  Returns 0 or
+ * HR_ERR_INVALID_ARGUMENT (rank 0 or above 32, dim >= rank, count 0,
+ * index >= count, NULL arrays).
+ */
+HR_EXTERN int hr_region_slice(unsigned rank, const uint64_t *shape,
+                              unsigned dim, uint32_t index, uint32_t count,
+                              uint64_t *offset, uint64_t *extent);
 
 #ifdef __cplusplus
 }
