@@ -301,36 +301,32 @@ static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
   return 0;
 }
 
+/* Ends a GET that cannot go on for a local reason: tells the server
+ * (`code` on the stream, CANCEL on its other shard streams), then fails the
+ * request with `rc`. */
+static int get_abandon(hr_session *s, hr_stream *st, uint32_t sid, int rc,
+                       uint32_t code, const char *why) {
+  int rv = hr__out_error(s, sid, code, why);
+  if (rv == 0)
+    rv = hr__cli_cancel_others(s, st, sid);
+  if (rv)
+    return hr__fatal(s, rv);
+  hr__cli_stream_fail(s, st, rc, code, 1, why);
+  hr__discard_add(s, st->id, st->last);
+  hr__stream_end(s, st);
+  return 0;
+}
+
 static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid, int rc,
                           const hr_wire_status *ws) {
   if (rc == HR_ERR_PROTO)
     return hr__stream_error(s, sid, ws->code, ws->reason);
-  if (rc == HR_ERR_LIMIT) {
-    int rv = hr__out_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
-                           "destination too small");
-    if (rv == 0)
-      rv = hr__cli_cancel_others(s, st, sid);
-    if (rv)
-      return hr__fatal(s, rv);
-    hr__cli_stream_fail(s, st, HR_ERR_LIMIT, HR_WIRE_RESOURCE_EXHAUSTED, 1,
-                        "destination too small");
-    hr__discard_add(s, st->id, st->last);
-    hr__stream_end(s, st);
-    return 0;
-  }
-  if (rc == HR_ERR_UNSUPPORTED) {
-    int rv = hr__out_error(s, sid, HR_WIRE_INTERNAL,
-                           "cannot assemble shards of this layout");
-    if (rv == 0)
-      rv = hr__cli_cancel_others(s, st, sid);
-    if (rv)
-      return hr__fatal(s, rv);
-    hr__cli_stream_fail(s, st, HR_ERR_UNSUPPORTED, HR_WIRE_INTERNAL, 1,
-                        "cannot assemble shards of this layout");
-    hr__discard_add(s, st->id, st->last);
-    hr__stream_end(s, st);
-    return 0;
-  }
+  if (rc == HR_ERR_LIMIT)
+    return get_abandon(s, st, sid, rc, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "destination too small");
+  if (rc == HR_ERR_UNSUPPORTED)
+    return get_abandon(s, st, sid, rc, HR_WIRE_INTERNAL,
+                       "cannot assemble shards of this layout");
   return hr__fatal(s, rc);
 }
 
