@@ -90,8 +90,8 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
               action, msg ? msg : "timed out");
       break;
     case HR_ERR_INVALID_ARGUMENT:
-      cli_err(cmd, "%s: %s (URLs look like hurray://HOST:PORT)", action,
-              msg ? msg : "invalid argument");
+      cli_err(cmd, "%s: %s (URLs look like hurray://HOST:PORT or unix:PATH)",
+              action, msg ? msg : "invalid argument");
       break;
     case HR_ERR_CLOSED:
       cli_err(cmd,

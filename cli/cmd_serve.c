@@ -1,12 +1,13 @@
 /*
- * `hurray serve [--listen HOST:PORT] [--allow-put] [--max-shards N]
- *               [-v] PATH...`
+ * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
+ *               [--max-shards N] [-v] PATH...`
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
  * tensor of each .safetensors (key: the file's relative path without
  * ".safetensors", "/", the tensor's name), mapped and sent without a copy.
- * Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
+ * --unix PATH also listens on a Unix domain socket at PATH; given alone
+ * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
  * exits 0; a second signal exits at once with 1.
  */
@@ -26,7 +27,8 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--allow-put] [--max-shards N] [-v] PATH..."
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] [-v] "  \
+  "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
 typedef struct serve {
@@ -186,11 +188,12 @@ static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = DEFAULT_LISTEN;
+  const char *listen_addr = NULL, *unix_path = NULL;
+  char unix_addr[128];
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
-  hr_listener *lis;
+  hr_listener *lis = NULL, *ulis = NULL;
   struct event *sigterm = NULL, *sigint = NULL;
   serve sv;
   int i, npaths = 0, allow_put = 0, rv, status = 0;
@@ -209,6 +212,8 @@ int cli_serve(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--listen") && i + 1 < argc) {
       listen_addr = argv[++i];
+    } else if (!strcmp(a, "--unix") && i + 1 < argc) {
+      unix_path = argv[++i];
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -240,6 +245,16 @@ int cli_serve(int argc, char **argv) {
     free(paths);
     return cli_usage("serve", SYNOPSIS, "give at least one PATH to serve");
   }
+  if (unix_path && (!unix_path[0] ||
+                    (size_t)snprintf(unix_addr, sizeof unix_addr, "unix:%s",
+                                     unix_path) >= sizeof unix_addr)) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "--unix takes a socket path of 1 to 107 bytes");
+  }
+  /* TCP is the default only when no transport was asked for. */
+  if (!listen_addr && !unix_path)
+    listen_addr = DEFAULT_LISTEN;
 
   hr_store_config_default(&scfg);
   scfg.allow_put = allow_put;
@@ -291,13 +306,26 @@ int cli_serve(int argc, char **argv) {
     goto out;
   }
   hr_store_provider(sv.store, &prov);
-  rv = hr_engine_listen(sv.engine, listen_addr, &prov, &lis);
+  rv = listen_addr ? hr_engine_listen(sv.engine, listen_addr, &prov, &lis)
+                   : 0;
   if (rv) {
     cli_err("serve",
             "cannot listen on %s: %s (is the port in use? try "
             "--listen 127.0.0.1:0)",
             listen_addr,
             rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
+            : rv == HR_ERR_IO             ? strerror(errno)
+                                          : hr_strerror(rv));
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
+  rv = unix_path ? hr_engine_listen(sv.engine, unix_addr, &prov, &ulis) : 0;
+  if (rv) {
+    cli_err("serve",
+            "cannot listen on unix:%s: %s (is another server using it, or "
+            "is the directory missing?)",
+            unix_path,
+            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable socket path"
             : rv == HR_ERR_IO             ? strerror(errno)
                                           : hr_strerror(rv));
     status = CLI_EXIT_FAIL;
@@ -312,11 +340,15 @@ int cli_serve(int argc, char **argv) {
     status = CLI_EXIT_FAIL;
     goto out;
   }
-  {
+  if (lis) {
     /* The port line is what scripts parse (--listen HOST:0). */
     const char *colon = strrchr(listen_addr, ':');
     int hl = colon ? (int)(colon - listen_addr) : (int)strlen(listen_addr);
     printf("listening on %.*s:%d\n", hl, listen_addr, hr_listener_port(lis));
+  }
+  if (ulis)
+    printf("listening on %s\n", unix_addr);
+  {
     fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s\n", sv.loaded,
             sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
             sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");

@@ -14,8 +14,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: hurray COMMAND [ARGS]\n"
           "\n"
-          "  serve [--listen HOST:PORT] [--allow-put] [--max-shards N] "
-          "PATH...\n"
+          "  serve [--listen HOST:PORT] [--unix PATH] [--allow-put] "
+          "[--max-shards N] PATH...\n"
           "        serve every .npy and .safetensors under PATH "
           "(default 127.0.0.1:7474)\n"
           "  get [--layout NAME]... [--allow-transcode] [--device cpu] "
@@ -33,7 +33,8 @@ static void usage(FILE *f) {
           "        decode a raw capture (e.g. from get --dump-wire)\n"
           "  version\n"
           "\n"
-          "URLs look like hurray://127.0.0.1:7474.\n");
+          "URLs look like hurray://127.0.0.1:7474 or unix:/run/hurray.sock."
+          "\n");
 }
 
 int main(int argc, char **argv) {

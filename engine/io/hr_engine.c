@@ -127,6 +127,9 @@ struct hr_conn {
   unsigned lanes_wanted; /* the lead: connections asked for (0: done) */
   int lane_step;         /* the lead: settle opens the next lane */
   hr__addr addr;         /* the lead: where its lanes connect */
+  /* A Unix socket's peer (SO_PEERCRED when it connected). */
+  int has_cred;
+  hr_peer_cred cred;
 };
 
 struct hr_listener {
@@ -138,6 +141,7 @@ struct hr_listener {
   int watching;
   int closed;
   int port;
+  char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's file, or "" */
   hr_provider prov;
 };
 
@@ -840,6 +844,13 @@ static void linger_io(hr_conn *c, int revents, hr_tstamp now) {
     conn_close_socket(c);
 }
 
+/* Notes the peer's credentials of a Unix socket (nothing for TCP). */
+static void conn_peer(hr_conn *c) {
+  hr_peer_cred *p = &c->cred;
+
+  c->has_cred = hr__sock_peer_cred(c->fd, &p->pid, &p->uid, &p->gid) == 0;
+}
+
 /* Readiness of a live connection. */
 static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
   int rv;
@@ -853,6 +864,7 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
     }
     c->state = CS_OPEN;
     hr__sock_tune(c->fd, c->e->cfg.socket_buffer);
+    conn_peer(c);
     revents &= ~HR_POLL_IN; /* nothing to read yet */
   }
   if (revents & HR_POLL_IN) {
@@ -920,6 +932,10 @@ static void listener_free(hr_engine *e, hr_listener *l) {
     close(l->fd);
     l->fd = -1;
   }
+  /* The socket file goes with the listener: a later server must not find
+   * it and take it for a live one. */
+  if (l->path[0])
+    unlink(l->path);
   hr__mem_free(&e->mem, l);
 }
 
@@ -1143,6 +1159,8 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   if (rv)
     goto fail;
   hr__sock_tune(fd, e->cfg.socket_buffer);
+  /* Before the first read: the HELLO hook may ask for them. */
+  conn_peer(c);
   list_push(&e->conns, c);
   e->nconns++;
   e->nserver++;
@@ -1558,6 +1576,7 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   l->e = e;
   l->fd = fd;
   l->port = hr__sock_local_port(fd);
+  memcpy(l->path, a.path, sizeof l->path);
   rv = fdmap_set(e, fd, &l->o);
   if (rv == 0 && !e->accept_paused)
     rv = watch(e, fd, HR_POLL_IN, &l->watching, &l->cookie);
@@ -1589,7 +1608,7 @@ void hr_listener_close(hr_listener *l) {
     reap_listeners(e);
 }
 
-/* Starts the TCP connect of client connection `c` (its session made) and
+/* Starts the socket connect of client connection `c` (its session made) and
  * lists it.  Returns 0, or an error with nothing left open. */
 static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   int fd, in_progress = 0, rv;
@@ -1749,4 +1768,13 @@ void hr_conn_set_tap(hr_conn *c, hr_tap_fn rx, hr_tap_fn tx, void *user_data) {
   c->tap_rx = rx;
   c->tap_tx = tx;
   c->tap_ud = user_data;
+}
+
+int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out) {
+  if (!c || !out)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!c->has_cred)
+    return HR_ERR_UNSUPPORTED;
+  *out = c->cred;
+  return 0;
 }

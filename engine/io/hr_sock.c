@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 void hr__why(char *why, size_t why_len, const char *what, int err) {
@@ -24,6 +26,14 @@ int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out) {
 
   if (!text || !out)
     return HR_ERR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  if (strncmp(text, "unix:", 5) == 0) {
+    size_t n = strlen(text + 5);
+    if (n == 0 || n > HR_SOCK_PATH_MAX)
+      return HR_ERR_INVALID_ARGUMENT;
+    memcpy(out->path, text + 5, n + 1);
+    return 0;
+  }
   p = text;
   if (strstr(p, "://")) {
     if (!allow_scheme || strncmp(p, "hurray://", 9) != 0)
@@ -84,10 +94,74 @@ static int resolve(const hr__addr *a, int passive, struct addrinfo **res,
   return 0;
 }
 
+static void unix_sockaddr(const hr__addr *a, struct sockaddr_un *sun) {
+  memset(sun, 0, sizeof *sun);
+  sun->sun_family = AF_UNIX;
+  /* hr__addr_parse() bounded the path below sizeof sun_path. */
+  memcpy(sun->sun_path, a->path, strlen(a->path) + 1);
+}
+
+/* Whether the socket file at `sun` is stale: a socket nobody accepts on.
+ * A blocking connect to a Unix socket answers at once. */
+static int unix_stale(const struct sockaddr_un *sun) {
+  struct stat st;
+  int fd, stale;
+
+  if (lstat(sun->sun_path, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return 0;
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return 0;
+  stale = connect(fd, (const struct sockaddr *)sun, sizeof *sun) != 0 &&
+          errno == ECONNREFUSED;
+  close(fd);
+  return stale;
+}
+
+static int unix_listen(const hr__addr *a, char *why, size_t why_len) {
+  struct sockaddr_un sun;
+  int fd, err;
+
+  unix_sockaddr(a, &sun);
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    err = errno;
+    goto fail;
+  }
+  if (bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0) {
+    err = errno;
+    /* EADDRINUSE stands unless the file is a socket nobody serves. */
+    if (err != EADDRINUSE || !unix_stale(&sun))
+      goto fail;
+    if (unlink(sun.sun_path) != 0 ||
+        bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0) {
+      err = errno;
+      goto fail;
+    }
+  }
+  if (listen(fd, 1024) != 0) {
+    err = errno;
+    unlink(sun.sun_path);
+    goto fail;
+  }
+  return fd;
+fail:
+  if (fd >= 0)
+    close(fd);
+  {
+    char what[HR_SOCK_PATH_MAX + 32];
+    snprintf(what, sizeof what, "cannot listen on unix:%s", a->path);
+    hr__why(why, why_len, what, err);
+  }
+  return HR_ERR_IO;
+}
+
 int hr__sock_listen(const hr__addr *a, char *why, size_t why_len) {
   struct addrinfo *res, *ai;
   int fd = -1, err = 0, one = 1, rv;
 
+  if (a->path[0])
+    return unix_listen(a, why, why_len);
   rv = resolve(a, 1, &res, why, why_len);
   if (rv)
     return rv;
@@ -129,11 +203,45 @@ int hr__sock_local_port(int fd) {
   return -1;
 }
 
+static int unix_connect(const hr__addr *a, int *in_progress, char *why,
+                        size_t why_len) {
+  struct sockaddr_un sun;
+  int fd, err;
+
+  unix_sockaddr(a, &sun);
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    err = errno;
+    goto fail;
+  }
+  if (connect(fd, (struct sockaddr *)&sun, sizeof sun) == 0) {
+    *in_progress = 0;
+    return fd;
+  }
+  /* A full backlog makes a non-blocking Unix connect fail with EAGAIN;
+   * that is as final as a refusal (there is nothing to wait on). */
+  if (errno == EINPROGRESS) {
+    *in_progress = 1;
+    return fd;
+  }
+  err = errno;
+  close(fd);
+fail:
+  {
+    char what[HR_SOCK_PATH_MAX + 32];
+    snprintf(what, sizeof what, "cannot connect to unix:%s", a->path);
+    hr__why(why, why_len, what, err);
+  }
+  return HR_ERR_IO;
+}
+
 int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
                      size_t why_len) {
   struct addrinfo *res, *ai;
   int fd = -1, err = 0, rv;
 
+  if (a->path[0])
+    return unix_connect(a, in_progress, why, why_len);
   rv = resolve(a, 0, &res, why, why_len);
   if (rv)
     return rv;
@@ -178,10 +286,34 @@ int hr__sock_connect_result(int fd) {
   return err;
 }
 
+int hr__sock_is_unix(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+
+  return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+         ss.ss_family == AF_UNIX;
+}
+
+int hr__sock_peer_cred(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+
+  if (!hr__sock_is_unix(fd))
+    return HR_ERR_UNSUPPORTED;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 ||
+      len != sizeof cr)
+    return HR_ERR_IO;
+  *pid = (int32_t)cr.pid;
+  *uid = (uint32_t)cr.uid;
+  *gid = (uint32_t)cr.gid;
+  return 0;
+}
+
 void hr__sock_tune(int fd, int bufsize) {
   int one = 1;
 
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (!hr__sock_is_unix(fd))
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bufsize > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);

@@ -17,25 +17,35 @@
 /* Largest host name accepted in an address ("HOST:PORT"). */
 #define HR_SOCK_HOST_MAX 256
 
-/* A parsed "HOST:PORT" or "[V6]:PORT" (optionally "hurray://" first). */
+/* Longest Unix socket path accepted (sun_path holds it and a NUL). */
+#define HR_SOCK_PATH_MAX 107
+
+/* A parsed "HOST:PORT" or "[V6]:PORT" (optionally "hurray://" first), or
+ * "unix:PATH" (then `path` is non-empty and host/port are unused). */
 typedef struct hr__addr {
   char host[HR_SOCK_HOST_MAX]; /* without brackets, NUL-terminated */
   uint16_t port;
+  char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's path, or "" */
 } hr__addr;
 
 /*
- * Parses `text`.  A "hurray://" prefix is skipped when `allow_scheme` is
- * set; any other scheme, a missing or non-numeric port, a port above
- * 65535, an empty host or a trailing path are rejected.  Returns 0 or
- * HR_ERR_INVALID_ARGUMENT.
+ * Parses `text`.  "unix:PATH" names a Unix domain socket (a non-empty PATH
+ * of at most HR_SOCK_PATH_MAX bytes).  Otherwise a "hurray://" prefix is
+ * skipped when `allow_scheme` is set; any other scheme, a missing or
+ * non-numeric port, a port above 65535, an empty host or a trailing path
+ * are rejected.  Returns 0 or HR_ERR_INVALID_ARGUMENT.
  */
 int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out);
 
 /*
- * Creates a non-blocking, close-on-exec listening TCP socket bound to
- * `a` (SO_REUSEADDR, backlog 1024).  Returns the fd, or HR_ERR_INVALID_
- * ARGUMENT (the host does not resolve) / HR_ERR_IO.  `why` (may be NULL)
- * receives a one-line reason on failure.
+ * Creates a non-blocking, close-on-exec listening socket bound to `a`
+ * (backlog 1024): TCP with SO_REUSEADDR, or a Unix socket at a->path.  A
+ * socket file left at the path by a dead server is removed first, but
+ * only when a connect to it is refused: a live server keeps its path (the
+ * bind fails with EADDRINUSE), and a path that is not a socket is never
+ * removed.  Returns the fd, or HR_ERR_INVALID_ARGUMENT (the host does not
+ * resolve) / HR_ERR_IO.  `why` (may be NULL) receives a one-line reason on
+ * failure.
  */
 int hr__sock_listen(const hr__addr *a, char *why, size_t why_len);
 
@@ -56,12 +66,19 @@ int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
 int hr__sock_connect_result(int fd);
 
 /*
- * Tunes a connected TCP socket: TCP_NODELAY (control messages must not
+ * Tunes a connected socket: TCP_NODELAY on TCP (skipped on Unix sockets) (control messages must not
  * wait for Nagle), and SO_SNDBUF/SO_RCVBUF when `bufsize` > 0 (0 leaves
  * the kernel's autotuning alone).  Failures are ignored: these are
  * optimisations.
  */
 void hr__sock_tune(int fd, int bufsize);
+
+/* Whether `fd` is a Unix domain socket. */
+int hr__sock_is_unix(int fd);
+
+/* SO_PEERCRED of a connected Unix socket: 0, or HR_ERR_UNSUPPORTED (not
+ * a Unix socket) / HR_ERR_IO. */
+int hr__sock_peer_cred(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid);
 
 /* Formats "what: strerror(err)" into why (when non-NULL). */
 void hr__why(char *why, size_t why_len, const char *what, int err);

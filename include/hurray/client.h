@@ -61,8 +61,8 @@ typedef struct hr_client_error {
 HR_EXTERN void hr_client_options_default(hr_client_options *o);
 
 /*
- * Connects to `url` ("hurray://HOST:PORT" or "HOST:PORT") and waits for
- * the HELLO exchange.  `opts` may be NULL (defaults); it is copied.
+ * Connects to `url` ("hurray://HOST:PORT", "HOST:PORT" or "unix:PATH") and
+ * waits for the HELLO exchange.  `opts` may be NULL (defaults); it is copied.
  * `err` (may be NULL) says why it failed.  Returns 0, HR_ERR_INVALID_
  * ARGUMENT (bad URL), HR_ERR_IO (refused, unreachable), HR_ERR_REMOTE (the
  * server answered ERROR, e.g. RESOURCE_EXHAUSTED at its connection cap),

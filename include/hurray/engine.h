@@ -171,7 +171,8 @@ HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
 /* ------------------------------------------------------------------------ */
 
 /*
- * Listens on `addr` ("HOST:PORT", "[v6]:PORT"; port 0 picks one) and
+ * Listens on `addr` ("HOST:PORT", "[v6]:PORT"; port 0 picks one; or
+ * "unix:PATH", a Unix domain stream socket with the same framing) and
  * serves every accepted connection with `provider` (copied; its callbacks
  * run on the loop thread).  Every connection's SERVER_HELLO names its
  * session (SESSION_TOKEN, 16 bytes of getrandom()), so that a client may
@@ -183,7 +184,15 @@ HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
  */
 HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
                                const hr_provider *provider, hr_listener **out);
-/* The bound port (after port 0). */
+/*
+ * A "unix:PATH" listener creates the socket file at PATH and removes it
+ * when it closes.  A socket file already there is replaced only when a
+ * connect to it is refused (a server that died); a live server's path
+ * fails with HR_ERR_IO, and a file that is not a socket is left alone.
+ * Unix sockets are a network transport for the wire rules (sync_mode 0,
+ * device_index 0).
+ */
+/* The bound port (after port 0); -1 for a Unix socket. */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
 /* Stops accepting and frees the listener; existing connections go on. */
 HR_EXTERN void hr_listener_close(hr_listener *l);
@@ -202,7 +211,8 @@ HR_EXTERN void hr_listener_close(hr_listener *l);
 typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
 
 /*
- * Connects to "hurray://HOST:PORT" (or "HOST:PORT") non-blockingly.
+ * Connects to "hurray://HOST:PORT" (or "HOST:PORT", or "unix:PATH" for a
+ * Unix domain socket) non-blockingly.
  * `settings` NULL: the engine's defaults.  Requests may be queued on the
  * connection's session right away; they are sent after the handshake.
  * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO, HR_ERR_NOMEM.
@@ -262,6 +272,26 @@ HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
 /* Bytes received and sent on the socket so far, those of its open lanes
  * included (any pointer may be NULL). */
 HR_EXTERN void hr_conn_bytes(const hr_conn *c, uint64_t *rx, uint64_t *tx);
+
+/* The credentials of a Unix socket's peer process, as the kernel reported
+ * them (SO_PEERCRED) when the connection was made. */
+typedef struct hr_peer_cred {
+  int32_t pid;
+  uint32_t uid;
+  uint32_t gid;
+} hr_peer_cred;
+
+/*
+ * The peer's credentials on a Unix socket connection: on a server, the
+ * connecting process; on a client, the server's.  A server's provider may
+ * authorise by them in its on_hello hook: hr_session_user_data() of the
+ * hook's session is the hr_conn, and the hook refuses by setting
+ * *wire_error to HR_WIRE_UNAUTHORIZED and returning 0, which the client
+ * sees as HR_ERR_REMOTE with that wire error.  Returns
+ * 0, HR_ERR_UNSUPPORTED (a TCP connection: it has none),
+ * HR_ERR_INVALID_ARGUMENT.
+ */
+HR_EXTERN int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out);
 
 /* A tap on the raw byte stream (debugging, `hurray get --dump-wire`):
  * `rx` sees every byte received, `tx` every byte sent, in order, on the
