@@ -473,6 +473,61 @@ static void test_graceful_drain(void **state) {
   assert_true(tl_raw_connect(p) < 0);
 }
 
+/* `serve --unix PATH` alone: the only listener is the socket; get and ls
+ * take unix:PATH URLs; SIGTERM removes the socket file. */
+static void test_unix_socket(void **state) {
+  const char *sock = tpath("s.sock");
+  const char *argv[] = {HURRAY_BIN, "serve", "--unix", sock,
+                        HR_SOURCE_DIR "/examples/data", NULL};
+  hr_tensor *ref = load(HR_SOURCE_DIR "/examples/data/matrix.npy"), *got;
+  posix_spawn_file_actions_t fa;
+  char uurl[300], sock_copy[256], line[512];
+  int pipefd[2], st;
+  size_t n = 0;
+  pid_t pid;
+
+  (void)state;
+  snprintf(sock_copy, sizeof sock_copy, "%s", sock);
+  snprintf(uurl, sizeof uurl, "unix:%s", sock_copy);
+  assert_int_equal(pipe(pipefd), 0);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, tpath("userver.log"),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_int_equal(
+      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
+      0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  while (n < sizeof line - 1 && read(pipefd[0], line + n, 1) == 1 &&
+         line[n] != '\n')
+    n++;
+  line[n] = '\0';
+  close(pipefd[0]);
+  /* No TCP listener: the first line is the socket's. */
+  assert_int_equal(strncmp(line, "listening on unix:", 18), 0);
+  assert_string_equal(line + 18, sock_copy);
+
+  assert_int_equal(run("get", "-o", tpath("u.npy"), uurl, "matrix", NULL), 0);
+  got = load(tpath("u.npy"));
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  assert_int_equal(run("ls", uurl, NULL), 0);
+  assert_non_null(strstr(out, "matrix"));
+  /* A second server on the live path fails and leaves it alone. */
+  assert_int_equal(run("serve", "--unix", sock_copy,
+                       HR_SOURCE_DIR "/examples/data", NULL),
+                   1);
+  one_line(err);
+
+  kill(pid, SIGTERM);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_int_equal(access(sock_copy, F_OK), -1);
+  hr_tensor_unref(ref);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ls),
@@ -483,6 +538,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_dump_and_inspect),
       cmocka_unit_test(test_graceful_drain),
+      cmocka_unit_test(test_unix_socket),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
