@@ -1540,6 +1540,7 @@ static void session_free(hr_session *s) {
   hr__mem_free(&s->mem, s->peer_store);
   hr__mem_free(&s->mem, s->devices_copy);
   hr__mem_free(&s->mem, s->auth_copy);
+  hr__chunks_close(s);
   hr_mem mem = s->mem;
   hr__mem_free(&mem, s);
 }

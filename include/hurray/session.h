@@ -365,6 +365,18 @@ struct hr_work {
   void (*run)(hr_work *w);  /* on a worker thread; touches no session */
   void (*done)(hr_work *w); /* called by hr_session_work_done() */
   hr_work *next_;           /* free for the host's queue */
+  /* Asynchronous work (device copies), or NULL.  A host may call
+   * start(w, complete, ctx) on the driving thread instead of running `run`
+   * on a worker: start enqueues the work and returns 0 at once (non-zero:
+   * nothing was started; run `run` instead), and the work calls
+   * complete(w, ctx) exactly once, from any thread (typically the device
+   * driver's), when it has finished.  The host then reports
+   * hr_session_work_done() on the driving thread as for any work.  A host
+   * that ignores `start` runs `run`, which does the same work and waits
+   * for it on the calling thread.  The engine uses `start`: its loop
+   * sleeps until complete() writes its eventfd. */
+  int (*start)(hr_work *w, void (*complete)(hr_work *w, void *ctx),
+               void *ctx);
 };
 
 typedef struct hr_session_callbacks {
