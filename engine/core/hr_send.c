@@ -186,6 +186,7 @@ void hr__tx_free(hr_session *s, hr_tx *tx) {
 void hr__work_detach_stream(hr_stream *st) {
   if (st->tx.win)
     window_clear(&st->tx);
+  hr__devrx_detach(&st->rv);
 }
 
 /* ---- work items ---------------------------------------------------------- */

@@ -185,7 +185,27 @@ typedef struct hr_recv {
   /* Permissive torn composites: completed plain tensors, in order. */
   hr_tensor **done_list;
   size_t ndone;
+  struct hr_devrx *dev; /* client GET into device memory (hr_devrx.c) */
 } hr_recv;
+
+/* ---- hr_devrx.c --------------------------------------------------------- */
+typedef struct hr_devrx hr_devrx;
+/* Makes rv land into device g's memory (sync: P1 or P2). */
+int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync);
+void hr__devrx_free(hr_session *s, hr_devrx *d);
+/* The landing tensor for `desc` (pinned).  HR_ERR_LIMIT, HR_ERR_NOMEM,
+ * HR_ERR_UNSUPPORTED (a composite, a second tensor). */
+int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
+                   hr_tensor **out);
+/* Bytes [off, off + n) of buffer bi landed. */
+void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n);
+/* Every byte landed (`landed` taken over): completes the GET now (P2) or
+ * once the copies are done (P1); ends the stream either way. */
+int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
+/* The stream goes: a pending P1 completion forgets it. */
+void hr__devrx_detach(hr_recv *rv);
+/* hr_client.c: calls the GET's completion with t (taken over). */
+void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
 
 /* A server GET (base stream or shard stream). */
 typedef struct hr_srvget_state {

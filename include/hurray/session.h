@@ -303,6 +303,25 @@ typedef struct hr_get_opts {
   const uint64_t *region_offset;
   const uint64_t *region_shape;
   const hr_get_dest *dest; /* NULL: allocate */
+  /* Receive into device memory (NULL: host memory).  The bytes land in
+   * pinned host memory of `device` and are copied to device memory piece
+   * by piece (transcode_chunk bytes) as they arrive, each copy overlapping
+   * the receive of what follows.  The tensor delivered is a device tensor
+   * (hr_tensor_on_device; hr_tensor_gpu_buf gives its memory, its
+   * descriptor carries the device's device_tag and `device_sync`) that
+   * owns its device buffers: they are freed when it dies.  `device_sync`
+   * says when it is delivered (ADR-018):
+   *   HR_SYNC_PRODUCER_SYNCED (P1): once the device finished the copies;
+   *     use it at once.
+   *   HR_SYNC_EVENT (P2): as soon as the last byte arrived;
+   *     hr_tensor_gpu_event() is the event to wait on
+   *     (hr_gpu_stream_wait_event) on every stream that touches it.
+   * Any placement the server chose (the device's tag or CPU) lands on the
+   * device.  Not with `dest` or PARALLEL_OK (HR_ERR_INVALID_ARGUMENT); a
+   * composite answer fails with HR_ERR_UNSUPPORTED.  `device` must
+   * outlive the session. */
+  struct hr_gpu *device;
+  uint8_t device_sync;
 } hr_get_opts;
 
 /*
