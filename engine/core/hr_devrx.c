@@ -302,9 +302,11 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
     d->dev[k] = NULL;
   }
   if (d->sync == HR_SYNC_EVENT) {
+    /* The drain takes the block first: ending the stream frees `d`. */
+    int rv = drain_submit(s, d, NULL, NULL);
     hr__cli_get_deliver(s, st, out);
     hr__stream_end(s, st);
-    return drain_submit(s, d, NULL, NULL);
+    return rv;
   }
   return drain_submit(s, d, st, out);
 }
