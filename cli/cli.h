@@ -53,6 +53,8 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  const uint8_t *devices;  /* CLIENT_HELLO devices (NULL: CPU only) */
+  uint16_t device_count;
 } cli_conn_opts;
 
 typedef struct cli_conn {

@@ -244,6 +244,10 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
     opts.timeout_ms = o->timeout_ms;
   opts.lanes = o->lanes;
   opts.user_data = cc;
+  if (o->devices) {
+    opts.settings.devices = o->devices;
+    opts.settings.device_count = o->device_count;
+  }
   if (o->dump_wire) {
     cc->dump = fopen(o->dump_wire, "wb");
     if (!cc->dump) {
