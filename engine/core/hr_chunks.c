@@ -47,6 +47,7 @@ struct hr_cpool {
   hr_mem mem;
   hr_cblock *idle;
   size_t nidle, cap;
+  uint64_t chunk; /* transcode_chunk: blocks above it are landing blocks */
   uint64_t allocs, reuses;
   struct {
     hr_gpu *g;
@@ -67,10 +68,23 @@ static void pool_unref(hr_cpool *p) {
   hr__mem_free(&mem, p);
 }
 
-/* Release callback of a chunk tensor: the block goes back to the pool. */
+/* Release callback of a chunk tensor: the block goes back to the pool.
+ * Of the blocks larger than a chunk (a GET's whole pinned landing block)
+ * only the latest is kept, so idle memory stays bounded by cap chunks
+ * plus one tensor. */
 static void block_return(void *ctx) {
   hr_cblock *b = ctx;
   hr_cpool *p = b->pool;
+  if (!p->closed && b->size > p->chunk) {
+    for (hr_cblock **pp = &p->idle; *pp; pp = &(*pp)->next)
+      if ((*pp)->size > p->chunk) {
+        hr_cblock *old = *pp;
+        *pp = old->next;
+        p->nidle--;
+        block_free(p, old);
+        break;
+      }
+  }
   if (!p->closed && p->nidle < p->cap) {
     b->next = p->idle;
     p->idle = b;
@@ -93,6 +107,7 @@ static hr_cpool *pool_of(hr_session *s) {
    * output queue, and one being written. */
   uint64_t chunk = s->set.transcode_chunk ? s->set.transcode_chunk : 1;
   uint64_t queued = s->set.send_budget / chunk + 1;
+  p->chunk = chunk;
   p->cap = (size_t)(s->set.transcode_window + (queued < 16 ? queued : 16) + 1);
   s->cpool = p;
   return p;
