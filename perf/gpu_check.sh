@@ -142,7 +142,8 @@ build_direct() {
                -I"$cuda_root/include")
   local objs=()
   for f in "${lib[@]}"; do
-    local o=$b/$(basename "${f%.c}").o
+    # engine/core and engine/io both have an hr_client.c: keep the folder.
+    local o=$b/$(basename "$(dirname "$f")")_$(basename "${f%.c}").o
     "$cc" "${flags[@]}" -c "$f" -o "$o" || return 1
     objs+=("$o")
   done
