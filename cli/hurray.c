@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "[--max-shards N] PATH...\n"
           "        serve every .npy and .safetensors under PATH "
           "(default 127.0.0.1:7474)\n"
-          "  get [--layout NAME]... [--allow-transcode] [--device cpu] "
+          "  get [--layout NAME]... [--allow-transcode] [--device NAME] "
           "[--parallel N]\n"
           "      [--region OFF,...:SHAPE,...] [-o OUT.npy] [--stats] "
           "[--dump-wire FILE] URL KEY\n"
