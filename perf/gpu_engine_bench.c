@@ -58,9 +58,12 @@ static uint64_t parse_size(const char *s) {
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
   switch (*end) {
-  case 'k': case 'K': v <<= 10; break;
-  case 'm': case 'M': v <<= 20; break;
-  case 'g': case 'G': v <<= 30; break;
+  case 'k':
+  case 'K': v <<= 10; break;
+  case 'm':
+  case 'M': v <<= 20; break;
+  case 'g':
+  case 'G': v <<= 30; break;
   default: break;
   }
   return v;
@@ -268,8 +271,8 @@ int main(int argc, char **argv) {
   hr_tensor *ht, *dt;
   void *hb = host;
   CHECK("wrap", hr_tensor_wrap(&ht, &hd, &hb, NULL, NULL, NULL));
-  CHECK("wrap_device", hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL,
-                                             NULL));
+  CHECK("wrap_device",
+        hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL, NULL));
   CHECK("put", hr_store_put(store, "host", 4, ht, HR_PUT_REPLACE));
   CHECK("put", hr_store_put(store, "dev", 3, dt, HR_PUT_REPLACE));
   hr_tensor_unref(ht);
@@ -284,8 +287,8 @@ int main(int argc, char **argv) {
   double h2d = get_gbps(srv.port, "host", n, iters, NULL, g, &landed);
   /* Verify the device result by copying it back. */
   memset(hp, 0, n);
-  CHECK("copy back", hr_gpu_copy_async(s, pin, 0, hr_tensor_gpu_buf(landed, 0),
-                                       0, n));
+  CHECK("copy back",
+        hr_gpu_copy_async(s, pin, 0, hr_tensor_gpu_buf(landed, 0), 0, n));
   CHECK("sync", hr_gpu_stream_sync(s));
   int ok_h2d = memcmp(hp, host, n) == 0;
   hr_tensor_unref(landed);

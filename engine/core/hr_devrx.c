@@ -28,8 +28,8 @@
 struct hr_devrx {
   hr_gpu *g;
   hr_gpu_stream *gs;
-  uint8_t sync; /* HR_SYNC_PRODUCER_SYNCED or HR_SYNC_EVENT */
-  uint8_t tag;  /* the device's device_tag */
+  uint8_t sync;     /* HR_SYNC_PRODUCER_SYNCED or HR_SYNC_EVENT */
+  uint8_t tag;      /* the device's device_tag */
   hr_tensor *block; /* pinned landing block (pool chunk tensor) */
   hr_gpu_buf *pinned;
   uint64_t boff[HR_MAX_BUFFERS]; /* buffer k's offset in the block */
@@ -39,8 +39,8 @@ struct hr_devrx {
   uint64_t *filled; /* bytes landed per piece, all buffers in a row */
   uint64_t first[HR_MAX_BUFFERS + 1]; /* buffer k's first piece */
   uint64_t size[HR_MAX_BUFFERS];
-  int err;    /* a copy could not be enqueued */
-  int copies; /* copies enqueued */
+  int err;            /* a copy could not be enqueued */
+  int copies;         /* copies enqueued */
   struct dwork *wait; /* P1: the completion pending */
 };
 
@@ -288,8 +288,8 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
     hr__mem_free(&s->mem, o);
     /* The block goes once the device is done with it. */
     int rv = drain_submit(s, d, NULL, NULL);
-    hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO,
-                        0, 0, "copying to the device failed");
+    hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO, 0,
+                        0, "copying to the device failed");
     hr__stream_end(s, st);
     return rv;
   }

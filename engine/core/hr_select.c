@@ -367,9 +367,8 @@ static int device_can_place(const hr_session *s, hr_tensor *t, uint8_t dev) {
 }
 
 static int select_device(hr_session *s, const hr_request *req, hr_tensor *t,
-                         uint8_t *dev,
-                         char *fallback, size_t fcap, uint32_t *wire, char *msg,
-                         size_t msgcap) {
+                         uint8_t *dev, char *fallback, size_t fcap,
+                         uint32_t *wire, char *msg, size_t msgcap) {
   uint8_t pd = req->preferred_device;
   /* Rule 1: advertised and placeable now. */
   if (we_advertise(s, pd) && device_can_place(s, t, pd)) {

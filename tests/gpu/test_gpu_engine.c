@@ -15,9 +15,9 @@
  *
  * Usage: test_gpu_engine [backend]  (default "sim"; 77 when unavailable).
  */
-#include <stddef.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 
 #include <cmocka.h>
 
@@ -39,7 +39,9 @@ typedef struct fx {
   uint8_t devs[2];
 } fx;
 
-static int is_sim(void) { return strcmp(gt_backend, "sim") == 0; }
+static int is_sim(void) {
+  return strcmp(gt_backend, "sim") == 0;
+}
 
 /* Opens the device (paced at `bps` on the simulated one) and a server and
  * client that both advertise it next to the CPU. */
@@ -65,7 +67,9 @@ static fx *fx_open_d(uint64_t delay_ns, uint64_t bps) {
   return f;
 }
 
-static fx *fx_open(uint64_t bps) { return fx_open_d(0, bps); }
+static fx *fx_open(uint64_t bps) {
+  return fx_open_d(0, bps);
+}
 
 /* Closes the network side (the device stays open). */
 static void fx_close_net(fx *f) {
@@ -119,7 +123,9 @@ typedef struct served {
   int released;
 } served;
 
-static void served_release(void *ctx) { ((served *)ctx)->released++; }
+static void served_release(void *ctx) {
+  ((served *)ctx)->released++;
+}
 
 static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
   hr_descriptor d;
@@ -171,16 +177,15 @@ static int get_is_new(fx *f, const char *key, uint8_t pref, served *sv,
            r->rec.wire_error, r->rec.message);
   assert_int_equal(rc, 0);
   assert_int_equal(hr_tensor_bytes(r->t), n);
-  return memcmp(hr_tensor_buffer(r->t, 0), hr_gpu_buf_host_ptr(sv->newb),
-                n) == 0;
+  return memcmp(hr_tensor_buffer(r->t, 0), hr_gpu_buf_host_ptr(sv->newb), n) ==
+         0;
 }
 
 /* Reads bytes [off, off + n) of a device tensor's buffer 0 on stream s,
  * optionally after waiting on its event; returns 1 when they equal
  * want[off..off + n). */
-static int device_range_equals(fx *f, hr_tensor *t, hr_gpu_stream *s,
-                               int wait, const uint8_t *want, uint64_t off,
-                               uint64_t n) {
+static int device_range_equals(fx *f, hr_tensor *t, hr_gpu_stream *s, int wait,
+                               const uint8_t *want, uint64_t off, uint64_t n) {
   hr_gpu_buf *out = host_buf(f, n);
   memset(hr_gpu_buf_host_ptr(out), 0, n);
   if (wait && hr_tensor_gpu_event(t))
@@ -208,9 +213,9 @@ static void serve_device_p2(void **state) {
   produce(f, &sv, n);
   hr_descriptor d = bytes_desc(n, f->caps.device_tag);
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev,
-                                         served_release, &sv, NULL),
-                   0);
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
+      0);
   assert_true(hr_tensor_on_device(t));
   tl_put(&f->srv, "dev", t);
   hr_tensor_unref(t);
@@ -254,16 +259,15 @@ static void serve_device_stale(void **state) {
   produce(f, &sv, n);
   hr_descriptor d = bytes_desc(n, f->caps.device_tag);
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv.dev, NULL,
-                                         served_release, &sv, NULL),
-                   0);
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, NULL, served_release, &sv, NULL),
+      0);
   tl_put(&f->srv, "dev", t);
   hr_tensor_unref(t);
   tc_res r;
   assert_false(get_is_new(f, "dev", HR_DEV_CPU, &sv, n, &r));
-  assert_int_equal(memcmp(hr_tensor_buffer(r.t, 0),
-                          hr_gpu_buf_host_ptr(sv.oldb), n),
-                   0);
+  assert_int_equal(
+      memcmp(hr_tensor_buffer(r.t, 0), hr_gpu_buf_host_ptr(sv.oldb), n), 0);
   tc_res_clear(&r);
   assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
   served_free(f, &sv);
@@ -292,15 +296,13 @@ static void get_into_device(fx *f, uint8_t sync, uint64_t n) {
      * yet, while the consumer's own read of one piece is done long
      * before. */
     if (is_sim())
-      assert_false(device_range_equals(f, r.t, f->C, 0,
-                                       hr_tensor_buffer(src, 0), n - CHUNK,
-                                       CHUNK));
+      assert_false(device_range_equals(
+          f, r.t, f->C, 0, hr_tensor_buffer(src, 0), n - CHUNK, CHUNK));
   } else {
     assert_null(hr_tensor_gpu_event(r.t));
   }
   /* The right consumer: P1 at once, P2 after the event. */
-  assert_true(
-      device_equals(f, r.t, f->C, 1, hr_tensor_buffer(src, 0), n));
+  assert_true(device_equals(f, r.t, f->C, 1, hr_tensor_buffer(src, 0), n));
   tc_res_clear(&r);
   hr_tensor_unref(src);
 }
@@ -336,9 +338,9 @@ static void put_device_tensor(void **state) {
    * host memory): CPU, while the bytes come from the device. */
   hr_descriptor d = bytes_desc(n, HR_DEV_CPU);
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev,
-                                         served_release, &sv, NULL),
-                   0);
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
+      0);
   tc_res r;
   assert_int_equal(tc_put(&f->cli, "up", 0, t, &r), 0);
   hr_tensor_unref(t);
@@ -389,8 +391,7 @@ static void loop_never_blocks(void **state) {
   hr_tensor *t;
   served sv = {0};
   assert_int_equal(
-      hr_tensor_wrap_device(&t, &d, &dev, NULL, served_release, &sv, NULL),
-      0);
+      hr_tensor_wrap_device(&t, &d, &dev, NULL, served_release, &sv, NULL), 0);
   tl_put(&f->srv, "dev", t);
   hr_tensor_unref(t);
   hr_get_opts o;
@@ -419,9 +420,9 @@ int main(int argc, char **argv) {
   if (rv != 0)
     return rv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(serve_device_p2),  cmocka_unit_test(serve_device_stale),
-      cmocka_unit_test(get_device_p1),    cmocka_unit_test(get_device_p2),
-      cmocka_unit_test(get_device_args),  cmocka_unit_test(loop_never_blocks),
+      cmocka_unit_test(serve_device_p2),   cmocka_unit_test(serve_device_stale),
+      cmocka_unit_test(get_device_p1),     cmocka_unit_test(get_device_p2),
+      cmocka_unit_test(get_device_args),   cmocka_unit_test(loop_never_blocks),
       cmocka_unit_test(put_device_tensor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
