@@ -124,8 +124,7 @@ int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
                           hr_gpu_buf *const *bufs, hr_gpu_event *ready,
                           hr_release_fn release, void *release_ctx,
                           const hr_mem *mem) {
-  if (!out || !desc || !plain_args_ok(desc) || desc->buffer_count == 0 ||
-      !bufs)
+  if (!out || !desc || !plain_args_ok(desc) || desc->buffer_count == 0 || !bufs)
     return HR_ERR_INVALID_ARGUMENT;
   void *host[HR_MAX_BUFFERS] = {0};
   for (unsigned k = 0; k < desc->buffer_count; k++) {
@@ -169,7 +168,9 @@ hr_gpu_event *hr_tensor_gpu_event(const hr_tensor *t) {
   return t && t->on_device ? t->gready : NULL;
 }
 
-int hr_tensor_on_device(const hr_tensor *t) { return t && t->on_device; }
+int hr_tensor_on_device(const hr_tensor *t) {
+  return t && t->on_device;
+}
 
 int hr__tensor_placement(const hr_descriptor *d, unsigned min_alignment_log2,
                          uint64_t offsets[HR_MAX_BUFFERS], uint64_t *span,

@@ -122,9 +122,13 @@ int hr__pool_submit(hr__pool *p, hr__job *j) {
   return 0;
 }
 
-void hr__pool_begin_async(hr__pool *p) { p->pending++; }
+void hr__pool_begin_async(hr__pool *p) {
+  p->pending++;
+}
 
-void hr__pool_end_async(hr__pool *p) { p->pending--; }
+void hr__pool_end_async(hr__pool *p) {
+  p->pending--;
+}
 
 void hr__pool_post_done(hr__pool *p, hr__job *j) {
   int was_empty;
