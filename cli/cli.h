@@ -53,6 +53,7 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  const char *fabric;      /* --fabric PROVIDER ("auto"), or NULL */
 } cli_conn_opts;
 
 typedef struct cli_conn {
@@ -70,6 +71,10 @@ int cli_disconnect(cli_conn *cc, const char *cmd);
 void cli_progress_total(cli_conn *cc, uint64_t total, int upload);
 /* Clears the progress bar line if one was drawn. */
 void cli_progress_done(cli_conn *cc);
+
+/* The local address a fabric endpoint should use to reach `url`'s host:
+ * "127.0.0.1" for a loopback host, else NULL (the provider's default). */
+const char *cli_fabric_node(const char *url);
 
 /* "1.5 GiB" etc. */
 void cli_human_bytes(uint64_t n, char *out, size_t cap);

@@ -3,7 +3,7 @@
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
  *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
- *             URL KEY`
+ *             [--fabric PROVIDER] URL KEY`
  *
  * --connections opens one session over C connections (its lanes): the
  * shards of a --parallel GET travel over all of them.  --slice fetches
@@ -16,7 +16,10 @@
  * transcode kernels.  A composite is written member by member as
  * OUT.0.npy, OUT.1.npy, ... (nested members as OUT.1.0.npy).  Without -o
  * a one-line summary is printed.  --stats prints one JSON line on stderr
- * at the end.
+ * at the end: "data_plane" says what carried the bytes ("rdma" or
+ * "frames") and "fallback" why the RDMA data plane was not used or
+ * failed.  --fabric PROVIDER (or "auto") opens a libfabric endpoint, so
+ * that a server started with --fabric sends over the RDMA data plane.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -34,7 +37,7 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] URL KEY"
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] [--fabric PROVIDER] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -54,6 +57,7 @@ typedef struct get_args {
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
   int stats;
+  const char *fabric; /* --fabric PROVIDER */
   const char *dump;
   int64_t timeout_ms;
   const char *url;
@@ -457,6 +461,8 @@ int cli_get(int argc, char **argv) {
       a.out = argv[++i];
     } else if (!strcmp(s, "--stats")) {
       a.stats = 1;
+    } else if (!strcmp(s, "--fabric") && more) {
+      a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
@@ -491,6 +497,7 @@ int cli_get(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  co.fabric = a.fabric;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 

@@ -1,6 +1,6 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
- *               [--max-shards N] [-v] PATH...`
+ *               [--max-shards N] [--fabric PROVIDER] [-v] PATH...`
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
@@ -9,7 +9,10 @@
  * --unix PATH also listens on a Unix domain socket at PATH; given alone
  * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
- * exits 0; a second signal exits at once with 1.
+ * exits 0; a second signal exits at once with 1.  --fabric PROVIDER
+ * ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm", ... or "auto") opens a libfabric
+ * endpoint on the listening interface: clients that also have one receive
+ * tensors (and send PUTs) over the RDMA data plane.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,8 +30,8 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] [-v] "  \
-  "PATH..."
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "         \
+  "[--fabric PROVIDER] [-v] PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
 typedef struct serve {
@@ -182,14 +185,16 @@ static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
             hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
             rec->message);
   else
-    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s\n",
+    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s over %s%s%s\n",
             (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
-            rec->transcoded ? " (transcoded)" : "");
+            rec->transcoded ? " (transcoded)" : "",
+            rec->data_plane == HR_PLANE_RDMA ? "rdma" : "frames",
+            rec->fallback[0] ? "; fallback: " : "", rec->fallback);
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL;
-  char unix_addr[128];
+  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL;
+  char unix_addr[128], fabric_node[64] = "";
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -216,6 +221,8 @@ int cli_serve(int argc, char **argv) {
       unix_path = argv[++i];
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
+    } else if (!strcmp(a, "--fabric") && i + 1 < argc) {
+      fabric = argv[++i];
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
       sv.verbose = 1;
     } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
@@ -299,9 +306,26 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.max_shards = (uint16_t)max_shards;
   ecfg.on_transfer = on_transfer;
   ecfg.user_data = &sv;
+  if (fabric) {
+    /* The fabric endpoint on the listening interface (a wildcard address
+     * leaves the choice to the provider). */
+    const char *colon = listen_addr ? strrchr(listen_addr, ':') : NULL;
+    size_t hl = colon ? (size_t)(colon - listen_addr) : 0;
+    if (hl && hl < sizeof fabric_node && listen_addr[0] != '[') {
+      memcpy(fabric_node, listen_addr, hl);
+      fabric_node[hl] = 0;
+    }
+    ecfg.fabric_provider = fabric;
+    ecfg.fabric_node = fabric_node[0] && strcmp(fabric_node, "0.0.0.0")
+                           ? fabric_node
+                           : NULL;
+  }
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
-    cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
+    cli_err("serve", "cannot start the engine: %s%s", hr_strerror(rv),
+            fabric ? " (is the --fabric provider available? see "
+                     "`fi_info -l`)"
+                   : "");
     status = CLI_EXIT_FAIL;
     goto out;
   }

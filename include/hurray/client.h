@@ -46,6 +46,14 @@ typedef struct hr_client_options {
   unsigned lanes; /* connections of the session (1; at most HR_MAX_LANES):
                      with more, a parallel GET's shards come over all of
                      them (hr_engine_connect_group()); taps see lane 0 */
+  /* The RDMA data plane (hr_engine_config): a libfabric provider name or
+   * "auto" (NULL: frames only), its local address, and the capability
+   * flags to advertise (0: what the fabric justifies).  Read during
+   * hr_client_connect() only.  Connecting fails with the fabric's error
+   * (HR_ERR_UNSUPPORTED: no such provider) when it cannot be opened. */
+  const char *fabric_provider;
+  const char *fabric_node;
+  uint32_t fabric_caps;
 } hr_client_options;
 
 /* Why a call failed. */
