@@ -109,7 +109,8 @@ static void get_check(fixture *f, hr_tensor *ref, uint16_t shards,
   tc_res_clear(&r);
 }
 
-static void run_get(int dest) {
+/* GET (plain, again, parallel) and PUT on one pair of engines. */
+static void run(int dest) {
   fixture f;
   open_pair(&f, provider(), dest);
   hr_tensor *t = tensor(64, 128 << 10, 11); /* 8 MiB */
@@ -121,26 +122,11 @@ static void run_get(int dest) {
   /* Parallel: every shard over RDMA. */
   get_check(&f, t, 4, HR_PLANE_RDMA);
   hr_tensor_unref(t);
-  close_pair(&f);
-}
-
-static void test_get(void **state) {
-  (void)state;
-  run_get(0);
-}
-
-static void test_get_destination(void **state) {
-  (void)state;
-  run_get(1);
-}
-
-static void run_put(int dest) {
-  fixture f;
-  open_pair(&f, provider(), dest);
-  hr_tensor *t = tensor(32, 128 << 10, 23); /* 4 MiB */
+  /* PUT over RDMA, then read back. */
+  t = tensor(32, 128 << 10, 23); /* 4 MiB */
   tc_res r;
   memset(&r, 0, sizeof r);
-  assert_int_equal(tc_put(&f.conn, "t", 0, t, &r), 0);
+  assert_int_equal(tc_put(&f.conn, "t", HR_PUT_REPLACE, t, &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_RDMA);
   assert_int_equal(f.log.last.data_plane, HR_PLANE_RDMA);
   tc_res_clear(&r);
@@ -149,14 +135,14 @@ static void run_put(int dest) {
   close_pair(&f);
 }
 
-static void test_put(void **state) {
+static void test_get_put(void **state) {
   (void)state;
-  run_put(0);
+  run(0);
 }
 
-static void test_put_destination(void **state) {
+static void test_get_put_destination(void **state) {
   (void)state;
-  run_put(1);
+  run(1);
 }
 
 /* A client without a fabric: frames, and no fallback (nothing was
@@ -214,10 +200,8 @@ int main(void) {
   }
   hr_fabric_del(probe);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_get),
-      cmocka_unit_test(test_get_destination),
-      cmocka_unit_test(test_put),
-      cmocka_unit_test(test_put_destination),
+      cmocka_unit_test(test_get_put),
+      cmocka_unit_test(test_get_put_destination),
       cmocka_unit_test(test_client_without_fabric),
       cmocka_unit_test(test_client_other_provider),
   };
