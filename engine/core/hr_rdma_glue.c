@@ -349,8 +349,7 @@ static hold *hold_new(hr_session *s, hr_tensor *t) {
 
 /* A synthetic end (TENSOR_DATA_END or TENSOR_PUT_ACK) for the session's
  * own transfer checks, once the data plane has the bytes in place. */
-static int feed_end(hr_session *s, hr_stream *st, uint32_t sid,
-                    uint32_t type) {
+static int feed_end(hr_session *s, hr_stream *st, uint32_t sid, uint32_t type) {
   hr_msg m;
   memset(&m, 0, sizeof m);
   m.hdr.type = type;
@@ -410,7 +409,7 @@ static void cb_event(hr_rdma *x, const hr_rdma_event *ev, void *ud) {
     break;
   case HR_RDMA_EV_FAILED: {
     xfer_drop(s->rdma, xf);
-    int status = ev->wire_error == 0  ? HR_ERR_CLOSED
+    int status = ev->wire_error == 0   ? HR_ERR_CLOSED
                  : ev->wire_error_sent ? hr__status_for_wire(ev->wire_error)
                                        : HR_ERR_REMOTE;
     if (status == 0)
@@ -419,8 +418,7 @@ static void cb_event(hr_rdma *x, const hr_rdma_event *ev, void *ud) {
                      ev->message, ev->fallback, ev->retry);
     break;
   }
-  default:
-    break;
+  default: break;
   }
   if (rv < 0 && hr_err_is_fatal(rv))
     hr__fatal(s, rv);
@@ -457,9 +455,8 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
     return 0; /* small tensors go as frames by design */
   if (st->tx.nparts != 1 || p->xmode != HR_XM_DIRECT ||
       p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
-    note_fallback(st, st->tx.nparts != 1
-                          ? "a composite goes as frames"
-                          : "transcoded output goes as frames");
+    note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
+                                         : "transcoded output goes as frames");
     return 0;
   }
   char why[160] = "";
@@ -665,7 +662,9 @@ int hr__rdma_session_init(hr_session *s, const hr_settings *in) {
   (void)in;
   return 0;
 }
-void hr__rdma_session_free(hr_session *s) { (void)s; }
+void hr__rdma_session_free(hr_session *s) {
+  (void)s;
+}
 const uint8_t *hr__rdma_hello_ext(const hr_session *s, uint16_t *len,
                                   uint16_t *count) {
   (void)s;

@@ -163,8 +163,8 @@ static void test_client_without_fabric(void **state) {
  * FABRIC_ADDRESS, sends frames and says why. */
 static void test_client_other_provider(void **state) {
   (void)state;
-  const char *other = strcmp(HR_TEST_PROVIDER, "tcp") == 0 ? "shm"
-                                                           : "tcp;ofi_rxm";
+  const char *other =
+      strcmp(HR_TEST_PROVIDER, "tcp") == 0 ? "shm" : "tcp;ofi_rxm";
   hr_fabric *probe = NULL;
   hr_fabric_config fc;
   hr_fabric_config_default(&fc);

@@ -158,9 +158,9 @@ static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   assert_int_equal(
       hr_session_new(&w->c, HR_ROLE_CLIENT, &sc, NULL, NULL, w, w->now, NULL),
       0);
-  assert_int_equal(hr_session_new(&w->s, HR_ROLE_SERVER, &ss, &cbs, &prov, w,
-                                  w->now, NULL),
-                   0);
+  assert_int_equal(
+      hr_session_new(&w->s, HR_ROLE_SERVER, &ss, &cbs, &prov, w, w->now, NULL),
+      0);
   w->served = make_tensor(SIZE, 7);
   hr__fake_faults_of(w->es)->peer_add = peer_refuse;
   pump(w);
@@ -320,9 +320,8 @@ static void test_get_destination(void **state) {
 static void test_put(void **state) {
   (void)state;
   for (int dest = 0; dest < 2; dest++) {
-    world *w = world_open(HR_CAP_RDMA_DATA_PLANE |
-                              (dest ? HR_CAP_RDMA_GPUDIRECT : 0),
-                          dest);
+    world *w = world_open(
+        HR_CAP_RDMA_DATA_PLANE | (dest ? HR_CAP_RDMA_GPUDIRECT : 0), dest);
     hr_tensor *t = make_tensor(SIZE, 3);
     put(w, t);
     assert_true(w->done);
@@ -386,8 +385,12 @@ static void retry_case(hr__fake_ep *(*which)(world *), int field, uint32_t caps,
   world_close(w);
 }
 
-static hr__fake_ep *cli_ep(world *w) { return w->ec; }
-static hr__fake_ep *srv_ep(world *w) { return w->es; }
+static hr__fake_ep *cli_ep(world *w) {
+  return w->ec;
+}
+static hr__fake_ep *srv_ep(world *w) {
+  return w->es;
+}
 
 static void test_receiver_refuses(void **state) {
   (void)state;
@@ -399,7 +402,8 @@ static void test_send_error(void **state) {
 }
 static void test_recv_error(void **state) {
   (void)state;
-  retry_case(cli_ep, 2, HR_CAP_RDMA_DATA_PLANE, 0, "receiving the tagged messages failed");
+  retry_case(cli_ep, 2, HR_CAP_RDMA_DATA_PLANE, 0,
+             "receiving the tagged messages failed");
 }
 static void test_peer_gone(void **state) {
   (void)state;
