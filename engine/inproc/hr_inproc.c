@@ -737,8 +737,9 @@ static int list_emit(void *ctx, const hr_list_entry *e) {
   if (r->list_count >= r->lr.max_entries)
     return 1;
   for (;;) {
-    n = hr_list_entry_put(r->list_raw + r->list_len, r->list_cap - r->list_len,
-                          e);
+    n = r->list_raw ? hr_list_entry_put(r->list_raw + r->list_len,
+                                        r->list_cap - r->list_len, e)
+                    : HR_ERR_BUFFER_TOO_SMALL;
     if (n != HR_ERR_BUFFER_TOO_SMALL)
       break;
     size_t cap = r->list_cap ? r->list_cap * 2 : 4096;
@@ -1196,6 +1197,8 @@ int hr_inproc_put(hr_inproc_conn *c, const uint8_t *key, uint16_t key_len,
   return 0;
 }
 
+static const uint8_t empty_key[1];
+
 int hr_inproc_list(hr_inproc_conn *c, const uint8_t *prefix,
                    uint16_t prefix_len, const uint8_t *start_after,
                    uint16_t start_after_len, uint16_t max_entries,
@@ -1215,9 +1218,11 @@ int hr_inproc_list(hr_inproc_conn *c, const uint8_t *prefix,
     memcpy(r->blob, prefix, prefix_len);
   if (start_after_len)
     memcpy(r->blob + prefix_len, start_after, start_after_len);
-  r->lr.prefix = prefix_len ? r->blob : NULL;
+  /* Never NULL, even when empty: as decoded from a LIST_REQUEST, which
+   * points into its payload (providers may memcmp() zero bytes of it). */
+  r->lr.prefix = prefix_len ? r->blob : empty_key;
   r->lr.prefix_len = prefix_len;
-  r->lr.start_after = start_after_len ? r->blob + prefix_len : NULL;
+  r->lr.start_after = start_after_len ? r->blob + prefix_len : empty_key;
   r->lr.start_after_len = start_after_len;
   r->lr.max_entries = max_entries;
   r->lcb = cb;
