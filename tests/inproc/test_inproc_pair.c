@@ -527,6 +527,88 @@ static void test_conn_close_pending(void **state) {
   fx_finish(&f);
 }
 
+/* A channel whose consumer lives on an engine's loop: every send wakes
+ * the engine, whose on_wakeup drains the channel (no polling). */
+typedef struct woke {
+  hr_inproc_chan *ch;
+  int got;
+  int wakeups;
+  int closed;
+  uint8_t buf[64][8];
+} woke;
+
+static void drain(hr_engine *e, void *ud) {
+  woke *w = ud;
+  hr_inproc_msg *m;
+  int rv;
+  (void)e;
+  w->wakeups++;
+  while ((rv = hr_inproc_recv(w->ch, &m)) == 0) {
+    assert_ptr_equal(hr_tensor_buffer(hr_inproc_msg_tensor(m), 0),
+                     w->buf[w->got]);
+    assert_int_equal(hr_inproc_msg_release(m), 0);
+    hr_inproc_msg_del(m);
+    w->got++;
+  }
+  if (rv == HR_ERR_CLOSED)
+    w->closed = 1;
+}
+
+static void *chan_producer(void *arg) {
+  woke *w = arg;
+  for (int i = 0; i < 64; i++) {
+    hr_descriptor d;
+    hr_tensor *t;
+    memset(&d, 0, sizeof d);
+    d.descriptor_version = 1;
+    d.element_type = HR_ELEM_UINT8;
+    d.rank = 1;
+    d.shape[0] = 8;
+    d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+    d.buffer_count = 1;
+    d.buffers[0].size_bytes = 8;
+    void *bufs[1] = {w->buf[i]};
+    assert_int_equal(hr_tensor_wrap(&t, &d, bufs, NULL, NULL, NULL), 0);
+    assert_int_equal(hr_inproc_send_wait(w->ch, t, NULL, -1, NULL), 0);
+    hr_tensor_unref(t);
+  }
+  hr_inproc_chan_close(w->ch);
+  return NULL;
+}
+
+static int all_in(void *ud) {
+  return ((woke *)ud)->closed;
+}
+
+static void test_chan_wakes_engine(void **state) {
+  (void)state;
+  woke w;
+  memset(&w, 0, sizeof w);
+  tl_env *env = tl_new(TL_EPOLL);
+  hr_engine_config ec;
+  hr_engine_config_default(&ec);
+  ec.on_wakeup = drain;
+  ec.user_data = &w;
+  hr_engine *e = tl_engine(env, &ec);
+  hr_inproc_chan_config cc;
+  hr_inproc_chan_config_default(&cc);
+  cc.capacity = 4;
+  cc.wake_engine = e;
+  assert_int_equal(hr_inproc_chan_new(&w.ch, &cc, NULL), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, chan_producer, &w), 0);
+  assert_true(tl_run(env, all_in, &w, 10000));
+  pthread_join(th, NULL);
+  assert_int_equal(w.got, 64);
+  assert_true(w.wakeups >= 1);
+  hr_handoff_counts c;
+  assert_int_equal(hr_inproc_chan_del(w.ch, &c), 0);
+  assert_int_equal(c.buffer_releases, 64);
+  assert_int_equal(c.missing_releases, 0);
+  tl_engine_finish(env, e);
+  tl_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_threads),
@@ -534,6 +616,7 @@ int main(void) {
       cmocka_unit_test(test_release_on_server_thread),
       cmocka_unit_test(test_close_with_outstanding),
       cmocka_unit_test(test_conn_close_pending),
+      cmocka_unit_test(test_chan_wakes_engine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
