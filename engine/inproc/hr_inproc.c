@@ -187,6 +187,8 @@ struct hr_inproc_server {
   hr_session *ds;  /* the session handed to the provider */
   int closed;      /* loop thread */
   req *gets;       /* GETs not answered yet (loop thread) */
+  req *in_on_get;  /* the GET whose on_get runs now (loop thread) */
+  int answered_in_on_get;
   unsigned refs;   /* atomic: the application's, and each connection's */
   hr_inproc_server *next;
 };
@@ -498,6 +500,11 @@ static int share_new(hr_inproc_hub *hub, box *home, hr_tensor *t,
 static void client_complete(op *o, int gone);
 
 static void respond(req *r, int status, uint32_t wire, const char *msg) {
+  hr_inproc_server *s = r->c->s;
+  /* Once posted, `r` belongs to the client's thread: whoever needs to know
+   * that it was answered asks the server, never `r`. */
+  if (s->in_on_get == r)
+    s->answered_in_on_get = 1;
   r->answered = 1;
   r->status = status;
   r->wire = wire;
@@ -679,7 +686,11 @@ static void server_get(req *r) {
   if (s->gets)
     s->gets->prev = r;
   s->gets = r;
-  if (s->prov.on_get(s->ds, &r->g, s->prov.user_data) != 0 && !r->answered) {
+  s->in_on_get = r;
+  s->answered_in_on_get = 0;
+  int rv = s->prov.on_get(s->ds, &r->g, s->prov.user_data);
+  s->in_on_get = NULL;
+  if (rv != 0 && !s->answered_in_on_get) {
     /* Over a socket the session would die: here only this request. */
     unlink_get(s, r);
     respond(r, HR_ERR_REMOTE, HR_WIRE_INTERNAL,
