@@ -609,6 +609,104 @@ static void test_chan_wakes_engine(void **state) {
   tl_free(env);
 }
 
+/* A composite is handed member by member by reference; the server's
+ * reference goes when the client's last member does. */
+static void test_composite_by_reference(void **state) {
+  (void)state;
+  fx f;
+  fx_start(&f, 0, TL_EPOLL);
+  owned a, b;
+  hr_tensor *ta = owned_tensor(&a, 2, 3), *tb = owned_tensor(&b, 5, 3);
+  hr_tensor *ab[2] = {ta, tb};
+  hr_descriptor h;
+  memset(&h, 0, sizeof h);
+  h.descriptor_version = 1;
+  h.element_type = HR_ELEM_NONE;
+  h.layout.tag = HR_LAYOUT_COMPOSITE;
+  h.params.member_count = 2;
+  h.params.rule = HR_COMPOSITE_TUPLE;
+  hr_tensor *comp;
+  hr_wire_status st;
+  assert_int_equal(hr_tensor_new_composite(&comp, &h, ab, 2, NULL, &st), 0);
+  hr_tensor_unref(ta);
+  hr_tensor_unref(tb);
+  assert_int_equal(hr_store_put(f.store, "c", 1, comp, 0), 0);
+  hr_tensor_unref(comp);
+  got g;
+  get_key(&f, "c", NULL, &g);
+  assert_int_equal(g.status, 0);
+  assert_int_equal(hr_tensor_member_count(g.t), 2);
+  assert_ptr_equal(hr_tensor_buffer(hr_tensor_member(g.t, 0), 0), a.buf);
+  assert_ptr_equal(hr_tensor_buffer(hr_tensor_member(g.t, 1), 0), b.buf);
+  assert_int_equal(g.rec.bytes, 6 + 15);
+  /* Keep one member, drop the composite: the server keeps its reference. */
+  hr_tensor *keep = hr_tensor_ref(hr_tensor_member(g.t, 1));
+  hr_tensor_unref(g.t);
+  assert_int_equal(hr_store_remove(f.store, "c", 1), 0);
+  tl_spin(f.senv, 20);
+  assert_int_equal(a.released + b.released, 0);
+  hr_handoff_counts c;
+  hr_inproc_hub_counts(f.hub, &c);
+  assert_int_equal(c.live, 1);
+  hr_tensor_unref(keep);
+  tl_spin(f.senv, 20);
+  assert_int_equal(a.released, 1);
+  assert_int_equal(b.released, 1);
+  free(a.buf);
+  free(b.buf);
+  fx_finish(&f);
+}
+
+/* A provider that answers later, from its own code on the loop thread. */
+static void test_answer_later(void **state) {
+  (void)state;
+  fx f;
+  fx_start(&f, 0, TL_LIBEVENT);
+  slow sl = {0};
+  hr_provider p;
+  memset(&p, 0, sizeof p);
+  p.size = sizeof p;
+  p.user_data = &sl;
+  p.on_get = slow_get;
+  p.on_get_cancel = slow_cancel;
+  hr_inproc_server *ss;
+  hr_inproc_conn *sc;
+  assert_int_equal(hr_inproc_listen(f.hub, f.se, "later", &p, &ss), 0);
+  assert_int_equal(hr_inproc_connect(f.hub, f.ce, "later", &sc), 0);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"k";
+  o.key_len = 1;
+  got g;
+  memset(&g, 0, sizeof g);
+  assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
+  tl_spin(f.senv, 20);
+  assert_non_null(sl.held);
+  const hr_get_info *info = hr_srv_get_info(sl.held);
+  assert_non_null(info);
+  assert_int_equal(info->key_len, 1);
+  assert_int_equal(info->key[0], 'k');
+  assert_int_equal(g.done, 0);
+  assert_int_equal(hr_get_answer(sl.held, f.weights), 0);
+  fx_wait(&f, &g.done);
+  assert_int_equal(g.status, 0);
+  assert_ptr_equal(hr_tensor_buffer(g.t, 0), f.w.buf);
+  hr_tensor_unref(g.t);
+  /* And a refusal, later too. */
+  memset(&g, 0, sizeof g);
+  assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
+  tl_spin(f.senv, 20);
+  assert_int_equal(hr_get_fail(sl.held, HR_WIRE_UNAUTHORIZED, "no"), 0);
+  fx_wait(&f, &g.done);
+  assert_int_equal(g.status, HR_ERR_REMOTE);
+  assert_int_equal(g.wire, HR_WIRE_UNAUTHORIZED);
+  assert_string_equal(g.rec.message, "no");
+  assert_int_equal(sl.cancelled, 0);
+  hr_inproc_conn_close(sc);
+  hr_inproc_server_close(ss);
+  fx_finish(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_threads),
@@ -617,6 +715,8 @@ int main(void) {
       cmocka_unit_test(test_close_with_outstanding),
       cmocka_unit_test(test_conn_close_pending),
       cmocka_unit_test(test_chan_wakes_engine),
+      cmocka_unit_test(test_composite_by_reference),
+      cmocka_unit_test(test_answer_later),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
