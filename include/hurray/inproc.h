@@ -1,6 +1,7 @@
 /*
- * libhurray: in-process interchange (docs/protocol.md § 24, the seed's
- * "In-Process" section).
+ * libhurray: in-process interchange (the seed's "In-Process" section;
+ * docs/internals/inproc.md; the choices in docs/protocol.md § 25.1,
+ * decision 53).
  *
  * Within one address space a tensor is handed over by passing its
  * descriptor and its buffer handle by value: no serialisation, no copy,
