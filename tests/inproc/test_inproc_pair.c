@@ -707,6 +707,28 @@ static void test_answer_later(void **state) {
   fx_finish(&f);
 }
 
+/* Server and client on one engine. */
+static void test_same_engine(void **state) {
+  (void)state;
+  fx f;
+  fx_start(&f, 0, TL_EPOLL);
+  hr_inproc_conn *self;
+  assert_int_equal(hr_inproc_connect(f.hub, f.se, "model", &self), 0);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"w";
+  o.key_len = 1;
+  got g;
+  memset(&g, 0, sizeof g);
+  assert_int_equal(hr_inproc_get(self, &o, on_get, &g, NULL), 0);
+  assert_true(tl_run(f.senv, stopped, &g.done, 10000));
+  assert_int_equal(g.status, 0);
+  assert_ptr_equal(hr_tensor_buffer(g.t, 0), f.w.buf);
+  hr_tensor_unref(g.t);
+  hr_inproc_conn_close(self);
+  fx_finish(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_threads),
@@ -717,6 +739,7 @@ int main(void) {
       cmocka_unit_test(test_chan_wakes_engine),
       cmocka_unit_test(test_composite_by_reference),
       cmocka_unit_test(test_answer_later),
+      cmocka_unit_test(test_same_engine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
