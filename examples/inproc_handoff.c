@@ -140,8 +140,7 @@ int main(int argc, char **argv) {
   hr_handoff_counts c;
   hr_inproc_chan_del(a->ch, &c);
   printf("handoffs %llu, releases %llu, double %llu, missing %llu\n",
-         (unsigned long long)c.accepted,
-         (unsigned long long)c.buffer_releases,
+         (unsigned long long)c.accepted, (unsigned long long)c.buffer_releases,
          (unsigned long long)c.double_releases,
          (unsigned long long)c.missing_releases);
   int ok = got == a->count && a->pool.releases == a->count &&

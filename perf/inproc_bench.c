@@ -132,7 +132,8 @@ static void bench_channel(long n) {
          pipe_s / (double)n * 1e9, chan_s / pipe_s);
 }
 
-/* ---- 2. the pair vs pipe ping-pong and memcpy ----------------------------- */
+/* ---- 2. the pair vs pipe ping-pong and memcpy -----------------------------
+ */
 
 typedef struct pair {
   struct event_base *sb, *cb;

@@ -184,12 +184,12 @@ struct hr_inproc_server {
   box *b;
   hr_provider prov;
   char name[256];
-  hr_session *ds;  /* the session handed to the provider */
-  int closed;      /* loop thread */
-  req *gets;       /* GETs not answered yet (loop thread) */
-  req *in_on_get;  /* the GET whose on_get runs now (loop thread) */
+  hr_session *ds; /* the session handed to the provider */
+  int closed;     /* loop thread */
+  req *gets;      /* GETs not answered yet (loop thread) */
+  req *in_on_get; /* the GET whose on_get runs now (loop thread) */
   int answered_in_on_get;
-  unsigned refs;   /* atomic: the application's, and each connection's */
+  unsigned refs; /* atomic: the application's, and each connection's */
   hr_inproc_server *next;
 };
 
@@ -209,8 +209,8 @@ enum { K_GET, K_PUT, K_LIST };
 /* One shared tensor: the holder's reference, dropped by the handoff's
  * buffer release on the holder's loop thread. */
 typedef struct share {
-  op o;        /* the drop, posted to `home` */
-  box *home;   /* where the tensor's owner lives (a reference) */
+  op o;         /* the drop, posted to `home` */
+  box *home;    /* where the tensor's owner lives (a reference) */
   hr_tensor *t; /* the owner's reference */
   hr_handoff *h;
   hr_mem mem;
@@ -600,9 +600,8 @@ static int transcode(hr_inproc_hub *hub, hr_tensor *t, uint8_t tag,
 /* Layout selection: the first preference met as stored, or (with
  * ALLOW_TRANSCODE) produced by the transcoding module; the stored layout
  * when none is.  *use is `t` or a new tensor (a reference either way). */
-static int select_layout(hr_inproc_hub *hub, const hr_request *rq,
-                         hr_tensor *t, hr_tensor **use, int *transcoded,
-                         hr_wire_status *st) {
+static int select_layout(hr_inproc_hub *hub, const hr_request *rq, hr_tensor *t,
+                         hr_tensor **use, int *transcoded, hr_wire_status *st) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
   *transcoded = 0;
   for (uint16_t i = 0; i < rq->layout_count; i++) {
@@ -728,8 +727,7 @@ static void server_put(req *r) {
   if (rv) {
     if (s->prov.on_put_abort)
       s->prov.on_put_abort(s->ds, &info, s->prov.user_data);
-    respond(r, HR_ERR_REMOTE,
-            rv == HR_ERR_PROTO ? st.code : HR_WIRE_INTERNAL,
+    respond(r, HR_ERR_REMOTE, rv == HR_ERR_PROTO ? st.code : HR_WIRE_INTERNAL,
             rv == HR_ERR_PROTO ? st.reason : hr_strerror(rv));
     return;
   }
@@ -770,8 +768,8 @@ static int list_emit(void *ctx, const hr_list_entry *e) {
 static void server_list(req *r) {
   hr_inproc_server *s = r->c->s;
   int more = 0;
-  int rv = s->prov.on_list(s->ds, &r->lr, list_emit, r, &more,
-                           s->prov.user_data);
+  int rv =
+      s->prov.on_list(s->ds, &r->lr, list_emit, r, &more, s->prov.user_data);
   if (rv) {
     respond(r, HR_ERR_REMOTE, HR_WIRE_INTERNAL, "in-process: LIST failed");
     return;
@@ -788,15 +786,9 @@ static void server_request(op *o, int gone) {
     return;
   }
   switch (r->kind) {
-  case K_GET:
-    server_get(r);
-    break;
-  case K_PUT:
-    server_put(r);
-    break;
-  default:
-    server_list(r);
-    break;
+  case K_GET: server_get(r); break;
+  case K_PUT: server_put(r); break;
+  default: server_list(r); break;
   }
 }
 

@@ -40,8 +40,8 @@ struct hr_inproc_chan {
   pthread_cond_t ready; /* a message queued, or closed */
   hr_inproc_msg *head, *tail;
   hr_inproc_msg *out; /* received and not deleted yet */
-  uint32_t queued;   /* in the queue */
-  uint32_t reserved; /* slots taken by senders still cross-checking */
+  uint32_t queued;    /* in the queue */
+  uint32_t reserved;  /* slots taken by senders still cross-checking */
   int closed;
 };
 

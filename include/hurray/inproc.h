@@ -255,8 +255,7 @@ HR_EXTERN int hr_inproc_connect(hr_inproc_hub *hub, hr_engine *e,
  * HR_ERR_INVALID_ARGUMENT; HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_inproc_get(hr_inproc_conn *c, const hr_get_opts *opts,
-                            hr_get_cb cb, void *user_data,
-                            uint32_t *stream_id);
+                            hr_get_cb cb, void *user_data, uint32_t *stream_id);
 
 /*
  * PUT, as hr_session_put(): the provider's on_put_begin and on_put_commit
@@ -270,8 +269,7 @@ HR_EXTERN int hr_inproc_get(hr_inproc_conn *c, const hr_get_opts *opts,
  */
 HR_EXTERN int hr_inproc_put(hr_inproc_conn *c, const uint8_t *key,
                             uint16_t key_len, uint32_t flags, hr_tensor *t,
-                            hr_put_cb cb, void *user_data,
-                            uint32_t *stream_id);
+                            hr_put_cb cb, void *user_data, uint32_t *stream_id);
 
 /*
  * LIST, as hr_session_list() (entries encoded as a LIST_RESPONSE's, read

@@ -120,9 +120,9 @@ static void *producer(void *arg) {
   hr_handoff_payload p;
   memset(&b, 0, sizeof b);
   memset(&p, 0, sizeof p);
-  assert_int_equal(hr_handoff_prepare(f->P, f->mode,
-                                      hr_inproc_chan_request(f->ch), &b, &p),
-                   0);
+  assert_int_equal(
+      hr_handoff_prepare(f->P, f->mode, hr_inproc_chan_request(f->ch), &b, &p),
+      0);
   hr_tensor *t = dev_tensor(f, &b);
   f->send_rv = hr_inproc_send(f->ch, t, &p, NULL);
   hr_tensor_unref(t);
@@ -149,8 +149,8 @@ static int read_on_c(fx *f) {
   memset(hr_gpu_buf_host_ptr(f->out), 0, N);
   assert_int_equal(hr_gpu_copy_async(f->C, f->out, 0, f->dev, 0, N), 0);
   assert_int_equal(hr_gpu_stream_sync(f->C), 0);
-  return memcmp(hr_gpu_buf_host_ptr(f->out), hr_gpu_buf_host_ptr(f->newb),
-                N) == 0;
+  return memcmp(hr_gpu_buf_host_ptr(f->out), hr_gpu_buf_host_ptr(f->newb), N) ==
+         0;
 }
 
 /* The consumer's end (§ 5): the release waits for its stream. */

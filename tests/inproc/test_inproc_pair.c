@@ -90,9 +90,9 @@ static void fx_start(fx *f, int threaded, int mode) {
   hr_provider p;
   hr_store_provider(f->store, &p);
   assert_int_equal(hr_inproc_listen(f->hub, f->se, "model", &p, &f->srv), 0);
-  assert_int_equal(hr_inproc_listen(f->hub, f->se, "model", &p,
-                                    &(hr_inproc_server *){0}),
-                   HR_ERR_BUSY);
+  assert_int_equal(
+      hr_inproc_listen(f->hub, f->se, "model", &p, &(hr_inproc_server *){0}),
+      HR_ERR_BUSY);
   assert_int_equal(hr_inproc_connect(f->hub, f->ce, "nobody", &f->conn),
                    HR_ERR_NOT_FOUND);
   assert_int_equal(hr_inproc_connect(f->hub, f->ce, "model", &f->conn), 0);
@@ -221,7 +221,8 @@ static void on_list(hr_session *s, int status, uint32_t wire,
     size_t pos = 0;
     hr_list_entry e;
     while (hr_list_entry_next(resp->entries_raw, resp->entries_raw_len, &pos,
-                              &e) == 1 && l->count < 8) {
+                              &e) == 1 &&
+           l->count < 8) {
       memcpy(l->keys[l->count], e.key, e.key_len < 15 ? e.key_len : 15);
       l->count++;
     }
@@ -304,15 +305,15 @@ static void flows(int threaded, int mode) {
   owned pw;
   hr_tensor *pt = owned_tensor(&pw, 4, 4);
   put_done pd = {0};
-  assert_int_equal(hr_inproc_put(f.conn, (const uint8_t *)"p", 1, 0, pt,
-                                 on_put, &pd, NULL),
-                   0);
+  assert_int_equal(
+      hr_inproc_put(f.conn, (const uint8_t *)"p", 1, 0, pt, on_put, &pd, NULL),
+      0);
   fx_wait(&f, &pd.done);
   assert_int_equal(pd.status, 0);
   put_done dup = {0};
-  assert_int_equal(hr_inproc_put(f.conn, (const uint8_t *)"p", 1, 0, pt,
-                                 on_put, &dup, NULL),
-                   0);
+  assert_int_equal(
+      hr_inproc_put(f.conn, (const uint8_t *)"p", 1, 0, pt, on_put, &dup, NULL),
+      0);
   fx_wait(&f, &dup.done);
   assert_int_equal(dup.status, HR_ERR_REMOTE);
   assert_int_equal(dup.wire, HR_WIRE_ALREADY_EXISTS);
