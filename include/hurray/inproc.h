@@ -66,8 +66,9 @@ typedef struct hr_inproc_chan_config {
   hr_handoff_request request;
   /* When set, every message (and the close) also calls
    * hr_engine_wakeup(wake_engine), so a consumer on that engine's loop
-   * drains the channel from its config.on_wakeup.  The engine must
-   * outlive the channel. */
+   * drains the channel from its config.on_wakeup.  The engine must stay
+   * alive while anyone may still send or close, and its on_wakeup must not
+   * touch the channel once it was deleted. */
   hr_engine *wake_engine;
 } hr_inproc_chan_config;
 
