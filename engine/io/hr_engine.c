@@ -53,6 +53,7 @@
 #include <hurray/fabric.h>
 #endif
 
+#include "hr_engine_ext.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include "hr_sock.h"
@@ -196,6 +197,7 @@ struct hr_engine {
   uint64_t put_bytes; /* max_inflight_bytes accounting */
   uint8_t *staging;
   hr_registry *reg; /* server: sessions that connections may join */
+  hr__engine_ext *ext; /* the in-process pair (hr_engine_ext.h) */
   /* The RDMA data plane: the fabric, whether the engine opened it, its
    * completion fd's watch, and the FABRIC_ADDRESS HELLO extension. */
   struct hr_fabric *fabric;
@@ -1286,6 +1288,11 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
       }
     }
   }
+  if (e->ext) {
+    e->in_user_cb++;
+    e->ext->run(e->ext);
+    e->in_user_cb--;
+  }
   if (e->cfg.on_wakeup) {
     e->in_user_cb++;
     e->cfg.on_wakeup(e, e->cfg.user_data);
@@ -1654,8 +1661,10 @@ int hr_engine_del(hr_engine *e) {
     return 0;
   if (e->depth || e->in_user_cb)
     return HR_ERR_IN_CALLBACK;
-  if (e->conns || e->dead)
+  if (e->conns || e->dead || (e->ext && e->ext->busy(e->ext)))
     return HR_ERR_BUSY;
+  if (e->ext)
+    e->ext->detach(e->ext);
   while ((c = e->lingering))
     conn_close_socket(c);
   while (e->listeners) {
@@ -1682,6 +1691,10 @@ int hr_engine_del(hr_engine *e) {
     hr__mem_free(&mem, e);
   }
   return 0;
+}
+
+hr__engine_ext **hr__engine_ext_slot(hr_engine *e) {
+  return &e->ext;
 }
 
 void hr_engine_wakeup(hr_engine *e) {
