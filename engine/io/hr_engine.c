@@ -614,7 +614,13 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     if (n == 0) {
       c->peer_eof = 1;
       c->want_close = 1;
-      conn_note(c, HR_ERR_CLOSED, NULL, 0);
+      /* A TLS server drops a plain client without a word. */
+      conn_note(c, HR_ERR_CLOSED,
+                !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT
+                    ? "the server closed the connection without answering "
+                      "(a TLS server? then use hurrays://)"
+                    : NULL,
+                0);
       return 0;
     }
     if (n < 0) {
@@ -1078,6 +1084,10 @@ static void settle(hr_engine *e) {
         /* nghttp2's rule: both 0 means done (after a shutdown the session
          * drops both once its streams finished and the GOAWAY is out). */
         if ((!r && !w) || c->peer_eof)
+          c->want_close = 1;
+        /* A session that gave up (a timeout) before the TLS handshake
+         * finished has nothing it could still send. */
+        if (!r && c->tls && !hr__tls_ready(c->tls))
           c->want_close = 1;
       }
       if (c->want_close) {

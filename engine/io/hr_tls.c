@@ -102,8 +102,19 @@ static int ctx_setup(SSL_CTX *ctx, int server, const hr_tls_config *cfg,
   if (cert) {
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
       return ctx_fail(why, why_len, "cannot load the TLS certificate", cert);
-    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+      unsigned long e = ERR_peek_error();
+      if (ERR_GET_LIB(e) == ERR_LIB_X509 &&
+          (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
+           ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH)) {
+        snprintf(why, why_len,
+                 "the TLS key %s does not match the certificate %s", key,
+                 cert);
+        ERR_clear_error();
+        return HR_ERR_INVALID_ARGUMENT;
+      }
       return ctx_fail(why, why_len, "cannot load the TLS key", key);
+    }
     if (SSL_CTX_check_private_key(ctx) != 1) {
       snprintf(why, why_len, "the TLS key %s does not match the certificate %s",
                key, cert);
@@ -484,6 +495,10 @@ ssize_t hr__tls_sendv(hr__tls *t, const struct iovec *iov, int n) {
     i = next;
   }
   return (ssize_t)done;
+}
+
+int hr__tls_ready(const hr__tls *t) {
+  return SSL_is_init_finished(t->ssl);
 }
 
 int hr__tls_pending(const hr__tls *t) {

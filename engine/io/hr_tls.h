@@ -64,6 +64,8 @@ int hr__tls_pending(const hr__tls *t);
 int hr__tls_events(const hr__tls *t, int events);
 /* The engine's readiness for the socket's `revents`: the inverse. */
 int hr__tls_revents(const hr__tls *t, int revents);
+/* Whether the handshake finished. */
+int hr__tls_ready(const hr__tls *t);
 /* Sends close_notify if it can go at once (never waits). */
 void hr__tls_close_notify(hr__tls *t);
 /* The negotiated state; HR_ERR_STATE before the handshake finished. */
