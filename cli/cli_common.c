@@ -77,6 +77,9 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
             "FILE`",
             action, hr_wire_error_name(e->wire_error), msg ? ": " : "",
             msg ? msg : "");
+  } else if (msg && strstr(msg, "TLS")) {
+    /* TLS failures say what failed and what to do themselves. */
+    cli_err(cmd, "%s: %s", action, msg);
   } else {
     switch (e->status) {
     case HR_ERR_IO:
