@@ -575,8 +575,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     ssize_t n;
 
     if (hr_session_recv_target(c->s, &dst, &want)) {
-      /* Bulk: straight into the tensor. */
-      if (want > budget)
+      /* Bulk: straight into the tensor (past the budget only what TLS
+       * holds: never a zero-length read, that would look like EOF). */
+      if (budget && want > budget)
         want = budget;
       n = conn_recv(c, dst, want);
       if (n > 0) {
