@@ -202,6 +202,11 @@ HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
  * fails with HR_ERR_IO, and a file that is not a socket is left alone.
  * Unix sockets are a network transport for the wire rules (sync_mode 0,
  * device_index 0).
+ *
+ * On an engine with config.tls_server every TCP listener speaks TLS (see
+ * "TLS" below); a Unix socket listener stays plain.  Over max_connections
+ * a TLS connection is closed without the ERROR a plain one gets (a TLS
+ * client could not read it before a handshake).
  */
 /* The bound port (after port 0); -1 for a Unix socket. */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
