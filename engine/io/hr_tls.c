@@ -41,6 +41,7 @@
 #define SMALL_ITEM 4096u
 #define WRITE_CHUNK (1u << 30)
 #define NAME_MAX_LEN 256
+#define READ_BUFFER (256u << 10) /* read-ahead: records per read() */
 
 struct hr__tls_ctx {
   hr_mem mem;
@@ -57,6 +58,7 @@ struct hr__tls {
   int rd_wants_w; /* the last read needs writability */
   int wr_wants_r; /* the last write needs input */
   int failed;     /* a fatal TLS error: every later call fails */
+  int read_ahead; /* the read-ahead decision was made */
   char name[NAME_MAX_LEN]; /* client: the name verified */
   char *why;
   size_t why_len;
@@ -249,6 +251,7 @@ int hr__tls_new(hr__tls **out, hr__tls_ctx *cx, int fd, const char *host,
   SSL_set_options(t->ssl, opts);
   SSL_set_mode(t->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE |
                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_set_default_read_buffer_len(t->ssl, READ_BUFFER);
   /* Also for a host's context: this protocol speaks TLS 1.3 only. */
   if (!SSL_set_min_proto_version(t->ssl, TLS1_3_VERSION) ||
       !SSL_set_fd(t->ssl, fd))
@@ -421,8 +424,18 @@ ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len) {
   ERR_clear_error();
   errno = 0;
   ret = SSL_read_ex(t->ssl, buf, len, &got);
-  if (ret == 1)
+  if (ret == 1) {
+    if (!t->read_ahead && SSL_is_init_finished(t->ssl)) {
+      /* Userspace TLS: read records in batches (one read() for several
+       * records instead of two per record).  Not before the handshake
+       * finished, nor with kernel TLS receive, which reads records
+       * itself. */
+      t->read_ahead = 1;
+      if (!BIO_get_ktls_recv(SSL_get_rbio(t->ssl)))
+        SSL_set_read_ahead(t->ssl, 1);
+    }
     return (ssize_t)got;
+  }
   return call_failed(t, ret, 1);
 }
 
