@@ -547,9 +547,9 @@ static void session_callbacks(hr_session_callbacks *cbs) {
 
 /* The connection's transport: TLS (hr_tls.c) or the plain socket.  Both
  * behave like recv() and sendmsg(). */
-static ssize_t conn_recv(hr_conn *c, void *buf, size_t len) {
+static ssize_t conn_recv(hr_conn *c, void *buf, size_t len, int draining) {
   if (c->tls)
-    return hr__tls_recv(c->tls, buf, len);
+    return hr__tls_recv(c->tls, buf, len, draining);
   return recv(c->fd, buf, len, 0);
 }
 
@@ -579,7 +579,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
        * holds: never a zero-length read, that would look like EOF). */
       if (budget && want > budget)
         want = budget;
-      n = conn_recv(c, dst, want);
+      n = conn_recv(c, dst, want, budget == 0);
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -592,7 +592,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       int64_t took;
 
       want = STAGING_SIZE;
-      n = conn_recv(c, e->staging, want);
+      n = conn_recv(c, e->staging, want, budget == 0);
       if (n > 0 && !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT &&
           hr__tls_sniff(e->staging, (size_t)n)) {
         c->want_close = 1;

@@ -410,9 +410,9 @@ static ssize_t call_failed(hr__tls *t, int ret, int reading) {
   }
 }
 
-ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len) {
+ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
   size_t got = 0;
-  int ret;
+  int ret, ahead = 0;
 
   t->rd_wants_w = 0;
   if (t->failed) {
@@ -423,7 +423,15 @@ ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len) {
     len = INT_MAX;
   ERR_clear_error();
   errno = 0;
+  /* Read-ahead refills its buffer from the socket whenever a record is
+   * incomplete: while draining it would go on as long as the peer sends. */
+  if (draining && SSL_get_read_ahead(t->ssl)) {
+    ahead = 1;
+    SSL_set_read_ahead(t->ssl, 0);
+  }
   ret = SSL_read_ex(t->ssl, buf, len, &got);
+  if (ahead)
+    SSL_set_read_ahead(t->ssl, 1);
   if (ret == 1) {
     if (!t->read_ahead && SSL_is_init_finished(t->ssl)) {
       /* Userspace TLS: read records in batches (one read() for several

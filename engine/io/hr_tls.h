@@ -49,8 +49,10 @@ void hr__tls_del(hr__tls *t);
 
 /* Like recv(): bytes read (> 0), 0 at the peer's close, -1 with errno
  * (EAGAIN: wait, see hr__tls_events(); EPROTO: TLS failed, the message
- * was written). */
-ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len);
+ * was written).  `draining`: the caller only empties what the object
+ * holds (hr__tls_pending()); then at most the rest of one record is read
+ * from the socket, so that draining ends. */
+ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining);
 /* Like sendmsg(): bytes of `iov` sent (possibly fewer), or -1 with errno
  * as for hr__tls_recv().  Small items are gathered into one record; large
  * ones are encrypted from where they are. */
