@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/ssl.h>
 
 #include <hurray/client.h>
 
@@ -453,6 +454,62 @@ static void test_silent_server_times_out(void **state) {
   tl_free(env);
 }
 
+/* ---- contexts the host made ---------------------------------------------- */
+
+/* The host's own SSL_CTXs: the engine takes a reference, so the host may
+ * free its own at once; TLS 1.3 is required even when the context allows
+ * less, and the client still checks the name. */
+static void test_host_ssl_ctx(void **state) {
+  tl_env *env = tl_new(TL_EPOLL);
+  SSL_CTX *sctx = SSL_CTX_new(TLS_server_method());
+  SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+  hr_engine_config ec;
+  hr_tls_config stc, ctc;
+  hr_engine *ce, *wrong;
+  tl_server ts;
+  hr_tls_info ti;
+  tc_conn c;
+  tc_res r;
+
+  (void)state;
+  assert_non_null(sctx);
+  assert_non_null(cctx);
+  assert_int_equal(SSL_CTX_use_certificate_chain_file(sctx, C.server_cert), 1);
+  assert_int_equal(
+      SSL_CTX_use_PrivateKey_file(sctx, C.server_key, SSL_FILETYPE_PEM), 1);
+  assert_int_equal(SSL_CTX_load_verify_locations(cctx, C.ca, NULL), 1);
+  SSL_CTX_set_verify(cctx, SSL_VERIFY_PEER, NULL);
+  memset(&stc, 0, sizeof stc);
+  stc.ssl_ctx = sctx;
+  hr_engine_config_default(&ec);
+  ec.tls_server = &stc;
+  tl_server_start(env, &ts, &ec, NULL);
+  snprintf(ts.url, sizeof ts.url, "hurrays://127.0.0.1:%d", ts.port);
+  memset(&ctc, 0, sizeof ctc);
+  ctc.ssl_ctx = cctx;
+  hr_engine_config_default(&ec);
+  ec.tls_client = &ctc;
+  ce = tl_engine(env, &ec);
+  ctc.server_name = "wrong.example";
+  wrong = tl_engine(env, &ec);
+  SSL_CTX_free(sctx);
+  SSL_CTX_free(cctx);
+
+  tc_open(env, ce, ts.url, &c);
+  assert_int_equal(hr_conn_tls_info(c.c, &ti), 0);
+  assert_string_equal(ti.version, "TLSv1.3");
+  assert_int_equal(ti.peer_cert, 1);
+  assert_int_equal(tc_ping(&c, &r), 0);
+  tc_close(&c);
+  assert_non_null(strstr(expect_fail(env, wrong, ts.url, &c, 5000),
+                         "hostname mismatch"));
+
+  tl_engine_finish(env, ce);
+  tl_engine_finish(env, wrong);
+  tl_server_stop(env, &ts);
+  tl_free(env);
+}
+
 /* ---- the blocking client --------------------------------------------------- */
 
 typedef struct srv {
@@ -617,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_server_verification),
       cmocka_unit_test(test_plain_vs_tls),
       cmocka_unit_test(test_silent_server_times_out),
+      cmocka_unit_test(test_host_ssl_ctx),
       cmocka_unit_test(test_blocking_client),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
