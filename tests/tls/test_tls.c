@@ -9,6 +9,7 @@
  * (certs.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <hurray/client.h>
@@ -454,6 +456,46 @@ static void test_silent_server_times_out(void **state) {
   tl_free(env);
 }
 
+/* A TLS 1.2 client is refused: the engine speaks TLS 1.3 only. */
+static void test_tls12_refused(void **state) {
+  tl_env *env = tl_new(TL_EPOLL);
+  tl_server ts;
+  hr_tls_config stc;
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  SSL *ssl;
+  int fd, i, rv = 0, err = 0;
+
+  (void)state;
+  tls_server(env, &ts, &stc, NULL);
+  assert_non_null(ctx);
+  assert_int_equal(SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION), 1);
+  fd = tl_raw_connect(ts.port);
+  assert_true(fd >= 0);
+  assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+  ssl = SSL_new(ctx);
+  assert_non_null(ssl);
+  SSL_set_fd(ssl, fd);
+  for (i = 0; i < 500; i++) {
+    rv = SSL_connect(ssl);
+    if (rv == 1)
+      break;
+    err = SSL_get_error(ssl, rv);
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
+      break;
+    tl_spin(env, 10);
+  }
+  assert_int_not_equal(rv, 1);
+  assert_int_equal(err, SSL_ERROR_SSL);
+  assert_int_equal(ERR_GET_REASON(ERR_peek_error()),
+                   SSL_R_TLSV1_ALERT_PROTOCOL_VERSION);
+  ERR_clear_error();
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  close(fd);
+  tl_server_stop(env, &ts);
+  tl_free(env);
+}
+
 /* ---- contexts the host made ---------------------------------------------- */
 
 /* The host's own SSL_CTXs: the engine takes a reference, so the host may
@@ -675,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_plain_vs_tls),
       cmocka_unit_test(test_silent_server_times_out),
       cmocka_unit_test(test_host_ssl_ctx),
+      cmocka_unit_test(test_tls12_refused),
       cmocka_unit_test(test_blocking_client),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
