@@ -696,7 +696,9 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
   if (!copy)
     return HR_ERR_NOMEM;
   hr_wire_put_header(copy, hdr->type, hdr->stream_id, hdr->payload_length);
-  memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
+  /* An empty payload comes as NULL: memcpy() must not see it. */
+  if (hdr->payload_length > 0)
+    memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
   hr_msg m;
   int rv = hr_wire_decode_payload(hdr, copy + HR_HEADER_SIZE, &s->wctx, &m, ws);
   if (rv) {
