@@ -89,6 +89,7 @@ static int sent_by(int role, uint8_t type) {
   switch (type) {
   case HR_MSG_TENSOR_DATA:
   case HR_MSG_TENSOR_DATA_END:
+  case HR_MSG_TENSOR_DESCRIPTOR: /* C2S: the members of a composite PUT */
   case HR_MSG_ERROR:
   case HR_MSG_GOAWAY:
   case HR_MSG_PING:
@@ -99,7 +100,6 @@ static int sent_by(int role, uint8_t type) {
   case HR_MSG_CANCEL:
   case HR_MSG_LIST_REQUEST: return role == HR_ROLE_CLIENT;
   case HR_MSG_SERVER_HELLO:
-  case HR_MSG_TENSOR_DESCRIPTOR:
   case HR_MSG_TENSOR_PUT_ACK:
   case HR_MSG_LIST_RESPONSE: return role == HR_ROLE_SERVER;
   default: return 0;
@@ -117,13 +117,13 @@ static void check_output(fz_driver *d, const uint8_t *p, size_t len) {
     len -= (size_t)used;
     if (ev.kind == HR_RD_NONE)
       break;
+    if (d->trace && (ev.kind == HR_RD_MESSAGE || ev.first))
+      fprintf(stderr, "fuzz: sent type 0x%02x stream %u (%u bytes)\n",
+              ev.hdr.type, ev.hdr.stream_id, ev.hdr.payload_length);
     if (ev.kind == HR_RD_ERROR)
       hr_fuzz_fail("the session sent a malformed message");
     if (!sent_by(d->role, ev.hdr.type))
       hr_fuzz_fail("the session sent a message of the other direction");
-    if (d->trace && (ev.kind == HR_RD_MESSAGE || ev.first))
-      fprintf(stderr, "fuzz: sent type 0x%02x stream %u (%u bytes)\n",
-              ev.hdr.type, ev.hdr.stream_id, ev.hdr.payload_length);
     if (ev.kind == HR_RD_MESSAGE) {
       hr_msg m;
       hr_wire_status st = {0};

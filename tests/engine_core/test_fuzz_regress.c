@@ -70,9 +70,55 @@ static void empty_hello(void **state) {
   }
 }
 
+/* A GET of an 8 x 8 tensor asking for PANEL with mr = 2^32 - 1 (75 bytes
+ * on the wire) used to be answered with the padded panel: 137 GB of
+ * zeros streamed.  Padding beyond the tensor's own bytes (or 64 KiB) now
+ * makes the preference unsatisfiable, so the next one (here: none, the
+ * stored layout) is sent; an ordinary mr still transcodes. */
+static void panel_padding(void **state) {
+  (void)state;
+  pair p = {0};
+  assert_int_equal(pair_open(&p, NULL, NULL), 0);
+  assert_int_equal(run(&p), 0);
+  const hr_hello *h = hr_session_peer_hello(p.c);
+  if (!h || !(h->capability_flags & HR_CAP_TRANSCODING)) {
+    pair_close(&p);
+    skip();
+  }
+  hr_tensor *t = row_major(HR_ELEM_FLOAT32, 2, (uint64_t[]){8, 8}, 3);
+  store_put(&p.st, "w", t);
+  static const uint32_t mrs[2] = {0xFFFFFFFFu, 4};
+  for (int i = 0; i < 2; i++) {
+    uint8_t ext[4] = {(uint8_t)mrs[i], (uint8_t)(mrs[i] >> 8),
+                      (uint8_t)(mrs[i] >> 16), (uint8_t)(mrs[i] >> 24)};
+    hr_layout_entry pref = {HR_LAYOUT_PANEL, 4, ext};
+    hr_get_opts o = get_opts("w");
+    o.flags = HR_REQ_ALLOW_TRANSCODE;
+    o.layouts = &pref;
+    o.layout_count = 1;
+    result r = {0};
+    assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+    assert_int_equal(run(&p), 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.status, 0);
+    const hr_descriptor *d = hr_tensor_descriptor(r.t);
+    if (i == 0) {
+      assert_int_equal(d->layout.tag, HR_LAYOUT_ROW_MAJOR);
+      assert_true(same_tensor(r.t, t));
+    } else {
+      assert_int_equal(d->layout.tag, HR_LAYOUT_PANEL);
+      assert_int_equal(d->buffers[0].size_bytes, 8 * 8 * 4);
+    }
+    result_clear(&r);
+  }
+  hr_tensor_unref(t);
+  pair_close(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(empty_hello),
+      cmocka_unit_test(panel_padding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
