@@ -25,6 +25,7 @@
  * GET hands out a tensor, a failed one none.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,7 @@ typedef struct request {
   uint32_t stream_id;
   void *dest;     /* the application buffer of a GET (NULL: none) */
   uint8_t sum;    /* of the bytes a GET handed out */
+  int trace;      /* HR_FUZZ_TRACE: completions on stderr */
   int dest_owned; /* the returned tensor's release frees dest */
 } request;
 
@@ -50,13 +52,17 @@ typedef struct client {
   request req[MAX_REQ];
   int nreq;
   hr_tensor *tensors[5];
+  int trace;
 } client;
 
 static void release_dest(void *ctx) { free(ctx); }
 
-static void done(request *r) {
+static void done(request *r, int status) {
   if (++r->calls != 1)
     hr_fuzz_fail("a completion ran twice");
+  if (r->trace)
+    fprintf(stderr, "fuzz: request %d (stream %u) completed: %s\n", r->kind,
+            r->stream_id, hr_strerror(status));
 }
 
 static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
@@ -64,7 +70,7 @@ static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
   request *r = ud;
   (void)s;
   (void)sid;
-  done(r);
+  done(r, rec->status);
   if ((rec->status == 0) != (t != NULL))
     hr_fuzz_fail("a GET's status and tensor disagree");
   for (size_t i = 0; i < rec->partial_count; i++)
@@ -87,15 +93,14 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
                    void *ud) {
   (void)s;
   (void)sid;
-  (void)rec;
-  done(ud);
+  done(ud, rec->status);
 }
 
 static void on_list(hr_session *s, int status, uint32_t wire_error,
                     const hr_list_response *resp, void *ud) {
   (void)s;
   (void)wire_error;
-  done(ud);
+  done(ud, status);
   if (status == 0 && resp == NULL)
     hr_fuzz_fail("a LIST succeeded without a response");
   if (resp != NULL) {
@@ -111,9 +116,8 @@ static void on_list(hr_session *s, int status, uint32_t wire_error,
 
 static void on_ping(hr_session *s, int status, uint64_t rtt, void *ud) {
   (void)s;
-  (void)status;
   (void)rtt;
-  done(ud);
+  done(ud, status);
 }
 
 /* u8 length, then that many bytes (fewer when the input ends). */
@@ -133,6 +137,7 @@ static request *new_request(client *c, int kind) {
   request *r = &c->req[c->nreq];
   memset(r, 0, sizeof(*r));
   r->kind = kind;
+  r->trace = c->trace;
   return r;
 }
 
@@ -256,6 +261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_init(&d, data, size, HR_ROLE_CLIENT);
   client c;
   memset(&c, 0, sizeof(c));
+  c.trace = d.trace;
   c.tensors[0] = fz_dense(HR_ELEM_FLOAT32, HR_LAYOUT_ROW_MAJOR, 2,
                           (uint64_t[]){2, 3}, NULL, 1);
   c.tensors[1] = fz_dense(HR_ELEM_INT16, HR_LAYOUT_COLUMN_MAJOR, 2,
