@@ -56,7 +56,7 @@ for t in "${targets[@]}"; do
   committed=()
   [ -d "$root/tests/fuzz_corpus/$t" ] && committed=("$root/tests/fuzz_corpus/$t")
   if "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}" \
       "${committed[@]}" >"$logs/$t.log" 2>&1; then
     grep -E '^(Done|stat::(new_units_added|peak_rss_mb))' "$logs/$t.log" ||

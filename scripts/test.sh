@@ -7,7 +7,8 @@
 #      the whole suite again but the soak, which runs here on its own for
 #      20 seconds with 16 clients (a second full minute would not fit the
 #      budget; the short run still covers every kind of request);
-#   3. clang, ThreadSanitizer: the tests labelled "threaded";
+#   3. clang, ThreadSanitizer: the tests labelled "threaded", and the soak
+#      for 15 seconds with 8 clients;
 #   4. valgrind memcheck: the soak, 20 seconds with 8 clients, clean
 #      (every leak kind an error, --error-exitcode);
 #   5. libFuzzer: every fuzz target (codec, reader, whole server and client
@@ -45,6 +46,7 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_C_COMPILER=clang -DHR_WERROR=ON \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/tsan -j"$jobs"
 ctest --test-dir build/tsan -j"$jobs" -L threaded --timeout 900 --no-tests=error
+build/tsan/tests/soak/test_soak --seconds 15 --clients 8 --max-kib 256
 
 stage "valgrind memcheck: short soak"
 valgrind --error-exitcode=99 --leak-check=full \

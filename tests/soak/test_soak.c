@@ -635,6 +635,18 @@ static void do_reconnect(client *cl) {
   connect_client(cl);
 }
 
+/* Encodes and sends one message (tl_raw_send_msg() encodes into a static
+ * buffer: not for threads).  Returns 0 or -1. */
+static int raw_send(int fd, const hr_msg *m) {
+  int64_t n = hr_wire_encoded_size(m);
+  uint8_t *buf = n > 0 ? malloc((size_t)n) : NULL;
+  int rv = -1;
+  if (buf && hr_wire_encode(m, buf, (size_t)n) == n)
+    rv = tl_raw_send(NULL, fd, buf, (size_t)n);
+  free(buf);
+  return rv;
+}
+
 /* A raw connection cut in the middle: a GET whose answer is never read,
  * or a PUT that stops halfway.  The server must drop it cleanly; nothing
  * of the PUT may ever be stored (it is never recorded, so a GET that sees
@@ -647,7 +659,7 @@ static void do_raw_cut(client *cl) {
   }
   hr_msg m;
   tl_hello(&m, 0);
-  if (tl_raw_send_msg(NULL, fd, &m) != 0)
+  if (raw_send(fd, &m) != 0)
     goto out;
   int k = (int)(rnd(&cl->rng) % NKEYS);
   char key[32];
@@ -659,7 +671,7 @@ static void do_raw_cut(client *cl) {
     m.u.request.key = (const uint8_t *)key;
     m.u.request.key_len = (uint16_t)strlen(key);
     m.u.request.max_shards = 1;
-    tl_raw_send_msg(NULL, fd, &m);
+    raw_send(fd, &m);
   } else {
     uint64_t n = 1024 + rnd(&cl->rng) % 65536;
     m.hdr.type = HR_MSG_TENSOR_PUT;
@@ -677,7 +689,7 @@ static void do_raw_cut(client *cl) {
     d->buffers[0].size_bytes = n;
     m.u.put.xport.total_data_bytes = n;
     m.u.put.xport.total_shards = 1;
-    if (tl_raw_send_msg(NULL, fd, &m) != 0)
+    if (raw_send(fd, &m) != 0)
       goto out;
     /* Half of the data, then the cut. */
     uint8_t *half = malloc(n / 2);
@@ -689,7 +701,7 @@ static void do_raw_cut(client *cl) {
     m.hdr.stream_id = 1;
     m.u.data.data = half;
     m.u.data.data_len = (uint32_t)(n / 2);
-    tl_raw_send_msg(NULL, fd, &m);
+    raw_send(fd, &m);
     free(half);
   }
 out:
