@@ -42,6 +42,9 @@ fi
 # Each target gets an equal share, rounded up, so the total is >= $total.
 each=$(( (total + ${#targets[@]} - 1) / ${#targets[@]} ))
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+# libinfinipath (loaded through libfabric) would drop a backtrace file
+# into the working folder at every crash: the log has the stack already.
+export IPATH_NO_BACKTRACE=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 logs=$build/fuzz-logs
 mkdir -p "$logs"
