@@ -57,7 +57,9 @@ for t in "${targets[@]}"; do
   # The first folder collects new inputs; the seeds and the committed
   # corpus are read only.
   committed=()
-  [ -d "$root/tests/fuzz_corpus/$t" ] && committed=("$root/tests/fuzz_corpus/$t")
+  if [ -d "$root/tests/fuzz_corpus/$t" ]; then
+    committed=("$root/tests/fuzz_corpus/$t")
+  fi
   if "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
       -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}" \
