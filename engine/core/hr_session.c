@@ -549,7 +549,7 @@ static void fail_all(hr_session *s, int status, uint32_t wire, int sent,
       p->cb(s, HR_ERR_CLOSED, 0, p->ud);
       hr__cb_leave(s);
     }
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
   }
   /* Shards of other lanes' transfers that were to come on this one. */
   hr__group_lane_down(s);
@@ -727,7 +727,9 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
   if (!copy)
     return HR_ERR_NOMEM;
   hr_wire_put_header(copy, hdr->type, hdr->stream_id, hdr->payload_length);
-  memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
+  /* An empty payload comes as NULL: memcpy() must not see it. */
+  if (hdr->payload_length > 0)
+    memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
   hr_msg m;
   int rv = hr_wire_decode_payload(hdr, copy + HR_HEADER_SIZE, &s->wctx, &m, ws);
   if (rv) {
@@ -1272,6 +1274,14 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
   return t;
 }
 
+void hr__ping_free(hr_session *s, hr_ping *p) {
+  /* A PING still queued (a connection error keeps the partly written head
+   * of the queue) must not stamp freed memory when it is pulled. */
+  if (p->item)
+    p->item->ping = NULL;
+  hr__mem_free(&s->mem, p);
+}
+
 int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
   hr_ping *p = hr__mem_calloc(&s->mem, 1, sizeof *p);
   if (!p)
@@ -1290,6 +1300,7 @@ int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
     return rv;
   }
   s->qtail->ping = p;
+  p->item = s->qtail;
   p->next = s->pings;
   s->pings = p;
   return 0;
@@ -1298,7 +1309,8 @@ int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
 void hr__cli_pong(hr_session *s, uint64_t opaque) {
   for (hr_ping **pp = &s->pings; *pp; pp = &(*pp)->next) {
     hr_ping *p = *pp;
-    if (p->opaque != opaque)
+    /* A PONG for a PING that has not left yet answers nothing we sent. */
+    if (p->opaque != opaque || !p->stamped)
       continue;
     *pp = p->next;
     if (p->cb) {
@@ -1307,7 +1319,7 @@ void hr__cli_pong(hr_session *s, uint64_t opaque) {
       p->cb(s, 0, rtt, p->ud);
       hr__cb_leave(s);
     }
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
     return;
   }
   /* An unsolicited PONG is ignored. */
@@ -1581,7 +1593,7 @@ static void session_free(hr_session *s) {
   while (s->pings) {
     hr_ping *p = s->pings;
     s->pings = p->next;
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
   }
   hr_reader_del(s->rd);
   hr__rdma_session_free(s);

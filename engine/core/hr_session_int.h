@@ -281,6 +281,9 @@ typedef struct hr_ping {
   int keepalive; /* sent by the session itself */
   hr_ping_cb cb;
   void *ud;
+  struct hr_oitem *item; /* the queued PING that points back at us (NULL
+                            once it is gone): whichever of the two goes
+                            first clears the other's pointer */
 } hr_ping;
 
 /* ---- id history: which ids were opened (bounded) ------------------------ */
@@ -459,6 +462,9 @@ struct hr_session {
 };
 
 /* ---- hr_outq.c ---------------------------------------------------------- */
+
+/* Frees a PING record, detaching it from its queued message first. */
+void hr__ping_free(hr_session *s, hr_ping *p);
 
 /* Queues a whole encoded control message (connection-level or a stream's
  * single answer).  `ctrl` counts it against the flood limit.  Returns 0 or
