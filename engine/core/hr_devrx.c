@@ -260,8 +260,31 @@ void hr__devrx_detach(hr_recv *rv) {
   }
 }
 
+/* Every byte has landed: copies the pieces whose landing was not seen
+ * piece by piece (a data plane that writes the landing memory directly,
+ * such as RDMA, bypasses hr__devrx_landed). */
+static void copy_rest(hr_devrx *d) {
+  for (unsigned k = 0; k < d->nbuf && !d->err; k++)
+    for (uint64_t j = 0; j * d->chunk < d->size[k] && !d->err; j++) {
+      uint64_t lo = j * d->chunk, hi = lo + d->chunk;
+      if (hi > d->size[k])
+        hi = d->size[k];
+      uint64_t *f = &d->filled[d->first[k] + j];
+      if (*f == hi - lo)
+        continue;
+      *f = hi - lo;
+      int rc = hr_gpu_copy_async(d->gs, d->dev[k], lo, d->pinned,
+                                 d->boff[k] + lo, hi - lo);
+      if (rc)
+        d->err = rc;
+      else
+        d->copies = 1;
+    }
+}
+
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
   hr_devrx *d = st->rv.dev;
+  copy_rest(d);
   const hr_descriptor *ld = hr_tensor_descriptor(landed);
   hr_descriptor desc = *ld;
   for (unsigned k = 0; k < desc.buffer_count; k++) {
