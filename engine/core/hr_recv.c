@@ -50,6 +50,7 @@ static void node_free(hr_session *s, hr_rnode *n) {
 
 void hr__recv_free(hr_session *s, hr_recv *rv) {
   hr_rx_del(rv->rx);
+  hr_tensor_unref(rv->shm_next);
   node_free(s, rv->root);
   hr_tensor_unref(rv->assembled);
   hr__mem_free(&s->mem, rv->shards);
@@ -62,7 +63,34 @@ void hr__recv_free(hr_session *s, hr_recv *rv) {
 /* Creates the memory for descriptor `d`: carved out of the application's
  * buffer when there is one, else allocated. */
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
+                       hr_tensor **out);
+
+/* An SHM descriptor's mapped tensor becomes the node's tensor; with an
+ * application buffer its bytes are copied there and the segment released
+ * at once. */
+static int shm_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
+                      hr_tensor **out) {
+  hr_tensor *m = rv->shm_next;
+  rv->shm_next = NULL;
+  rv->bytes += hr_tensor_bytes(m);
+  if (!rv->app) {
+    *out = m;
+    return 0;
+  }
+  int rc = dest_tensor(s, rv, d, out);
+  if (rc == 0)
+    for (unsigned k = 0; k < d->buffer_count; k++)
+      if (d->buffers[k].size_bytes)
+        memcpy(hr_tensor_buffer(*out, k), hr_tensor_buffer(m, k),
+               (size_t)d->buffers[k].size_bytes);
+  hr_tensor_unref(m);
+  return rc;
+}
+
+static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
+  if (rv->shm_next)
+    return shm_tensor(s, rv, d, out);
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */
@@ -406,10 +434,23 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
         m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.desc : &m->u.tensor.desc;
     const hr_transport_fields *xp =
         m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.xport : &m->u.tensor.xport;
+    if (xp->data_plane == HR_PLANE_SHM) {
+      /* The bytes are in the segment that came with the message. */
+      rc = hr__shm_cli_map(s, st, d, xp, &rv->shm_next, ws);
+      if (rc)
+        return rc;
+      if (!rv->shm_next && d->layout.tag != HR_LAYOUT_COMPOSITE)
+        return HR_ERR_INTERNAL;
+    }
     if ((d->flags & HR_DESC_HAS_SHARD) && xp->total_shards > 1)
       rc = begin_shard(s, rv, d, xp, m->hdr.stream_id, ws);
     else
       rc = begin_node(s, rv, d);
+    if (rv->shm_next) {
+      /* Not taken (a failure on the way): release it. */
+      hr_tensor_unref(rv->shm_next);
+      rv->shm_next = NULL;
+    }
     break;
   }
   case HR_MSG_TENSOR_DATA_END:
@@ -428,7 +469,6 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
   default:
     break;
   }
-  (void)st;
   if (rc)
     return rc;
   if (hr_rx_done(rv->rx)) {

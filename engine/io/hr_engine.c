@@ -51,6 +51,7 @@
 
 #include "hr_internal.h"
 #include "hr_pool.h"
+#include "hr_shm_io.h"
 #include "hr_sock.h"
 
 #define STAGING_SIZE (64u * 1024u)
@@ -528,13 +529,47 @@ static void wrap_provider(const hr_provider *up, hr_provider *out, hr_conn *c) {
   out->on_hello = up->on_hello ? tr_on_hello : NULL;
 }
 
-static void session_callbacks(hr_session_callbacks *cbs) {
+static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
+                      uint64_t align, hr_shm_mapping *out, char *why,
+                      size_t why_len, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
+}
+
+static void cb_fd_close(hr_session *s, int fd, void *ud) {
+  (void)s;
+  (void)ud;
+  close(fd);
+}
+
+/* `unix_sock`: the connection can carry descriptors, so the SHM data
+ * plane's callbacks are set (unless the configuration turned it off). */
+static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
+                              int unix_sock) {
   memset(cbs, 0, sizeof *cbs);
   cbs->size = sizeof *cbs;
   cbs->submit_work = cb_submit_work;
   cbs->on_established = cb_established;
   cbs->on_error = cb_error;
   cbs->on_transfer = cb_transfer;
+  if (unix_sock && !e->cfg.no_shm) {
+    cbs->shm_map = cb_shm_map;
+    cbs->fd_close = cb_fd_close;
+  }
+}
+
+/* Hands descriptors that came with `n` input bytes to the session. */
+static int conn_fds(hr_conn *c, const int *fds, size_t nfds, ssize_t n,
+                    hr_tstamp now) {
+  size_t i;
+
+  if (n > 0)
+    return hr_session_recv_fds(c->s, fds, nfds, (size_t)n, now);
+  for (i = 0; i < nfds; i++)
+    close(fds[i]);
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -550,14 +585,17 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
 
   while (budget > 0 && hr_session_want_read(c->s)) {
     void *dst;
-    size_t want;
+    size_t want, nfds = 0;
     ssize_t n;
+    int fds[HR_SHM_MAX_FDS];
 
     if (hr_session_recv_target(c->s, &dst, &want)) {
       /* Bulk: straight into the tensor. */
       if (want > budget)
         want = budget;
-      n = recv(c->fd, dst, want, 0);
+      n = hr__shm_recv(c->fd, dst, want, fds, &nfds);
+      if (nfds && hr_err_is_fatal(rv = conn_fds(c, fds, nfds, n, now)))
+        return rv;
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -570,7 +608,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       int64_t took;
 
       want = STAGING_SIZE;
-      n = recv(c->fd, e->staging, want, 0);
+      n = hr__shm_recv(c->fd, e->staging, want, fds, &nfds);
+      if (nfds && hr_err_is_fatal(rv = conn_fds(c, fds, nfds, n, now)))
+        return rv;
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -632,7 +672,9 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)n;
     do {
-      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      /* An SHM descriptor rides on the first byte of this write. */
+      w = hr__shm_sendmsg(c->fd, &mh, hr_session_pull_fd(c->s),
+                          MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (w < 0 && errno == EINTR);
     if (w < 0) {
       hr_session_consumed(c->s, 0, now);
@@ -1146,7 +1188,7 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   c->state = CS_OPEN;
   c->user_prov = l->prov;
   wrap_provider(&l->prov, &prov, c);
-  session_callbacks(&cbs);
+  session_callbacks(&cbs, e, hr__sock_is_unix(fd));
   rv = hr_session_new(&c->s, HR_ROLE_SERVER, &e->cfg.session, &cbs, &prov, c,
                       now, &e->mem);
   if (rv)
@@ -1665,7 +1707,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c->state = CS_CONNECTING;
   c->cb = cb;
   c->ud = user_data;
-  session_callbacks(&cbs);
+  session_callbacks(&cbs, e, c->addr.path[0] != '\0');
   rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
                       settings ? settings : &e->cfg.session, &cbs, NULL, c,
                       now_of(e), &e->mem);

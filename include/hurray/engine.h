@@ -125,6 +125,10 @@ typedef struct hr_engine_config {
   void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
                       void *user_data);
   void *user_data; /* for on_wakeup and on_transfer */
+  /* ---- appended in 0.2 ---- */
+  int no_shm; /* 1: never use the SHM data plane (wire-v1 § 14) on Unix
+                 sockets; 0 (default): advertise it there, as server and
+                 client, and answer/accept GETs over shared segments */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */
