@@ -53,6 +53,7 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  int no_shm;              /* never use the SHM data plane (--no-shm) */
 } cli_conn_opts;
 
 typedef struct cli_conn {

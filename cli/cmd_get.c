@@ -2,8 +2,8 @@
  * `hurray get [--layout NAME]... [--allow-transcode] [--device NAME]
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
- *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
- *             URL KEY`
+ *             [-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE]
+ *             [--timeout S] URL KEY`
  *
  * --connections opens one session over C connections (its lanes): the
  * shards of a --parallel GET travel over all of them.  --slice fetches
@@ -16,7 +16,10 @@
  * transcode kernels.  A composite is written member by member as
  * OUT.0.npy, OUT.1.npy, ... (nested members as OUT.1.0.npy).  Without -o
  * a one-line summary is printed.  --stats prints one JSON line on stderr
- * at the end.
+ * at the end.  Over a Unix socket (unix:PATH) the tensor comes over the
+ * shared-memory plane when the server offers it (mapped, not copied);
+ * --no-shm asks for frames.  A segment that cannot be mapped fails the
+ * first try, and the GET is retried once over frames.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -34,7 +37,7 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] URL KEY"
+  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -409,6 +412,7 @@ int cli_get(int argc, char **argv) {
   size_t key_len;
 
   memset(&a, 0, sizeof a);
+  memset(&co, 0, sizeof co);
   a.device = HR_DEV_CPU;
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
@@ -457,6 +461,8 @@ int cli_get(int argc, char **argv) {
       a.out = argv[++i];
     } else if (!strcmp(s, "--stats")) {
       a.stats = 1;
+    } else if (!strcmp(s, "--no-shm")) {
+      co.no_shm = 1;
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
@@ -484,7 +490,6 @@ int cli_get(int argc, char **argv) {
   if (key_len < 1 || key_len > HR_MAX_KEY)
     return cli_usage("get", SYNOPSIS, "keys are 1 to 1024 bytes");
 
-  memset(&co, 0, sizeof co);
   co.cmd = "get";
   co.url = a.url;
   co.dump_wire = a.dump;
@@ -532,6 +537,12 @@ int cli_get(int argc, char **argv) {
                              (uint32_t)a.slice_count, &go, &t, &rec);
   else
     rv = hr_client_get(cc.client, &go, &t, &rec);
+  if (rv && !strncmp(rec.fallback, "shm:", 4) && !a.slice) {
+    /* We could not map the server's segment; it answers with frames
+     * from now on (wire-v1 § 14). */
+    memset(&rec, 0, sizeof rec);
+    rv = hr_client_get(cc.client, &go, &t, &rec);
+  }
   cli_progress_done(&cc);
   if (rv) {
     char action[1100];
