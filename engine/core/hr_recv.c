@@ -94,6 +94,12 @@ static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */
+    if (s->role == HR_ROLE_SERVER && s->cbs.alloc_tensor) {
+      hr__cb_enter(s);
+      int rc = s->cbs.alloc_tensor(s, d, rv->min_align, out, s->ud);
+      hr__cb_leave(s);
+      return rc || !*out ? HR_ERR_LIMIT : 0;
+    }
     return hr_tensor_alloc(out, d, rv->min_align, &s->mem) ? HR_ERR_LIMIT : 0;
   }
   uint64_t off[HR_MAX_BUFFERS], span, align;

@@ -51,6 +51,8 @@
 
 #include "hr_internal.h"
 #include "hr_pool.h"
+#include <hurray/shm.h>
+
 #include "hr_shm_io.h"
 #include "hr_sock.h"
 
@@ -61,6 +63,8 @@
 #define LINGER_NS (1000000000ull)
 #define ACCEPT_PAUSE_NS (100000000ull)
 #define SETTLE_PASSES 4
+/* PUTs of at least this many bytes land in a shared segment. */
+#define SHM_PUT_MIN_BYTES ((uint64_t)1 << 20)
 
 enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
 
@@ -538,6 +542,33 @@ static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
 }
 
+static int cb_alloc_tensor(hr_session *s, const hr_descriptor *d,
+                           unsigned min_alignment_log2, hr_tensor **out,
+                           void *ud) {
+  hr_conn *c = ud;
+  hr_descriptor a = *d;
+  uint64_t bytes = 0;
+  unsigned k;
+
+  (void)s;
+  /* Each segment holds a descriptor for as long as the tensor lives:
+   * small tensors (whose copy costs less than a mapping) stay ordinary
+   * memory, so a store of many small keys does not run out of fds. */
+  for (k = 0; k < d->buffer_count && k < HR_MAX_BUFFERS; k++)
+    bytes += d->buffers[k].size_bytes;
+  if (bytes < SHM_PUT_MIN_BYTES)
+    return hr_tensor_alloc(out, d, min_alignment_log2, &c->e->mem);
+  /* The segment places buffers by their own alignments: raise them to
+   * the minimum asked for. */
+  for (k = 0; k < a.buffer_count && k < HR_MAX_BUFFERS; k++)
+    if (a.buffers[k].alignment_log2 < min_alignment_log2)
+      a.buffers[k].alignment_log2 = (uint8_t)min_alignment_log2;
+  if (hr_shm_tensor_alloc(out, &a, &c->e->mem) == 0)
+    return 0;
+  /* No memfd here (or out of descriptors): an ordinary buffer. */
+  return hr_tensor_alloc(out, d, min_alignment_log2, &c->e->mem);
+}
+
 static void cb_fd_close(hr_session *s, int fd, void *ud) {
   (void)s;
   (void)ud;
@@ -558,6 +589,10 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
   }
+  /* What is PUT lands in a shared segment, on any transport: a Unix
+   * client may fetch it later without a copy. */
+  if (!e->cfg.no_shm)
+    cbs->alloc_tensor = cb_alloc_tensor;
 }
 
 /* Hands descriptors that came with `n` input bytes to the session. */

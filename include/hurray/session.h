@@ -409,6 +409,15 @@ typedef struct hr_session_callbacks {
   /* Close a descriptor the session received (hr_session_recv_fds) and no
    * longer needs. */
   void (*fd_close)(hr_session *s, int fd, void *user_data);
+  /* Server: allocate the landing tensor of a PUT (descriptor `d`, buffers
+   * placed as wire-v1 § 7.1 says, at least 1 << min_alignment_log2
+   * aligned), e.g. in a shared segment so that what is PUT can be served
+   * over SHM without a copy.  Return 0 with *out (a new reference), or an
+   * error: the PUT is refused with RESOURCE_EXHAUSTED.  NULL:
+   * hr_tensor_alloc().  version-added: 0.2 */
+  int (*alloc_tensor)(hr_session *s, const hr_descriptor *d,
+                      unsigned min_alignment_log2, hr_tensor **out,
+                      void *user_data);
 } hr_session_callbacks;
 
 /* A segment mapped by hr_session_callbacks.shm_map. */

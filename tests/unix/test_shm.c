@@ -283,6 +283,18 @@ static void test_shm_flows(void **state) {
     assert_ptr_equal(hr_tensor_buffer(r.t, 0), buf);
     tc_res_clear(&r);
   }
+  /* What is PUT (1 MiB or more) lands in a segment: served over SHM. */
+  {
+    uint64_t shp[2] = {512, 1024};
+    hr_tensor *big = tl_dense(HR_ELEM_UINT16, 2, shp, 11);
+    assert_int_equal(tc_put(&c, "put", 0, big, &r), 0);
+    tc_res_clear(&r);
+    assert_int_equal(tc_get_key(&c, "put", &r), 0);
+    assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+    assert_true(same_bytes(big, r.t));
+    tc_res_clear(&r);
+    hr_tensor_unref(big);
+  }
   tc_close(&c);
 
   /* A client that asks for frames, and TCP, get frames. */
