@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -377,6 +378,45 @@ static void test_shm_release(void **state) {
   assert_int_equal(fd_count(), fds0);
 }
 
+static void *unref_main(void *arg) {
+  hr_tensor_unref(arg);
+  return NULL;
+}
+
+/* The application drops the mapped tensor on another thread while the
+ * loop runs: the unmap wakes the engine, which sends BUFFER_RELEASE. */
+static void test_shm_release_other_thread(void **state) {
+  fixture *f = *state;
+  tl_env *env = tl_new(TL_EPOLL);
+  tl_server ts;
+  hr_provider prov;
+  hr_engine *ce = tl_engine(env, NULL);
+  tc_conn c;
+  tc_res r;
+  own_seg g;
+  pthread_t th;
+  hr_tensor *t = own_tensor(&g, 4096 * 4, 1);
+
+  tl_server_start(env, &ts, NULL, NULL);
+  tl_put(&ts, "a", t);
+  hr_tensor_unref(t);
+  hr_store_provider(ts.store, &prov);
+  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  tc_open(env, ce, f->url, &c);
+  assert_int_equal(tc_get_key(&c, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  assert_int_equal(hr_store_remove(ts.store, "a", 1), 0);
+  assert_int_equal(pthread_create(&th, NULL, unref_main, r.t), 0);
+  r.t = NULL;
+  assert_true(tl_run(env, flag_set, &g.released, 5000));
+  pthread_join(th, NULL);
+  tc_res_clear(&r);
+  tc_close(&c);
+  tl_engine_finish(env, ce);
+  tl_server_stop(env, &ts);
+  tl_free(env);
+}
+
 /* Segments the client must refuse: too small for the descriptor, and not
  * sealed against shrinking.  The GET fails with a fallback reason and the
  * server answers the next one with frames. */
@@ -458,6 +498,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shm_flows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shm_release, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shm_release_other_thread, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_shm_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shm_engine_off, setup, teardown),
   };
