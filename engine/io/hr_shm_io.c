@@ -35,9 +35,6 @@
 #include "hr_internal.h"
 #include "hr_shm_io.h"
 
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
 
 #define PAGE ((uint64_t)4096)
 
