@@ -269,6 +269,12 @@ typedef struct hr_provider {
  *    TILED and PANEL shards must be whole tile rows / panels along dim 0,
  *    else the GET fails with HR_ERR_UNSUPPORTED);
  *  - a composite hr_tensor whose members are the received tensors.
+ * Over the SHM data plane (callbacks.shm_map set, rec->data_plane
+ * HR_PLANE_SHM) and without `dest`, a tensor's buffers are a read-only
+ * mapping of the server's segment: never write them; dropping the last
+ * reference (on any thread) unmaps it and makes the session owe the
+ * server a BUFFER_RELEASE, sent on its next pull.  With `dest` the bytes
+ * are copied there and the segment released at once.
  * Failures: HR_ERR_REMOTE (the server's ERROR, code in rec->wire_error),
  * HR_ERR_PROTO (we found a violation and sent ERROR), HR_ERR_LIMIT (the
  * destination is too small or cannot be allocated: ERROR
