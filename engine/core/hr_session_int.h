@@ -257,6 +257,7 @@ struct hr_stream {
   uint32_t nshards;   /* server shard streams: N */
   uint32_t shard_index;
   hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
+  char shm_why[160];     /* client: why its SHM segment was not mapped */
 };
 
 /* ---- the output queue ---------------------------------------------------- */

@@ -63,7 +63,7 @@ static void clease_unref(struct hr_clease *l) {
   }
 }
 
-/* ---- server ---------------------------------------------------------------- */
+/* ---- server ------------------------------------------------------------ */
 
 int hr__shm_serves(const hr_session *s, const hr_tensor *t) {
   return s->shm_ok && !s->shm_off && hr_tensor_segment(t, NULL, NULL);
@@ -238,7 +238,7 @@ static int take_fd(hr_session *s, uint64_t start, int *fd) {
   return 0;
 }
 
-/* ---- client ---------------------------------------------------------------- */
+/* ---- client ------------------------------------------------------------ */
 
 static void map_release(void *ctx) {
   shm_map_ctx *c = ctx;
@@ -275,8 +275,7 @@ static struct hr_clease *clease_for(hr_session *s, uint32_t sid) {
 static int map_fail(hr_session *s, hr_stream *st, hr_wire_status *ws,
                     uint32_t code, const char *why) {
   if (code == HR_WIRE_DEVICE_UNAVAILABLE)
-    hr__set_msg(st->rec.fallback, sizeof st->rec.fallback,
-                "shm: segment not mapped; frames on the next request", 52);
+    hr__set_msg(st->rec.fallback, sizeof st->rec.fallback, why, strlen(why));
   (void)s;
   return hr__wire_fail(ws, code, 0, why);
 }
@@ -343,8 +342,12 @@ int hr__shm_cli_map(hr_session *s, hr_stream *st, const hr_descriptor *d,
       map.unmap(map.ctx);
     if (!why[0])
       hr__set_msg(why, sizeof why, "cannot map the segment", 22);
-    /* The server learns from this ERROR and answers with frames next. */
-    return map_fail(s, st, ws, HR_WIRE_DEVICE_UNAVAILABLE, "shm: cannot map the segment");
+    /* The server learns from this ERROR and answers with frames next.
+     * The text outlives this call: the stream's record keeps it. */
+    hr__set_msg(st->shm_why, sizeof st->shm_why, "shm: ", 5);
+    size_t n = strlen(st->shm_why);
+    hr__set_msg(st->shm_why + n, sizeof st->shm_why - n, why, strlen(why));
+    return map_fail(s, st, ws, HR_WIRE_DEVICE_UNAVAILABLE, st->shm_why);
   }
   struct hr_clease *l = clease_for(s, st->id);
   shm_map_ctx *c = l ? hr__mem_calloc(&s->mem, 1, sizeof *c) : NULL;

@@ -218,13 +218,13 @@ int hr__shm_map(int fd, uint64_t offset, uint64_t len, uint64_t align,
   struct stat sb;
   uint64_t end;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    snprintf(why, why_len, "shm: the descriptor is not a regular file");
+    snprintf(why, why_len, "the descriptor is not a regular file");
     return -1;
   }
   if (!hr__add_u64(offset, len, &end) || sb.st_size < 0 ||
       (uint64_t)sb.st_size < end) {
     snprintf(why, why_len,
-             "shm: segment of %lld bytes is smaller than offset + length "
+             "segment of %lld bytes is smaller than offset + length "
              "%llu",
              (long long)sb.st_size, (unsigned long long)end);
     return -1;
@@ -232,16 +232,16 @@ int hr__shm_map(int fd, uint64_t offset, uint64_t len, uint64_t align,
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals >= 0 && !(seals & F_SEAL_SHRINK) && seals != F_SEAL_SEAL) {
     /* Sealable but not sealed: the server could truncate it. */
-    snprintf(why, why_len, "shm: segment not sealed against shrinking");
+    snprintf(why, why_len, "segment not sealed against shrinking");
     return -1;
   }
   if (seals < 0 && errno != EINVAL) {
-    snprintf(why, why_len, "shm: F_GET_SEALS: %s", strerror(errno));
+    snprintf(why, why_len, "F_GET_SEALS: %s", strerror(errno));
     return -1;
   }
   cmap *c = calloc(1, sizeof *c); /* freed on any thread */
   if (!c) {
-    snprintf(why, why_len, "shm: out of memory");
+    snprintf(why, why_len, "out of memory");
     return -1;
   }
   c->wake_fd = -1;
@@ -249,13 +249,13 @@ int hr__shm_map(int fd, uint64_t offset, uint64_t len, uint64_t align,
     uint64_t foff = offset & ~(PAGE - 1), delta = offset - foff;
     if (delta + len > SIZE_MAX) {
       free(c);
-      snprintf(why, why_len, "shm: segment too large to map");
+      snprintf(why, why_len, "segment too large to map");
       return -1;
     }
     void *m = map_aligned(fd, foff, (size_t)(delta + len), PROT_READ, delta,
                           align ? align : 1);
     if (m == MAP_FAILED) {
-      snprintf(why, why_len, "shm: mmap: %s", strerror(errno));
+      snprintf(why, why_len, "mmap: %s", strerror(errno));
       free(c);
       return -1;
     }

@@ -445,6 +445,7 @@ static void test_shm_refused(void **state) {
     assert_int_not_equal(tc_get_key(&c, "x", &r), 0);
     assert_int_equal(r.rec.wire_error, HR_WIRE_DEVICE_UNAVAILABLE);
     assert_memory_equal(r.rec.fallback, "shm:", 4);
+    assert_non_null(strstr(r.rec.fallback, pass == 0 ? "smaller" : "sealed"));
     tc_res_clear(&r);
     assert_int_equal(tc_get_key(&c, "x", &r), 0);
     assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
