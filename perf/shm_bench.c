@@ -2,10 +2,13 @@
  * shm_bench: one GET of a large tensor three ways, in one run
  * (guides/performance.md: the baselines are measured beside the figure):
  *
- *   1. TCP loopback, frames, into a pre-faulted application buffer;
- *   2. a Unix domain socket, frames (--no-shm), same buffer;
+ *   1. TCP loopback, frames, into a pre-faulted application buffer, the
+ *      server sending from ordinary (heap, huge-page) memory;
+ *   2. a Unix domain socket, frames (--no-shm), same buffers;
  *   3. the same Unix socket with the SHM data plane: the server hands over
  *      the tensor's sealed memfd, the client maps it (no copy).
+ * (SHM_BENCH_NOTAP=1 runs without the receive tap that times the first
+ * byte, to check it costs nothing.)
  *
  * For each: the GET's wall time (request sent to tensor usable), GB/s,
  * and the time to first byte (the first tensor byte readable by the
@@ -148,7 +151,7 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
 
   memset(&tp, 0, sizeof tp);
   hr_client_options_default(&co);
-  co.on_rx = on_rx;
+  co.on_rx = getenv("SHM_BENCH_NOTAP") ? NULL : on_rx;
   co.user_data = &tp;
   co.timeout_ms = 120000;
   if (!shm)
@@ -211,6 +214,16 @@ int main(int argc, char **argv) {
   hr_store_new(&s.store, NULL, NULL);
   hr_store_put(s.store, "big", 3, big, 0);
   hr_store_put(s.store, "small", 5, small, 0);
+  /* The same bytes in ordinary (heap, huge-page) memory: the frames
+   * baseline from where an application's tensor usually lies. */
+  {
+    hr_tensor *h;
+    if (hr_tensor_alloc(&h, hr_tensor_descriptor(big), 0, NULL) != 0)
+      die("hr_tensor_alloc");
+    memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(big, 0), n);
+    hr_store_put(s.store, "heap", 4, h, 0);
+    hr_tensor_unref(h);
+  }
   snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
   pthread_create(&s.th, NULL, srv_main, &s);
   while (!atomic_load(&s.ready))
@@ -221,8 +234,8 @@ int main(int argc, char **argv) {
   /* Warm-up (connections, the server's first touches). */
   (void)fetch(unix_url, 1, "small", small, dst, 64ull << 20);
 
-  tcp = fetch(tcp_url, 0, "big", big, dst, n);
-  uds = fetch(unix_url, 0, "big", big, dst, n);
+  tcp = fetch(tcp_url, 0, "heap", big, dst, n);
+  uds = fetch(unix_url, 0, "heap", big, dst, n);
   shm = fetch(unix_url, 1, "big", big, dst, n);
   shm64 = fetch(unix_url, 1, "small", small, dst, 64ull << 20);
   if (tcp.plane != HR_PLANE_FRAMES || uds.plane != HR_PLANE_FRAMES ||

@@ -108,6 +108,11 @@ int hr__shm_segment_new(uint64_t size, uint64_t align, void **addr, int *ro_fd,
     rv = HR_ERR_NOMEM;
     goto fail;
   }
+#ifdef MADV_HUGEPAGE
+  /* Advice only: honoured where shmem_enabled allows huge pages. */
+  if (len >= ((size_t)2 << 20))
+    (void)madvise(m, len, MADV_HUGEPAGE);
+#endif
   /* What we hand out: the same file, opened read-only. */
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);

@@ -8,8 +8,9 @@
  * maps it read-only and sends BUFFER_RELEASE when the application drops
  * the tensor.  That works for tensors that know their segment
  * (hr_tensor_set_segment() in <hurray/tensor.h>): the ones made here,
- * files loaded by <hurray/files.h>, and tensors PUT to an engine's server
- * (their landing buffers are segments).  Other tensors go as frames.
+ * files loaded by <hurray/files.h>, and tensors of 1 MiB or more PUT to
+ * an engine's server over a Unix socket (their landing buffers are
+ * segments).  Other tensors go as frames.
  *
  * Thread safety: no shared state; tensors as in <hurray/tensor.h>.
  */
