@@ -1,6 +1,12 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
- *               [--max-shards N] [-v] PATH...`
+ *               [--max-shards N] [--tls-cert F --tls-key F
+ *               [--tls-client-ca F]] [-v] PATH...`
+ *
+ * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
+ * hurrays://); --tls-client-ca also requires every client to present a
+ * certificate issued by that CA (mutual TLS).  The Unix socket stays
+ * plain.
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
@@ -27,8 +33,8 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] [-v] "  \
-  "PATH..."
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "       \
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] [-v] PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
 typedef struct serve {
@@ -189,7 +195,8 @@ static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
 
 int cli_serve(int argc, char **argv) {
   const char *listen_addr = NULL, *unix_path = NULL;
-  char unix_addr[128];
+  hr_tls_config tls;
+  char unix_addr[128], why[512];
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -201,6 +208,7 @@ int cli_serve(int argc, char **argv) {
   const char **paths;
 
   memset(&sv, 0, sizeof sv);
+  memset(&tls, 0, sizeof tls);
   paths = calloc((size_t)argc, sizeof *paths);
   if (!paths)
     return CLI_EXIT_FAIL;
@@ -225,12 +233,16 @@ int cli_serve(int argc, char **argv) {
         return cli_usage("serve", SYNOPSIS,
                          "--max-shards takes a number from 1 to 65535");
       }
-    } else if ((!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key") ||
-                !strcmp(a, "--auth-token-file")) &&
-               i + 1 < argc) {
+    } else if (!strcmp(a, "--tls-cert") && i + 1 < argc) {
+      tls.cert_file = argv[++i];
+    } else if (!strcmp(a, "--tls-key") && i + 1 < argc) {
+      tls.key_file = argv[++i];
+    } else if (!strcmp(a, "--tls-client-ca") && i + 1 < argc) {
+      tls.ca_file = argv[++i];
+    } else if (!strcmp(a, "--auth-token-file") && i + 1 < argc) {
       cli_err("serve",
-              "%s is not supported in this build yet (TLS and "
-              "authentication come in a later release); serve without it",
+              "%s is not supported in this build yet (authentication "
+              "comes in a later release); serve without it",
               a);
       free(paths);
       return CLI_EXIT_USAGE;
@@ -255,6 +267,23 @@ int cli_serve(int argc, char **argv) {
   /* TCP is the default only when no transport was asked for. */
   if (!listen_addr && !unix_path)
     listen_addr = DEFAULT_LISTEN;
+  if ((tls.cert_file || tls.key_file || tls.ca_file) &&
+      (!tls.cert_file || !tls.key_file)) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS needs both --tls-cert and --tls-key");
+  }
+  if (tls.cert_file && !listen_addr) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS is for the TCP listener: add --listen HOST:PORT");
+  }
+  if (tls.cert_file && hr_tls_config_check(&tls, 1, why, sizeof why) != 0) {
+    cli_err("serve", "%s (give PEM files: the certificate chain and its "
+            "private key)", why);
+    free(paths);
+    return CLI_EXIT_FAIL;
+  }
 
   hr_store_config_default(&scfg);
   scfg.allow_put = allow_put;
@@ -299,6 +328,8 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.max_shards = (uint16_t)max_shards;
   ecfg.on_transfer = on_transfer;
   ecfg.user_data = &sv;
+  if (tls.cert_file)
+    ecfg.tls_server = &tls;
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
     cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
@@ -349,9 +380,12 @@ int cli_serve(int argc, char **argv) {
   if (ulis)
     printf("listening on %s\n", unix_addr);
   {
-    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s\n", sv.loaded,
+    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s\n", sv.loaded,
             sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
-            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");
+            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused",
+            !tls.cert_file  ? ""
+            : tls.ca_file ? ", TLS with client certificates"
+                          : ", TLS");
     fflush(stdout);
   }
   event_base_dispatch(sv.base);

@@ -41,6 +41,8 @@ static void rec_finish(hr_session *s, hr_stream *st, int status, uint32_t wire,
 /* ---- GET ----------------------------------------------------------------- */
 
 const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
+  if (g && g->local)
+    return g->local->info(g);
   return g && g->st && !g->st->ended ? &g->st->sg.info : NULL;
 }
 
@@ -124,6 +126,8 @@ static int get_refuse(hr_session *s, hr_stream *st, uint32_t wire,
 int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   if (!g || !t)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->answer(g, t);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;
@@ -216,6 +220,8 @@ out:;
 int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
   if (!g || wire_error == HR_WIRE_NO_ERROR || wire_error > HR_WIRE_ERROR_LAST)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->fail(g, wire_error, message);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;
