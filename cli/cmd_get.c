@@ -3,7 +3,8 @@
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
  *             [-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] [--timeout S]
- *             [--tls-ca F] [--tls-cert F --tls-key F] URL KEY`
+ *             [--tls-ca F] [--tls-cert F --tls-key F] [--fabric PROVIDER]
+ *             URL KEY`
  *
  * URL is hurray://HOST:PORT, hurrays://HOST:PORT (TLS: --tls-ca names the
  * CA that issued the server's certificate, the system's store otherwise;
@@ -21,10 +22,14 @@
  * transcode kernels.  A composite is written member by member as
  * OUT.0.npy, OUT.1.npy, ... (nested members as OUT.1.0.npy).  Without -o
  * a one-line summary is printed.  --stats prints one JSON line on stderr
- * at the end.  Over a Unix socket (unix:PATH) the tensor comes over the
- * shared-memory plane when the server offers it (mapped, not copied);
- * --no-shm asks for frames.  A segment that cannot be mapped fails the
- * first try, and the GET is retried once over frames.
+ * at the end: "data_plane" says what carried the bytes ("rdma" or
+ * "frames") and "fallback" why the RDMA data plane was not used or
+ * failed.  --fabric PROVIDER (or "auto") opens a libfabric endpoint, so
+ * that a server started with --fabric sends over the RDMA data plane.  Over a Unix socket (unix:PATH) the
+ * tensor comes over the shared-memory plane ("shm") when the server
+ * offers it (mapped, not copied); --no-shm asks for frames.  A segment
+ * that cannot be mapped fails the first try, and the GET is retried once
+ * over frames.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -42,7 +47,8 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] " CLI_TLS_SYNOPSIS " URL KEY"
+  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
+  " [--fabric PROVIDER] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -62,6 +68,7 @@ typedef struct get_args {
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
   int stats;
+  const char *fabric; /* --fabric PROVIDER */
   const char *dump;
   int64_t timeout_ms;
   const char *url;
@@ -487,6 +494,8 @@ int cli_get(int argc, char **argv) {
       a.stats = 1;
     } else if (!strcmp(s, "--no-shm")) {
       co.no_shm = 1;
+    } else if (!strcmp(s, "--fabric") && more) {
+      a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
@@ -522,6 +531,7 @@ int cli_get(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  co.fabric = a.fabric;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 

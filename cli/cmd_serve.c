@@ -1,7 +1,7 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
  *               [--max-shards N] [--tls-cert F --tls-key F
- *               [--tls-client-ca F]] [-v] PATH...`
+ *               [--tls-client-ca F]] [--fabric PROVIDER] [-v] PATH...`
  *
  * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
  * hurrays://); --tls-client-ca also requires every client to present a
@@ -15,7 +15,10 @@
  * --unix PATH also listens on a Unix domain socket at PATH; given alone
  * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
- * exits 0; a second signal exits at once with 1.
+ * exits 0; a second signal exits at once with 1.  --fabric PROVIDER
+ * ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm", ... or "auto") opens a libfabric
+ * endpoint on the listening interface: clients that also have one receive
+ * tensors (and send PUTs) over the RDMA data plane.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,7 +37,8 @@
 
 #define SYNOPSIS                                                               \
   "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "       \
-  "[--tls-cert F --tls-key F [--tls-client-ca F]] [-v] PATH..."
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] [-v] " \
+  "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
 typedef struct serve {
@@ -188,15 +192,17 @@ static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
             hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
             rec->message);
   else
-    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s\n",
+    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s over %s%s%s\n",
             (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
-            rec->transcoded ? " (transcoded)" : "");
+            rec->transcoded ? " (transcoded)" : "",
+            rec->data_plane == HR_PLANE_RDMA ? "rdma" : "frames",
+            rec->fallback[0] ? "; fallback: " : "", rec->fallback);
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL;
+  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL;
   hr_tls_config tls;
-  char unix_addr[128], why[512];
+  char unix_addr[128], why[512], fabric_node[64] = "";
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -224,6 +230,8 @@ int cli_serve(int argc, char **argv) {
       unix_path = argv[++i];
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
+    } else if (!strcmp(a, "--fabric") && i + 1 < argc) {
+      fabric = argv[++i];
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
       sv.verbose = 1;
     } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
@@ -330,9 +338,26 @@ int cli_serve(int argc, char **argv) {
   ecfg.user_data = &sv;
   if (tls.cert_file)
     ecfg.tls_server = &tls;
+  if (fabric) {
+    /* The fabric endpoint on the listening interface (a wildcard address
+     * leaves the choice to the provider). */
+    const char *colon = listen_addr ? strrchr(listen_addr, ':') : NULL;
+    size_t hl = colon ? (size_t)(colon - listen_addr) : 0;
+    if (hl && hl < sizeof fabric_node && listen_addr[0] != '[') {
+      memcpy(fabric_node, listen_addr, hl);
+      fabric_node[hl] = 0;
+    }
+    ecfg.fabric_provider = fabric;
+    ecfg.fabric_node = fabric_node[0] && strcmp(fabric_node, "0.0.0.0")
+                           ? fabric_node
+                           : NULL;
+  }
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
-    cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
+    cli_err("serve", "cannot start the engine: %s%s", hr_strerror(rv),
+            fabric ? " (is the --fabric provider available? see "
+                     "`fi_info -l`)"
+                   : "");
     status = CLI_EXIT_FAIL;
     goto out;
   }

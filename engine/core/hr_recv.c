@@ -457,6 +457,9 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
       hr_tensor_unref(rv->shm_next);
       rv->shm_next = NULL;
     }
+    /* The RDMA data plane fills the landing memory (hr_rdma_glue.c). */
+    if (rc == 0 && xp->data_plane == HR_PLANE_RDMA)
+      return hr__rdma_rx_begin(s, st, m->hdr.stream_id, d, xp);
     break;
   }
   case HR_MSG_TENSOR_DATA_END:
