@@ -59,6 +59,7 @@ typedef struct cli_conn_opts {
    * hurrays:// URLs. */
   const char *tls_ca, *tls_cert, *tls_key;
   const char *fabric;      /* --fabric PROVIDER ("auto"), or NULL */
+  int no_shm;              /* never use the SHM data plane (--no-shm) */
 } cli_conn_opts;
 
 typedef struct cli_conn {

@@ -291,6 +291,8 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
   if (o->timeout_ms)
     opts.timeout_ms = o->timeout_ms;
   opts.lanes = o->lanes;
+  if (o->no_shm)
+    opts.settings.capabilities &= ~(uint32_t)HR_CAP_SHM_DATA_PLANE;
   opts.user_data = cc;
   if (o->devices) {
     opts.settings.devices = o->devices;

@@ -2,7 +2,7 @@
  * `hurray get [--layout NAME]... [--allow-transcode] [--device NAME]
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
- *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
+ *             [-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] [--timeout S]
  *             [--tls-ca F] [--tls-cert F --tls-key F] [--fabric PROVIDER]
  *             URL KEY`
  *
@@ -33,6 +33,11 @@
  * advertising the device and the CPU; -o then copies the result back to
  * the host to write it.  --device cpu (the default) receives in host
  * memory.
+ *
+ * Over a Unix socket (unix:PATH) the tensor comes over the shared-memory
+ * plane ("shm") when the server offers it (mapped, not copied); --no-shm
+ * asks for frames.  A segment that cannot be mapped fails the first try,
+ * and the GET is retried once over frames.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -51,7 +56,7 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device NAME] [--parallel N] "     \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
+  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
   " [--fabric PROVIDER] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
@@ -559,6 +564,8 @@ int cli_get(int argc, char **argv) {
       a.out = argv[++i];
     } else if (!strcmp(s, "--stats")) {
       a.stats = 1;
+    } else if (!strcmp(s, "--no-shm")) {
+      co.no_shm = 1;
     } else if (!strcmp(s, "--fabric") && more) {
       a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
@@ -675,6 +682,12 @@ int cli_get(int argc, char **argv) {
                              (uint32_t)a.slice_count, &go, &t, &rec);
   else
     rv = hr_client_get(cc.client, &go, &t, &rec);
+  if (rv && !strncmp(rec.fallback, "shm:", 4) && !a.slice) {
+    /* We could not map the server's segment; it answers with frames
+     * from now on (wire-v1 § 14). */
+    memset(&rec, 0, sizeof rec);
+    rv = hr_client_get(cc.client, &go, &t, &rec);
+  }
   cli_progress_done(&cc);
   if (rv) {
     char action[1100];

@@ -91,6 +91,15 @@ int hr__out_msg(hr_session *s, const hr_msg *m, int ctrl) {
   return 0;
 }
 
+int hr__out_msg_fd(hr_session *s, const hr_msg *m, int fd) {
+  int rv = hr__out_msg(s, m, 0);
+  if (rv == 0) {
+    s->qtail->has_fd = 1;
+    s->qtail->fd = fd;
+  }
+  return rv;
+}
+
 int hr__out_bytes(hr_session *s, uint8_t *heap, size_t len, int is_frame) {
   hr_oitem *it = item_new(s);
   if (!it)
@@ -161,7 +170,14 @@ void hr__out_clear(hr_session *s) {
 int hr__out_iov(hr_session *s, hr_iov *iov, int max) {
   int n = 0;
   size_t skip = s->qoff; /* only the head item is partly consumed */
+  /* A descriptor rides on the first byte of one write: a pull starts
+   * with the item that carries it, or stops before it. */
+  s->pull_fd = -1;
+  if (s->qhead && s->qhead->has_fd && s->qoff == 0)
+    s->pull_fd = s->qhead->fd;
   for (hr_oitem *it = s->qhead; it && n < max; it = it->next) {
+    if (it->has_fd && it != s->qhead)
+      break;
     if (it->ping && !it->ping->stamped) {
       /* The round trip starts when the PING leaves for the wire. */
       it->ping->sent = s->now;
@@ -283,3 +299,5 @@ int hr__schedule(hr_session *s) {
   }
   return 0;
 }
+
+int hr_session_pull_fd(const hr_session *s) { return s ? s->pull_fd : -1; }

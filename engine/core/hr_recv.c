@@ -50,6 +50,7 @@ static void node_free(hr_session *s, hr_rnode *n) {
 
 void hr__recv_free(hr_session *s, hr_recv *rv) {
   hr_rx_del(rv->rx);
+  hr_tensor_unref(rv->shm_next);
   node_free(s, rv->root);
   hr_tensor_unref(rv->assembled);
   hr__mem_free(&s->mem, rv->shards);
@@ -63,12 +64,45 @@ void hr__recv_free(hr_session *s, hr_recv *rv) {
 /* Creates the memory for descriptor `d`: carved out of the application's
  * buffer when there is one, else allocated. */
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
+                       hr_tensor **out);
+
+/* An SHM descriptor's mapped tensor becomes the node's tensor; with an
+ * application buffer its bytes are copied there and the segment released
+ * at once. */
+static int shm_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
+                      hr_tensor **out) {
+  hr_tensor *m = rv->shm_next;
+  rv->shm_next = NULL;
+  rv->bytes += hr_tensor_bytes(m);
+  if (!rv->app) {
+    *out = m;
+    return 0;
+  }
+  int rc = dest_tensor(s, rv, d, out);
+  if (rc == 0)
+    for (unsigned k = 0; k < d->buffer_count; k++)
+      if (d->buffers[k].size_bytes)
+        memcpy(hr_tensor_buffer(*out, k), hr_tensor_buffer(m, k),
+               (size_t)d->buffers[k].size_bytes);
+  hr_tensor_unref(m);
+  return rc;
+}
+
+static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
   if (rv->dev)
     return hr__devrx_dest(s, rv, d, out);
+  if (rv->shm_next)
+    return shm_tensor(s, rv, d, out);
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */
+    if (s->role == HR_ROLE_SERVER && s->cbs.alloc_tensor) {
+      hr__cb_enter(s);
+      int rc = s->cbs.alloc_tensor(s, d, rv->min_align, out, s->ud);
+      hr__cb_leave(s);
+      return rc || !*out ? HR_ERR_LIMIT : 0;
+    }
     return hr_tensor_alloc(out, d, rv->min_align, &s->mem) ? HR_ERR_LIMIT : 0;
   }
   uint64_t off[HR_MAX_BUFFERS], span, align;
@@ -409,10 +443,23 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
         m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.desc : &m->u.tensor.desc;
     const hr_transport_fields *xp =
         m->hdr.type == HR_MSG_TENSOR_PUT ? &m->u.put.xport : &m->u.tensor.xport;
+    if (xp->data_plane == HR_PLANE_SHM) {
+      /* The bytes are in the segment that came with the message. */
+      rc = hr__shm_cli_map(s, st, d, xp, &rv->shm_next, ws);
+      if (rc)
+        return rc;
+      if (!rv->shm_next && d->layout.tag != HR_LAYOUT_COMPOSITE)
+        return HR_ERR_INTERNAL;
+    }
     if ((d->flags & HR_DESC_HAS_SHARD) && xp->total_shards > 1)
       rc = begin_shard(s, rv, d, xp, m->hdr.stream_id, ws);
     else
       rc = begin_node(s, rv, d);
+    if (rv->shm_next) {
+      /* Not taken (a failure on the way): release it. */
+      hr_tensor_unref(rv->shm_next);
+      rv->shm_next = NULL;
+    }
     /* The RDMA data plane fills the landing memory (hr_rdma_glue.c). */
     if (rc == 0 && xp->data_plane == HR_PLANE_RDMA)
       return hr__rdma_rx_begin(s, st, m->hdr.stream_id, d, xp);
@@ -434,7 +481,6 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
   default:
     break;
   }
-  (void)st;
   if (rc)
     return rc;
   if (hr_rx_done(rv->rx)) {

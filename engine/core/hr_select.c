@@ -896,8 +896,11 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
   /* How many shards. */
   uint32_t n = 1;
   int shard = region || parallel;
+  /* A whole tensor served from its shared segment needs no shards: one
+   * descriptor hands all of it over (hr_shm.c). */
+  int shm_whole = !region && c.native && hr__shm_serves(s, t);
   if (parallel && (s->our_caps & HR_CAP_PARALLEL_STREAMS) && d->rank &&
-      is_dense(c.tag) && !is_int4(d->element_type)) {
+      is_dense(c.tag) && !is_int4(d->element_type) && !shm_whole) {
     uint64_t elems = 1;
     for (unsigned k = 0; k < d->rank; k++)
       elems *= box_shape[k];

@@ -507,6 +507,12 @@ static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
     m.u.tensor.desc = p->desc;
     m.u.tensor.xport = p->xp;
   }
+  if (p->shm) {
+    /* The segment goes with the descriptor; the tensor stays until the
+     * client releases it (hr_shm.c). */
+    int rv = hr__shm_lease_add(s, st->id, p->t);
+    return rv ? rv : hr__out_msg_fd(s, &m, p->shm_fd);
+  }
   int rv = hr__out_msg(s, &m, 0);
   if (rv == 0 && rdma)
     rv = hr__rdma_tx_start(s, st);
@@ -563,6 +569,11 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
         return 0;
       break;
     case HR_TXP_DATA: {
+      if (p->shm) {
+        /* The bytes are in the segment: no frames (§ 14). */
+        tx->phase = HR_TXP_END;
+        break;
+      }
       while (tx->buf < p->desc.buffer_count &&
              tx->off >= part_buf_len(p, tx->buf)) {
         tx->buf++;

@@ -156,6 +156,15 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   st->rec.transcoded = plan.transcoded;
   st->rec.device = plan.device;
   memcpy(st->rec.fallback, plan.fallback, sizeof st->rec.fallback);
+  if (plan.nshards <= 1 && s->shm_ok) {
+    hr__shm_plan(s, &plan.txs[0], st->rec.fallback, sizeof st->rec.fallback);
+    for (size_t i = 0; i < plan.txs[0].nparts; i++)
+      if (plan.txs[0].parts[i].shm)
+        st->rec.data_plane = HR_PLANE_SHM;
+  } else if (s->shm_ok && !st->rec.fallback[0]) {
+    hr__set_msg(st->rec.fallback, sizeof st->rec.fallback,
+                "shm: a sharded answer goes as frames", 36);
+  }
   uint32_t n = plan.nshards ? plan.nshards : 1;
   unsigned lanes = st->sg.lanes;
   st->rec.shards = n;

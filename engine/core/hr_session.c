@@ -162,7 +162,8 @@ void hr_settings_default(hr_settings *st) {
   st->read_timeout = 30ull * 1000000000ull;
   st->keepalive_interval = 30ull * 1000000000ull;
   st->capabilities = HR_CAP_TRANSCODING | HR_CAP_PARALLEL_STREAMS |
-                     HR_CAP_TENSOR_PUT | HR_CAP_LIST | HR_CAP_REGION_REQUESTS;
+                     HR_CAP_TENSOR_PUT | HR_CAP_LIST | HR_CAP_REGION_REQUESTS |
+                     HR_CAP_SHM_DATA_PLANE;
   st->max_shards = 64;
   st->transcode_mem_limit = (uint64_t)1 << 30;
   st->transcode_chunk = (uint64_t)4 << 20;
@@ -745,6 +746,8 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
 
 static int established(hr_session *s) {
   hr__session_set_state(s, HR_CS_ESTABLISHED);
+  s->shm_ok = (s->our_caps & HR_CAP_SHM_DATA_PLANE) &&
+              (s->peer.capability_flags & HR_CAP_SHM_DATA_PLANE);
   s->peer_max = s->peer.max_message_size;
   int rv = hr__rdma_established(s);
   if (rv)
@@ -939,6 +942,18 @@ static int stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
 static int on_message(hr_session *s, const hr_msg_header *hdr,
                       const uint8_t *payload) {
   hr_stream *st;
+  if (s->npfds) {
+    int rv = hr__shm_check_fds(s, s->msg_start);
+    if (rv || s->state == HR_CS_CLOSED)
+      return rv;
+  }
+  /* A segment's lease outlives its stream: BUFFER_RELEASE comes after
+   * TENSOR_DATA_END by design, and an ERROR there means the client could
+   * not map it (both are otherwise dropped as races, § 18). */
+  if (s->sleases && hdr->stream_id &&
+      ((hdr->type == HR_MSG_BUFFER_RELEASE && hdr->payload_length == 0) ||
+       hdr->type == HR_MSG_ERROR))
+    hr__shm_lease_drop(s, hdr->stream_id, hdr->type == HR_MSG_ERROR);
   int k = classify(s, hdr, &st);
   hr_wire_status ws = {0, 0, NULL};
   hr_msg m;
@@ -1014,6 +1029,11 @@ static int place(hr_session *s, const uint8_t *p, size_t n) {
 }
 
 static int on_data(hr_session *s, const hr_reader_event *ev) {
+  if (ev->first && s->npfds) {
+    int rv = hr__shm_check_fds(s, s->msg_start);
+    if (rv || s->state == HR_CS_CLOSED)
+      return rv;
+  }
   if (ev->first) {
     hr_stream *st;
     s->rc.active = 1;
@@ -1119,6 +1139,12 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
     pos += (size_t)n;
     if (ev.kind == HR_RD_NONE)
       break;
+    /* Where the message began in the input: SHM descriptors are matched
+     * to the message that carried them by it. */
+    if (ev.kind == HR_RD_MESSAGE)
+      s->msg_start = s->rx_total + pos - HR_HEADER_SIZE - ev.hdr.payload_length;
+    else if (ev.kind == HR_RD_DATA && ev.first)
+      s->msg_start = s->rx_total + pos - ev.len - 24;
     switch (ev.kind) {
     case HR_RD_MESSAGE:
       rv = on_message(s, &ev.hdr, ev.payload);
@@ -1136,6 +1162,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
       break;
     rv = 0;
   }
+  s->rx_total += len;
   if (s->fatal)
     rv = s->fatal;
   leave(s);
@@ -1177,6 +1204,7 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
   if (hr_reader_skip_data(s->rd, n))
     return HR_ERR_INVALID_ARGUMENT;
   enter(s, now);
+  s->rx_total += n;
   if (n) {
     s->last_rx = s->now;
     s->msg_started = s->now;
@@ -1208,7 +1236,9 @@ int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
   if (s->fatal)
     return s->fatal;
   enter(s, now);
-  int rv = hr__schedule(s);
+  int rv = s->cleases ? hr__shm_flush_releases(s) : 0;
+  if (rv == 0)
+    rv = hr__schedule(s);
   if (rv < 0)
     hr__fatal(s, rv);
   int n = s->fatal ? s->fatal : hr__out_iov(s, iov, max);
@@ -1236,6 +1266,8 @@ int hr_session_want_write(const hr_session *s) {
     return 1;
   if (s->state == HR_CS_CLOSED || s->state == HR_CS_AWAIT_HELLO)
     return 0;
+  if (s->cleases && hr__shm_release_due(s))
+    return 1;
   if (!s->rhead)
     return 0;
   /* Streams are ready; frames wait only for the budget. */
@@ -1394,6 +1426,8 @@ void hr_session_terminate(hr_session *s, hr_tstamp now) {
     hr__session_set_state(s, HR_CS_CLOSED);
   hr__out_clear(s);
   fail_all(s, HR_ERR_CLOSED, 0, 0, "connection closed");
+  /* The connection's end releases every segment the client held. */
+  hr__shm_free(s);
   leave(s);
 }
 
@@ -1554,9 +1588,15 @@ int hr__session_create(hr_session **out, int role, const hr_settings *settings,
     if (s->prov.on_list)
       can |= HR_CAP_LIST;
   }
+  /* SHM needs a host that moves descriptors (a Unix socket). */
+  int shm_host = s->cbs.fd_close &&
+                 (role == HR_ROLE_SERVER || s->cbs.shm_map != NULL);
   if (role == HR_ROLE_CLIENT)
     can = 0;
+  if (shm_host)
+    can |= HR_CAP_SHM_DATA_PLANE;
   s->our_caps = caps & can;
+  s->pull_fd = -1;
   /* The RDMA data plane adds what its fabric justifies (either role). */
   int fcaps = hr__rdma_session_init(s, in);
   if (fcaps < 0) {
@@ -1589,6 +1629,7 @@ nomem:
 }
 
 static void session_free(hr_session *s) {
+  hr__shm_free(s);
   hr__group_leave(s);
   hr__registry_unref(s->reg);
   hr__out_clear(s);
@@ -1642,6 +1683,7 @@ void hr_session_del(hr_session *s) {
   else {
     /* Work still runs elsewhere: keep the memory it reports to. */
     hr__out_clear(s);
+    hr__shm_free(s);
     free_zombies(s);
   }
 }

@@ -76,6 +76,8 @@ typedef struct hr_part {
   hr_gpu_buf *dsrc[HR_MAX_BUFFERS];
   uint64_t doff[HR_MAX_BUFFERS];
   hr_gpu_event *dready;
+  int shm;         /* sent over the SHM plane: descriptor + fd, no frames */
+  int shm_fd;      /* the segment (borrowed from t) when shm */
 } hr_part;
 
 /* One chunk of transcoded output in the stream's window. */
@@ -178,6 +180,7 @@ typedef struct hr_recv {
   hr_rnode *root; /* unsharded: the tree */
   hr_rnode *top;  /* innermost open composite head (or NULL) */
   hr_rnode *cur;  /* plain tensor receiving frames */
+  hr_tensor *shm_next; /* SHM: the mapped tensor of the next descriptor */
   /* Application destination (client GET). */
   uint8_t *app;
   uint64_t app_cap, app_used;
@@ -283,6 +286,7 @@ struct hr_stream {
   uint32_t nshards;   /* server shard streams: N */
   uint32_t shard_index;
   hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
+  char shm_why[160];     /* client: why its SHM segment was not mapped */
 };
 
 /* ---- the output queue ---------------------------------------------------- */
@@ -300,6 +304,8 @@ typedef struct hr_oitem {
   int ctrl;             /* counts against the control backlog */
   struct hr_ping *ping; /* PING: stamp when first pulled */
   uint8_t inl[40];      /* small messages and frame prefixes */
+  int has_fd;           /* SHM: `fd` goes with the item's first byte */
+  int fd;
 } hr_oitem;
 
 typedef struct hr_ping {
@@ -489,6 +495,16 @@ struct hr_session {
   struct hr_cpool *cpool; /* reusable chunk buffers (hr_chunks.c) */
   /* The RDMA data plane (hr_rdma_glue.c; NULL: none configured). */
   struct hr_rdma_glue *rdma;
+  /* The SHM data plane (hr_shm.c). */
+  struct hr_slease *sleases; /* server: segments the client may map */
+  struct hr_clease *cleases; /* client: mapped segments not yet released */
+  struct hr_pfd *pfds;       /* received descriptors not yet claimed */
+  size_t npfds;
+  uint64_t rx_total;  /* input bytes fed so far */
+  uint64_t msg_start; /* input position of the message being handled */
+  int shm_ok;         /* both HELLOs carry SHM_DATA_PLANE */
+  int shm_off;        /* server: the client could not map a segment */
+  int pull_fd;        /* the fd of the last pull, or -1 */
 };
 
 /* Makes `p` send device tensor t (whole, or buffer 0's [start, start +
@@ -514,6 +530,39 @@ void hr__chunk_stats(const hr_session *s, uint64_t *allocs, uint64_t *reuses);
 /* The session is being freed: frees idle blocks and the streams; blocks
  * still out are freed when they come back. */
 void hr__chunks_close(hr_session *s);
+/* ---- hr_shm.c: the SHM data plane ---------------------------------------- */
+
+/* Server: the tensor can be answered over SHM on this session (negotiated,
+ * not turned off, the tensor has a segment). */
+int hr__shm_serves(const hr_session *s, const hr_tensor *t);
+/* Server: marks the parts of `tx` that go over SHM (native, whole,
+ * in a segment); fills *why when SHM was negotiated but not used. */
+void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len);
+/* Server: the SHM descriptor for stream `sid` was queued: keep `t` until
+ * BUFFER_RELEASE, ERROR on `sid`, or the session's end. */
+int hr__shm_lease_add(hr_session *s, uint32_t sid, hr_tensor *t);
+/* Server: BUFFER_RELEASE (or ERROR: then SHM is turned off) on `sid`. */
+void hr__shm_lease_drop(hr_session *s, uint32_t sid, int failed);
+/* A message starting at input position `start` is about to be handled:
+ * descriptors received with earlier messages that none claimed are a
+ * violation.  Returns 0 or what hr__conn_error returns. */
+int hr__shm_check_fds(hr_session *s, uint64_t start);
+/* Client: maps the segment of an SHM descriptor that arrived on `st` and
+ * wraps it (*out: a new reference).  HR_ERR_PROTO with `ws` on failure
+ * (the descriptor's fd is closed either way). */
+int hr__shm_cli_map(hr_session *s, hr_stream *st, const hr_descriptor *d,
+                    const hr_transport_fields *xp, hr_tensor **out,
+                    hr_wire_status *ws);
+/* Client: queues BUFFER_RELEASE for segments the application released.
+ * Returns 0 or a fatal error. */
+int hr__shm_flush_releases(hr_session *s);
+/* Client: a released segment still owes its BUFFER_RELEASE. */
+int hr__shm_release_due(const hr_session *s);
+/* Session teardown: server leases dropped, client leases detached,
+ * unclaimed descriptors closed. */
+void hr__shm_free(hr_session *s);
+/* Queues an encoded message carrying descriptor `fd`. */
+int hr__out_msg_fd(hr_session *s, const hr_msg *m, int fd);
 
 /* ---- hr_outq.c ---------------------------------------------------------- */
 

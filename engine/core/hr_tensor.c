@@ -30,6 +30,8 @@ struct hr_tensor {
   hr_gpu_buf *gbuf[HR_MAX_BUFFERS];
   hr_gpu_event *gready;
   int on_device;
+  int seg_fd;          /* shared segment holding the buffers (-1: none) */
+  uint64_t seg_offset; /* buffer 0's offset in it */
 };
 
 /* Copies `d` into t->desc, deep-copying the bytes its pointers reference
@@ -62,6 +64,7 @@ static hr_tensor *tensor_new(const hr_mem *mem) {
   if (!t)
     return NULL;
   t->mem = *m;
+  t->seg_fd = -1;
   atomic_init(&t->refs, 1);
   return t;
 }
@@ -415,4 +418,42 @@ unsigned hr__tensor_depth(const hr_tensor *t) { return t->depth; }
 void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx) {
   t->release = fn;
   t->release_ctx = ctx;
+}
+
+/* ---- shared segments ----------------------------------------------------- */
+
+int hr_tensor_set_segment(hr_tensor *t, int fd, uint64_t byte_offset) {
+  if (!t || fd < 0 || t->member_count || t->desc.layout.tag ==
+      HR_LAYOUT_COMPOSITE)
+    return HR_ERR_INVALID_ARGUMENT;
+  /* The peer finds buffer k > 0 by § 7.1 alone: where it starts must
+   * agree with where it lies in our memory. */
+  uint64_t pos = byte_offset;
+  for (unsigned k = 0; k < t->desc.buffer_count; k++) {
+    uint64_t a = (uint64_t)1 << t->desc.buffers[k].alignment_log2;
+    if (k > 0) {
+      if (!hr__add_u64(pos, a - 1, &pos))
+        return HR_ERR_INVALID_ARGUMENT;
+      pos &= ~(a - 1);
+      if ((uintptr_t)t->buf[k] - (uintptr_t)t->buf[0] != pos - byte_offset)
+        return HR_ERR_INVALID_ARGUMENT;
+    } else if (pos % a) {
+      return HR_ERR_INVALID_ARGUMENT;
+    }
+    if (!hr__add_u64(pos, t->desc.buffers[k].size_bytes, &pos))
+      return HR_ERR_INVALID_ARGUMENT;
+  }
+  t->seg_fd = fd;
+  t->seg_offset = byte_offset;
+  return 0;
+}
+
+int hr_tensor_segment(const hr_tensor *t, int *fd, uint64_t *byte_offset) {
+  if (!t || t->seg_fd < 0)
+    return 0;
+  if (fd)
+    *fd = t->seg_fd;
+  if (byte_offset)
+    *byte_offset = t->seg_offset;
+  return 1;
 }

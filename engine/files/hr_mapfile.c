@@ -18,6 +18,7 @@ struct hr__mapfile {
   uint8_t *data; /* NULL for an empty file */
   uint64_t size;
   atomic_int refs;
+  int fd; /* the file, read-only: the SHM plane hands it to clients */
 };
 
 void hr__files_why(char *why, size_t why_len, const char *fmt, ...) {
@@ -70,7 +71,10 @@ int hr__mapfile_open(hr__mapfile **out, const char *path, const hr_mem *mem,
     madvise(p, (size_t)m->size, MADV_SEQUENTIAL);
     m->data = p;
   }
-  close(fd);
+  /* Kept open: a server on a Unix socket passes the file itself (opened
+   * O_RDONLY, so a client can never map it writable) instead of its
+   * bytes (wire-v1 § 14). */
+  m->fd = fd;
   atomic_init(&m->refs, 1);
   *out = m;
   return 0;
@@ -94,6 +98,7 @@ void hr__mapfile_unref(hr__mapfile *m) {
     return;
   if (m->data)
     munmap(m->data, (size_t)m->size);
+  close(m->fd);
   mem = m->mem;
   hr__mem_free(&mem, m);
 }
@@ -110,9 +115,16 @@ int hr__mapfile_wrap(hr__mapfile *m, const hr_descriptor *d,
   bufs[0] = (void *)data;
   hr__mapfile_ref(m);
   rv = hr_tensor_wrap(out, d, bufs, release_mapping, m, &m->mem);
-  if (rv)
+  if (rv) {
     hr__mapfile_unref(m); /* the release callback is not called then */
-  return rv;
+    return rv;
+  }
+  /* Where the data lies in the file is its byte_offset over SHM; data
+   * not aligned for its buffer stays on frames (the call refuses it). */
+  if (data)
+    (void)hr_tensor_set_segment(*out, m->fd,
+                                (uint64_t)(data - m->data));
+  return 0;
 }
 
 int hr__files_dense_desc(hr_descriptor *d, uint8_t elem, uint8_t layout,

@@ -97,6 +97,13 @@ HR_EXTERN int hr_client_connect(hr_client **out, const char *url,
  * rec->wire_error, e.g. NOT_FOUND), HR_ERR_PROTO (the server broke a
  * rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED (the connection is gone),
  * HR_ERR_STATE (GOAWAY received), HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM.
+ * Over "unix:PATH" without `dest` the tensor may be a read-only mapping
+ * of the server's shared segment (rec->data_plane HR_PLANE_SHM): never
+ * write it.  The server keeps the segment until the tensor is dropped;
+ * the BUFFER_RELEASE that tells it goes out on this client's next call
+ * (or its close).  A segment this client cannot map fails the GET with
+ * HR_ERR_PROTO, rec->wire_error DEVICE_UNAVAILABLE and rec->fallback
+ * "shm: ..."; the same GET again is answered with frames.
  */
 HR_EXTERN int hr_client_get(hr_client *c, const hr_get_opts *opts,
                             hr_tensor **out, hr_transfer_record *rec);

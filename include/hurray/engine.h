@@ -150,6 +150,10 @@ typedef struct hr_engine_config {
    * hr_fabric_capabilities()).  Tests set HR_CAP_RDMA_GPUDIRECT to
    * exercise destination registration with host memory. */
   uint32_t fabric_caps;
+  /* ---- appended for the SHM data plane ---- */
+  int no_shm; /* 1: never use the SHM data plane (wire-v1 § 14) on Unix
+                 sockets; 0 (default): advertise it there, as server and
+                 client, and answer/accept GETs over shared segments */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */

@@ -12,5 +12,6 @@
 #include <hurray/session.h>
 #include <hurray/engine.h>
 #include <hurray/inproc.h>
+#include <hurray/shm.h>
 
 #endif /* HURRAY_HURRAY_H */

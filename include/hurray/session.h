@@ -41,6 +41,7 @@ extern "C" {
 #endif
 
 typedef struct hr_session hr_session;
+struct hr_shm_mapping;
 
 /* Host I/O vector (same layout as struct iovec, without its header). */
 typedef struct hr_iov {
@@ -85,11 +86,15 @@ typedef struct hr_settings {
   uint32_t capabilities;       /* HR_CAP_* we may advertise; masked by
                                   what this build does (TRANSCODING and
                                   REGION_REQUESTS only with the transcode
-                                  kernels; RDMA comes from fabric_caps
-                                  below, never from here) and, on a
+                                  kernels; SHM_DATA_PLANE only with the
+                                  host's descriptor callbacks; RDMA comes
+                                  from fabric_caps below, never from
+                                  here) and, on a
                                   server, by the provider (TENSOR_PUT needs
                                   on_put_begin and on_put_commit, LIST
-                                  on_list).  A client advertises none. */
+                                  on_list).  A client advertises only
+                                  SHM_DATA_PLANE (clear it to refuse the
+                                  SHM plane). */
   uint16_t max_shards;         /* server: MAX_SHARDS advertised (64) */
   uint64_t transcode_mem_limit;/* server: bytes one transcode may
                                   materialise at once (1 GiB): a sparse
@@ -291,6 +296,12 @@ typedef struct hr_provider {
  *    TILED and PANEL shards must be whole tile rows / panels along dim 0,
  *    else the GET fails with HR_ERR_UNSUPPORTED);
  *  - a composite hr_tensor whose members are the received tensors.
+ * Over the SHM data plane (callbacks.shm_map set, rec->data_plane
+ * HR_PLANE_SHM) and without `dest`, a tensor's buffers are a read-only
+ * mapping of the server's segment: never write them; dropping the last
+ * reference (on any thread) unmaps it and makes the session owe the
+ * server a BUFFER_RELEASE, sent on its next pull.  With `dest` the bytes
+ * are copied there and the segment released at once.
  * Failures: HR_ERR_REMOTE (the server's ERROR, code in rec->wire_error),
  * HR_ERR_PROTO (we found a violation and sent ERROR), HR_ERR_LIMIT (the
  * destination is too small or cannot be allocated: ERROR
@@ -443,7 +454,46 @@ typedef struct hr_session_callbacks {
    * server reports each stream of an answer (each shard) on its own. */
   void (*on_transfer)(hr_session *s, const hr_transfer_record *rec,
                       void *user_data);
+  /* ---- appended in 0.2: the SHM data plane (wire-v1 § 14) ----
+   * A session advertises SHM_DATA_PLANE (when settings.capabilities has
+   * it) only if the host sets fd_close and, on a client, shm_map: a host
+   * sets them only for a Unix domain socket, which can carry descriptors
+   * (hr_session_pull_fd, hr_session_recv_fds).  version-added: 0.2 */
+  /* Client: map `len` bytes at `offset` of segment `fd` read-only, the
+   * first byte aligned to `align` (a power of two); check before mapping
+   * that it is a regular file at least offset + len long and sealed
+   * against shrinking (see docs/internals/shm.md for the policy).  The
+   * session keeps `fd` (it closes it with fd_close afterwards).  Fill
+   * *out and return 0, or return non-zero with a reason in why[why_len]:
+   * the GET fails and the session sends ERROR DEVICE_UNAVAILABLE, after
+   * which a libhurray server answers with frames. */
+  int (*shm_map)(hr_session *s, int fd, uint64_t offset, uint64_t len,
+                 uint64_t align, struct hr_shm_mapping *out, char *why,
+                 size_t why_len, void *user_data);
+  /* Close a descriptor the session received (hr_session_recv_fds) and no
+   * longer needs. */
+  void (*fd_close)(hr_session *s, int fd, void *user_data);
+  /* Server: allocate the landing tensor of a PUT (descriptor `d`, buffers
+   * placed as wire-v1 § 7.1 says, at least 1 << min_alignment_log2
+   * aligned), e.g. in a shared segment so that what is PUT can be served
+   * over SHM without a copy.  Return 0 with *out (a new reference), or an
+   * error: the PUT is refused with RESOURCE_EXHAUSTED.  NULL:
+   * hr_tensor_alloc().  version-added: 0.2 */
+  int (*alloc_tensor)(hr_session *s, const hr_descriptor *d,
+                      unsigned min_alignment_log2, hr_tensor **out,
+                      void *user_data);
 } hr_session_callbacks;
+
+/* A segment mapped by hr_session_callbacks.shm_map. */
+typedef struct hr_shm_mapping {
+  const void *base; /* the segment's byte `offset` */
+  /* Called exactly once, from whichever thread drops the last reference
+   * to the tensor built on the mapping (possibly after the session is
+   * gone): unmap, and make the host call hr_session_pull() soon (the
+   * session owes the server a BUFFER_RELEASE). */
+  void (*unmap)(void *ctx);
+  void *ctx;
+} hr_shm_mapping;
 
 /*
  * Creates a session.  `settings` and `cbs` are copied; `provider` (server
@@ -488,6 +538,26 @@ HR_EXTERN int hr_session_pull(hr_session *s, hr_iov *iov, int max,
                               hr_tstamp now);
 /* Reports that the first `n` bytes of the last pull were written. */
 HR_EXTERN void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now);
+
+/* SHM data plane: the descriptor to attach (SCM_RIGHTS) to the first byte
+ * of the iovecs the last hr_session_pull() returned, or -1.  A pull never
+ * spans two such descriptors, and one that carries a descriptor starts
+ * with its message's first byte; attach it to a write that sends at least
+ * that byte.  The descriptor stays the session's (the host does not close
+ * it).  version-added: 0.2 */
+HR_EXTERN int hr_session_pull_fd(const hr_session *s);
+
+/* SHM data plane: `n` descriptors arrived with the next `len` bytes the
+ * host feeds (hr_session_recv, or recv_placed).  Call it before feeding
+ * them.  The session takes every descriptor over, whatever the result,
+ * and closes those it does not use through callbacks.fd_close.  A
+ * descriptor the protocol does not expect (SHM not negotiated, several at
+ * once, none of the messages in those bytes carries one) is a protocol
+ * violation: ERROR PROTOCOL_VIOLATION on stream 0, the session closes.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IN_CALLBACK, HR_ERR_NOMEM.
+ * version-added: 0.2 */
+HR_EXTERN int hr_session_recv_fds(hr_session *s, const int *fds, size_t n,
+                                  size_t len, hr_tstamp now);
 
 /* nghttp2 rule: both 0 means the connection should be closed. */
 HR_EXTERN int hr_session_want_read(const hr_session *s);

@@ -116,6 +116,26 @@ HR_EXTERN const hr_descriptor *hr_tensor_descriptor(const hr_tensor *t);
 HR_EXTERN void *hr_tensor_buffer(const hr_tensor *t, unsigned k);
 /* Total bytes of all buffers (0 for a composite head). */
 HR_EXTERN uint64_t hr_tensor_bytes(const hr_tensor *t);
+/*
+ * Shared-memory backing (the SHM data plane, wire-v1 § 14).  Declares that
+ * the tensor's buffers lie in the file `fd` (a sealed memfd, or a regular
+ * file opened read-only), buffer 0 at `byte_offset` and every further
+ * buffer where wire-v1 § 7.1 places it.  A server on a Unix socket may then
+ * hand `fd` to a client (SCM_RIGHTS) instead of sending frames.  `fd` is
+ * borrowed: it must stay open, and its bytes unchanged, until the tensor's
+ * release callback runs (close it there).  Hand out only an fd that gives
+ * no write access to the data (open the file, or /proc/self/fd/N of a
+ * memfd, O_RDONLY): the peer may map whatever it receives.  Call before
+ * the tensor is shared.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL tensor,
+ * negative fd, a composite, or buffers not placed as § 7.1 says relative to
+ * buffer 0 — the check uses the buffers' addresses).
+ */
+HR_EXTERN int hr_tensor_set_segment(hr_tensor *t, int fd, uint64_t byte_offset);
+/* The segment set with hr_tensor_set_segment(): 1 and *fd, *byte_offset
+ * when there is one, else 0. */
+HR_EXTERN int hr_tensor_segment(const hr_tensor *t, int *fd,
+                                uint64_t *byte_offset);
+
 /* Composite members: count (0 for a plain tensor) and member i (borrowed). */
 HR_EXTERN size_t hr_tensor_member_count(const hr_tensor *t);
 HR_EXTERN hr_tensor *hr_tensor_member(const hr_tensor *t, size_t i);

@@ -659,6 +659,27 @@ static void test_unix_socket(void **state) {
   hr_tensor_unref(got);
   assert_int_equal(run("ls", uurl, NULL), 0);
   assert_non_null(strstr(out, "matrix"));
+  /* The served file itself crosses over the SHM plane; --no-shm asks for
+   * frames. */
+  {
+    cJSON *j;
+    assert_int_equal(run("get", "--stats", "-o", tpath("v.npy"), uurl,
+                         "matrix", NULL),
+                     0);
+    j = stats_of(err);
+    assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                        "shm");
+    cJSON_Delete(j);
+    got = load(tpath("v.npy"));
+    assert_true(tl_same_elements(ref, NULL, got));
+    hr_tensor_unref(got);
+    assert_int_equal(run("get", "--stats", "--no-shm", uurl, "matrix", NULL),
+                     0);
+    j = stats_of(err);
+    assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                        "frames");
+    cJSON_Delete(j);
+  }
   /* A second server on the live path fails and leaves it alone. */
   assert_int_equal(run("serve", "--unix", sock_copy,
                        HR_SOURCE_DIR "/examples/data", NULL),

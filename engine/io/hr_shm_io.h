@@ -1,0 +1,38 @@
+/*
+ * The SHM data plane's system calls (hr_shm_io.c), for the engine.
+ */
+#ifndef HR_SHM_IO_H
+#define HR_SHM_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <hurray/session.h>
+
+/* Most descriptors one recvmsg takes (more is a flood the session
+ * refuses). */
+#define HR_SHM_MAX_FDS 8
+
+/* A new sealed memfd of `size` bytes mapped read-write at *addr (`align`
+ * aligned, *map_len bytes), and its read-only reopening in *ro_fd (the
+ * writable fd is closed).  Returns 0, HR_ERR_IO, HR_ERR_NOMEM. */
+int hr__shm_segment_new(uint64_t size, uint64_t align, void **addr, int *ro_fd,
+                        size_t *map_len);
+
+/* The client's shm_map: checks `fd` (regular file, size, seals) and maps
+ * [offset, offset+len) read-only, the first byte aligned to `align`.
+ * `wake_fd` (an eventfd, or -1) is written when the mapping goes.
+ * Returns 0, or -1 with a reason in why. */
+int hr__shm_map(int fd, uint64_t offset, uint64_t len, uint64_t align,
+                int wake_fd, hr_shm_mapping *out, char *why, size_t why_len);
+
+/* recv() that also takes SCM_RIGHTS descriptors (MSG_CMSG_CLOEXEC):
+ * up to HR_SHM_MAX_FDS land in fds[*nfds].  Returns recvmsg's result. */
+ssize_t hr__shm_recv(int sock, void *buf, size_t len, int *fds, size_t *nfds);
+
+/* sendmsg() of `mh` with descriptor `fd` attached (none when fd < 0). */
+ssize_t hr__shm_sendmsg(int sock, struct msghdr *mh, int fd, int flags);
+
+#endif /* HR_SHM_IO_H */

@@ -1,0 +1,399 @@
+/*
+ * The SHM data plane in the sans-IO session (engine/core/hr_shm.c), with
+ * descriptors handed across in memory as a Unix socket would (dup() for
+ * SCM_RIGHTS): the round trip and BUFFER_RELEASE, the fallback after a
+ * failed map, and a hostile peer's descriptors (none with an SHM
+ * descriptor, two at once, one with a message that carries none, one sent
+ * to the server).  Every test checks that no descriptor leaked.
+ */
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine_core/harness.h"
+
+enum { M_NORMAL = 0, M_DROP, M_TWO, M_STRAY };
+
+typedef struct shm_pair {
+  pair p; /* first: the harness callbacks get this pointer */
+  int mode;
+  int stray_done;
+  int fail_map;
+  int maps, unmaps, closes;
+} shm_pair;
+
+static int fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *e;
+  if (!d)
+    return -1;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+typedef struct tmap {
+  shm_pair *sp;
+  void *addr;
+  size_t len;
+} tmap;
+
+static void t_unmap(void *ctx) {
+  tmap *m = ctx;
+  if (m->addr)
+    munmap(m->addr, m->len);
+  m->sp->unmaps++;
+  free(m);
+}
+
+static int t_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
+                 uint64_t align, hr_shm_mapping *out, char *why,
+                 size_t why_len, void *ud) {
+  shm_pair *sp = ud;
+  (void)s;
+  (void)align;
+  if (sp->fail_map) {
+    snprintf(why, why_len, "test: mapping refused");
+    return -1;
+  }
+  assert_int_equal(offset % 4096, 0);
+  tmap *m = calloc(1, sizeof *m);
+  m->sp = sp;
+  if (len) {
+    m->len = (size_t)len;
+    m->addr = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, (off_t)offset);
+    assert_true(m->addr != MAP_FAILED);
+  }
+  sp->maps++;
+  out->base = m->addr;
+  out->unmap = t_unmap;
+  out->ctx = m;
+  return 0;
+}
+
+static void t_close(hr_session *s, int fd, void *ud) {
+  shm_pair *sp = ud;
+  (void)s;
+  sp->closes++;
+  close(fd);
+}
+
+static void sp_open(shm_pair *sp, int client_shm) {
+  hr_session_callbacks cb = pair_callbacks(&sp->p);
+  hr_provider prov = store_provider(&sp->p.st);
+  hr_settings cs;
+  cb.fd_close = t_close;
+  hr_settings_default(&cs);
+  if (!client_shm)
+    cs.capabilities = 0;
+  sp->p.iov_max = 64;
+  hr_session_callbacks ccb = cb;
+  ccb.shm_map = t_map;
+  assert_int_equal(
+      hr_session_new(&sp->p.c, HR_ROLE_CLIENT, &cs, &ccb, NULL, sp, 0, NULL),
+      0);
+  assert_int_equal(
+      hr_session_new(&sp->p.s, HR_ROLE_SERVER, NULL, &cb, &prov, sp, 0, NULL),
+      0);
+}
+
+/* pump() that carries the descriptor of each pull along, per `mode`. */
+static int64_t fpump(shm_pair *sp, hr_session *from, hr_session *to) {
+  hr_iov iov[64];
+  int n = hr_session_pull(from, iov, 64, sp->p.now);
+  if (n < 0)
+    return n;
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += iov[i].len;
+  if (!total)
+    return 0;
+  int fd = hr_session_pull_fd(from);
+  uint8_t *buf = malloc(total), *q = buf;
+  for (int i = 0; i < n; i++) {
+    memcpy(q, iov[i].base, iov[i].len);
+    q += iov[i].len;
+  }
+  hr_session_consumed(from, total, sp->p.now);
+  int fds[2], nfds = 0;
+  if (fd >= 0 && sp->mode != M_DROP) {
+    fds[nfds++] = dup(fd);
+    if (sp->mode == M_TWO)
+      fds[nfds++] = dup(fd);
+  }
+  if (fd < 0 && sp->mode == M_STRAY && from == sp->p.s && !sp->stray_done) {
+    /* A hostile server: a descriptor with its SERVER_HELLO. */
+    sp->stray_done = 1;
+    fds[nfds++] = memfd_create("stray", MFD_CLOEXEC);
+  }
+  if (nfds)
+    assert_int_equal(hr_session_recv_fds(to, fds, (size_t)nfds, total,
+                                         sp->p.now),
+                     0);
+  int64_t rv = hr_session_recv(to, buf, total, sp->p.now);
+  free(buf);
+  return rv < 0 ? rv : (int64_t)total;
+}
+
+static void frun(shm_pair *sp) {
+  for (int r = 0; r < 100000; r++) {
+    int64_t a = fpump(sp, sp->p.c, sp->p.s);
+    int64_t b = fpump(sp, sp->p.s, sp->p.c);
+    assert_true(a >= 0 && b >= 0);
+    if (a == 0 && b == 0)
+      return;
+  }
+  fail();
+}
+
+static void sp_close(shm_pair *sp) {
+  pair_close(&sp->p);
+}
+
+/* A sealed memfd tensor with a release we watch. */
+typedef struct seg {
+  atomic_int released;
+  int fd;
+  void *addr;
+  size_t len;
+} seg;
+
+static void seg_release(void *ctx) {
+  seg *g = ctx;
+  munmap(g->addr, g->len);
+  close(g->fd);
+  atomic_store(&g->released, 1);
+}
+
+static hr_tensor *seg_tensor(seg *g, uint64_t n) {
+  hr_descriptor d;
+  desc_init(&d, HR_ELEM_INT32, HR_LAYOUT_ROW_MAJOR, 1, &n);
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = n * 4;
+  d.buffers[0].alignment_log2 = 6;
+  atomic_init(&g->released, 0);
+  g->len = (size_t)(n * 4);
+  g->fd = memfd_create("seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  assert_true(g->fd >= 0);
+  assert_int_equal(ftruncate(g->fd, (off_t)g->len), 0);
+  assert_int_equal(fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  g->addr = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
+  assert_true(g->addr != MAP_FAILED);
+  for (uint64_t i = 0; i < n; i++)
+    ((int32_t *)g->addr)[i] = (int32_t)(i * 3);
+  hr_tensor *t;
+  void *b = g->addr;
+  assert_int_equal(hr_tensor_wrap(&t, &d, &b, seg_release, g, NULL), 0);
+  assert_int_equal(hr_tensor_set_segment(t, g->fd, 0), 0);
+  return t;
+}
+
+static int get(shm_pair *sp, const char *key, result *r) {
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)key;
+  o.key_len = (uint16_t)strlen(key);
+  o.max_shards = 1;
+  assert_int_equal(hr_session_get(sp->p.c, &o, on_get_done, r, NULL), 0);
+  frun(sp);
+  assert_int_equal(r->calls, 1);
+  return r->status;
+}
+
+static void test_roundtrip_release(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  memset(&sp, 0, sizeof sp);
+  memset(&r, 0, sizeof r);
+  sp_open(&sp, 1);
+  hr_tensor *t = seg_tensor(&g, 5000);
+  store_put(&sp.p.st, "a", t);
+  hr_tensor_unref(t);
+  assert_int_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  assert_int_equal(sp.p.last_srv_rec.data_plane, HR_PLANE_SHM);
+  assert_int_equal(sp.maps, 1);
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[4999],
+                   4999 * 3);
+  /* Only the lease holds the tensor now. */
+  store_clear(&sp.p.st);
+  frun(&sp);
+  assert_false(atomic_load(&g.released));
+  assert_false(hr_session_want_write(sp.p.c));
+  result_clear(&r);
+  assert_int_equal(sp.unmaps, 1);
+  /* The release is owed: the client wants to write BUFFER_RELEASE. */
+  assert_true(hr_session_want_write(sp.p.c));
+  frun(&sp);
+  assert_true(atomic_load(&g.released));
+  /* The session is still fine for more. */
+  t = seg_tensor(&g, 10);
+  store_put(&sp.p.st, "b", t);
+  hr_tensor_unref(t);
+  assert_int_equal(get(&sp, "b", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  /* The connection ends with the segment held: the server lets go. */
+  store_clear(&sp.p.st);
+  hr_session_terminate(sp.p.s, 0);
+  assert_true(atomic_load(&g.released));
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[9], 27);
+  sp_close(&sp);
+  result_clear(&r);
+  assert_int_equal(fd_count(), fds0);
+}
+
+static void test_fallback_after_failed_map(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  memset(&sp, 0, sizeof sp);
+  memset(&r, 0, sizeof r);
+  sp_open(&sp, 1);
+  hr_tensor *t = seg_tensor(&g, 100);
+  store_put(&sp.p.st, "a", t);
+  hr_tensor_unref(t);
+  sp.fail_map = 1;
+  assert_int_not_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.wire_error, HR_WIRE_DEVICE_UNAVAILABLE);
+  assert_int_equal(r.rec.wire_error_sent, 1);
+  assert_memory_equal(r.rec.fallback, "shm:", 4);
+  result_clear(&r);
+  /* The server read the ERROR: frames from now on. */
+  assert_int_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_non_null(strstr(sp.p.last_srv_rec.fallback, "could not map"));
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[99], 297);
+  assert_int_equal(sp.p.errors_c, 0);
+  result_clear(&r);
+  sp_close(&sp);
+  assert_true(atomic_load(&g.released));
+  assert_int_equal(fd_count(), fds0);
+}
+
+static void test_no_fd(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  memset(&sp, 0, sizeof sp);
+  memset(&r, 0, sizeof r);
+  sp_open(&sp, 1);
+  hr_tensor *t = seg_tensor(&g, 100);
+  store_put(&sp.p.st, "a", t);
+  hr_tensor_unref(t);
+  sp.mode = M_DROP;
+  assert_int_not_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
+  assert_int_equal(r.rec.wire_error_sent, 1);
+  assert_int_equal(sp.maps, 0);
+  /* The ERROR on the stream released the server's lease too. */
+  store_clear(&sp.p.st);
+  assert_true(atomic_load(&g.released));
+  result_clear(&r);
+  sp_close(&sp);
+  assert_int_equal(fd_count(), fds0);
+}
+
+static void test_two_fds(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  memset(&sp, 0, sizeof sp);
+  memset(&r, 0, sizeof r);
+  sp_open(&sp, 1);
+  hr_tensor *t = seg_tensor(&g, 100);
+  store_put(&sp.p.st, "a", t);
+  hr_tensor_unref(t);
+  sp.mode = M_TWO;
+  assert_int_not_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(sp.p.errors_c, 1);
+  assert_int_equal(sp.p.last_err_c, HR_WIRE_PROTOCOL_VIOLATION);
+  assert_int_equal(sp.p.err_sent_c, 1);
+  assert_false(hr_session_want_read(sp.p.c));
+  assert_int_equal(sp.maps, 0);
+  assert_int_equal(sp.closes, 2);
+  result_clear(&r);
+  sp_close(&sp);
+  assert_true(atomic_load(&g.released));
+  assert_int_equal(fd_count(), fds0);
+}
+
+static void test_stray_fd(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  for (int client_shm = 0; client_shm < 2; client_shm++) {
+    shm_pair sp;
+    memset(&sp, 0, sizeof sp);
+    sp_open(&sp, client_shm);
+    sp.mode = M_STRAY;
+    frun(&sp);
+    assert_int_equal(sp.p.errors_c, 1);
+    assert_int_equal(sp.p.last_err_c, HR_WIRE_PROTOCOL_VIOLATION);
+    assert_false(hr_session_want_read(sp.p.c));
+    assert_int_equal(sp.closes, 1);
+    sp_close(&sp);
+  }
+  assert_int_equal(fd_count(), fds0);
+}
+
+static void test_fd_to_server(void **state) {
+  (void)state;
+  int fds0 = fd_count();
+  shm_pair sp;
+  memset(&sp, 0, sizeof sp);
+  sp_open(&sp, 1);
+  frun(&sp);
+  int fd = memfd_create("to-server", MFD_CLOEXEC);
+  assert_int_equal(hr_session_recv_fds(sp.p.s, &fd, 1, 12, 0), 0);
+  assert_int_equal(sp.p.errors_s, 1);
+  assert_int_equal(sp.p.last_err_s, HR_WIRE_PROTOCOL_VIOLATION);
+  assert_int_equal(sp.closes, 1);
+  sp_close(&sp);
+  assert_int_equal(fd_count(), fds0);
+}
+
+/* A server without SHM_DATA_PLANE from the client never sends an fd. */
+static void test_not_negotiated(void **state) {
+  (void)state;
+  shm_pair sp;
+  seg g;
+  result r;
+  memset(&sp, 0, sizeof sp);
+  memset(&r, 0, sizeof r);
+  sp_open(&sp, 0);
+  hr_tensor *t = seg_tensor(&g, 100);
+  store_put(&sp.p.st, "a", t);
+  hr_tensor_unref(t);
+  assert_int_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(sp.maps, 0);
+  result_clear(&r);
+  sp_close(&sp);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_roundtrip_release),
+      cmocka_unit_test(test_fallback_after_failed_map),
+      cmocka_unit_test(test_no_fd),
+      cmocka_unit_test(test_two_fds),
+      cmocka_unit_test(test_stray_fd),
+      cmocka_unit_test(test_fd_to_server),
+      cmocka_unit_test(test_not_negotiated),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
