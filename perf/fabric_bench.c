@@ -695,7 +695,7 @@ static void engine_server(int ctl, const char *prov, const uint8_t *src) {
   hr_tensor *t;
   hr_descriptor d;
   hr_engine_config ec;
-  hr_engine *e;
+  hr_engine *e = NULL;
   hr_provider pv;
   hr_listener *l;
   struct event_base *base;
