@@ -34,7 +34,7 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] URL KEY"
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] [--auth-token-file F] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -50,6 +50,7 @@ typedef struct get_args {
   uint64_t region_offset[HR_MAX_RANK];
   uint64_t region_shape[HR_MAX_RANK];
   uint64_t connections;
+  const char *token_file; /* --auth-token-file */
   int slice;
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
@@ -459,6 +460,8 @@ int cli_get(int argc, char **argv) {
       a.stats = 1;
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
+    } else if (!strcmp(s, "--auth-token-file") && more) {
+      a.token_file = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
       uint64_t secs;
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
@@ -491,6 +494,7 @@ int cli_get(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  co.auth_token_file = a.token_file;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 

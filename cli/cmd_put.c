@@ -1,7 +1,8 @@
 /*
- * `hurray put [--replace] [--timeout S] URL KEY FILE.npy`: sends a .npy
- * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing
- * key.
+ * `hurray put [--replace] [--timeout S] [--auth-token-file F] URL KEY
+ * FILE.npy`: sends a .npy (mapped, not copied) as TENSOR_PUT; --replace
+ * overwrites an existing key.  The AUTH_TOKEN comes from
+ * --auth-token-file or $HURRAY_AUTH_TOKEN (cli_auth_token()).
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 #include "cli.h"
 
-#define SYNOPSIS "[--replace] URL KEY FILE.npy"
+#define SYNOPSIS "[--replace] [--auth-token-file F] URL KEY FILE.npy"
 
 int cli_put(int argc, char **argv) {
   const char *pos[3];
@@ -23,6 +24,7 @@ int cli_put(int argc, char **argv) {
   cli_conn_opts co;
   char why[256], action[1100];
   size_t key_len;
+  const char *token_file = NULL;
 
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
@@ -31,6 +33,8 @@ int cli_put(int argc, char **argv) {
       return 0;
     } else if (!strcmp(s, "--replace")) {
       replace = 1;
+    } else if (!strcmp(s, "--auth-token-file") && i + 1 < argc) {
+      token_file = argv[++i];
     } else if (!strcmp(s, "--timeout") && i + 1 < argc) {
       uint64_t secs;
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
@@ -60,6 +64,7 @@ int cli_put(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.expect_bytes = hr_tensor_bytes(t);
   co.timeout_ms = timeout_ms;
+  co.auth_token_file = token_file;
   if (cli_connect(&cc, &co)) {
     hr_tensor_unref(t);
     return CLI_EXIT_FAIL;

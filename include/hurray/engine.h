@@ -125,6 +125,15 @@ typedef struct hr_engine_config {
   void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
                       void *user_data);
   void *user_data; /* for on_wakeup and on_transfer */
+  /* ---- appended in 0.1 (0: the default; UINT64_MAX: no cap) ---- */
+  uint64_t max_put_bytes; /* server: tensor bytes one PUT may declare
+                             (1 GiB); a PUT over it is refused with
+                             RESOURCE_EXHAUSTED before anything is
+                             allocated */
+  uint64_t max_conn_inflight_bytes; /* server: bytes of PUT landing
+                             buffers one connection may hold at once
+                             (1 GiB), within max_inflight_bytes; a PUT
+                             over it is refused with RESOURCE_EXHAUSTED */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */
