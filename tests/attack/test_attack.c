@@ -132,6 +132,8 @@ static void hello_tok(hr_msg *m, const char *token, uint8_t *ext,
   }
 }
 
+static uint64_t now_ms(void);
+
 /* A raw client past the HELLO exchange (token: AUTH_TOKEN or NULL). */
 static int raw_client_tok(fx *f, int port, const char *token) {
   int fd = tl_raw_connect(port);
@@ -280,14 +282,54 @@ static void test_slowloris(void **state) {
   check_good(f);
 }
 
-/* A connection that says nothing gets the handshake timeout. */
+/* A connection that says nothing gets the handshake timeout; one that
+ * goes quiet after the HELLO is let go by the idle timeout (GOAWAY, then
+ * the close), here on a second server with a 300 ms idle timeout. */
 static void test_silent_peers(void **state) {
   fx *f = *state;
+  hr_engine_config ec;
+  tl_server idle;
+  uint64_t t0;
+  hr_msg m;
   int fd = raw_connect(f);
 
   assert_true(readable_within(f, fd, 2000));
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
   close(fd);
+  check_good(f);
+
+  limits(&ec);
+  ec.session.idle_timeout = 300 * MS;
+  tl_server_start(f->env, &idle, &ec, NULL);
+  fd = raw_client_tok(f, idle.port, NULL);
+  t0 = now_ms();
+  assert_true(tl_raw_expect(f->env, fd, HR_MSG_GOAWAY, 0, f->buf, BUFSZ, &m,
+                            3000));
+  assert_int_equal(m.u.goaway.code, HR_WIRE_NO_ERROR);
+  assert_true(tl_raw_wait_eof(f->env, fd, 2000));
+  assert_true(now_ms() - t0 >= 250);
+  close(fd);
+  check_good(f);
+  tl_server_stop(f->env, &idle);
+}
+
+/* The store's byte cap: a PUT that would take the store past it is
+ * refused with RESOURCE_EXHAUSTED; one that fits is stored. */
+static void test_store_cap(void **state) {
+  fx *f = *state;
+  uint64_t shape[1] = {1u << 20};
+  hr_tensor *t = tl_dense(HR_ELEM_UINT8, 1, shape, 11);
+  tc_res r;
+
+  hr_store_set_max_bytes(f->srv.store,
+                         hr_store_bytes(f->srv.store) + (1536u << 10));
+  memset(&r, 0, sizeof r);
+  assert_int_equal(tc_put(&f->good, "fits", 0, t, &r), 0);
+  memset(&r, 0, sizeof r);
+  assert_int_equal(tc_put(&f->good, "over", 0, t, &r), HR_ERR_REMOTE);
+  assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+  assert_int_equal(hr_store_count(f->srv.store), 3);
+  hr_tensor_unref(t);
   check_good(f);
 }
 
@@ -763,6 +805,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_slowloris, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_peers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_store_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_huge_payload, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tiny_frame_flood, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unfinished_streams, setup,
