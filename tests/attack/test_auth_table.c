@@ -3,6 +3,7 @@
  * (comments, blank lines, CRLF, modes, prefixes), every malformed line
  * refused with its number and the table left as it was, and the checks.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,10 +123,54 @@ static void test_malformed(void **state) {
   hr_auth_del(a);
 }
 
+/* Reloads racing checks from another thread: every check sees one whole
+ * table (the old or the new), never a mix or freed memory. */
+typedef struct race {
+  hr_auth *a;
+  int rounds;
+} race;
+
+static void *reloader(void *p) {
+  race *r = p;
+  int i;
+  for (i = 0; i < r->rounds; i++) {
+    const char *t = i % 2 ? "alpha rw a/\nbeta ro\n" : "alpha ro b/\nbeta ro\n";
+    if (hr_auth_load(r->a, t, strlen(t), NULL, 0) != 0)
+      return p;
+  }
+  return NULL;
+}
+
+static void test_reload_race(void **state) {
+  race r;
+  pthread_t th;
+  void *res;
+  int i;
+
+  (void)state;
+  assert_int_equal(hr_auth_new(&r.a, NULL), 0);
+  assert_int_equal(load(r.a, "alpha ro b/\nbeta ro\n", NULL, 0), 0);
+  r.rounds = 2000;
+  assert_int_equal(pthread_create(&th, NULL, reloader, &r), 0);
+  for (i = 0; i < 20000; i++) {
+    int w = check(r.a, "alpha", HR_AUTH_WRITE, "a/x");
+    int rd = check(r.a, "alpha", HR_AUTH_READ, "b/x");
+    assert_true(w == 0 || w == HR_ERR_STATE);
+    assert_true(rd == 0 || rd == HR_ERR_STATE);
+    assert_int_equal(check(r.a, "beta", HR_AUTH_READ, "z"), 0);
+    assert_int_equal(check(r.a, "gamma", 0, NULL), HR_ERR_NOT_FOUND);
+  }
+  assert_int_equal(pthread_join(th, &res), 0);
+  assert_null(res);
+  assert_int_equal(hr_auth_count(r.a), 2);
+  hr_auth_del(r.a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_format),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_reload_race),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
