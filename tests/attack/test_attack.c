@@ -150,6 +150,16 @@ static int raw_client_tok(fx *f, int port, const char *token) {
 
 static int raw_client(fx *f) { return raw_client_tok(f, f->srv.port, NULL); }
 
+/* A raw client that reads slowly: a small fixed receive buffer, so that
+ * the kernel (whose autotuning may reach tcp_rmem's maximum) does not
+ * absorb whole answers on its behalf. */
+static int raw_client_small(fx *f) {
+  int fd = raw_client(f), small = 16384;
+  assert_int_equal(
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  return fd;
+}
+
 /* Expects ERROR `code` on `stream` (UINT32_MAX: any); returns its
  * stream. */
 static uint32_t expect_error(fx *f, int fd, uint32_t stream, uint32_t code) {
@@ -366,7 +376,7 @@ static void test_tiny_frame_flood(void **state) {
   uint8_t *burst;
   hr_msg m;
   int64_t n;
-  int fd = raw_client(f), r, cut = 0, i;
+  int fd = raw_client_small(f), r, cut = 0, i;
 
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_PING;
@@ -458,7 +468,7 @@ static void test_unfinished_streams(void **state) {
  * budget while the good client is served. */
 static void test_stream_cap(void **state) {
   fx *f = *state;
-  int fd = raw_client(f);
+  int fd = raw_client_small(f);
   uint32_t i;
 
   for (i = 0; i < 17; i++)
@@ -538,7 +548,7 @@ static void test_composite_nesting(void **state) {
  * throughout. */
 static void test_shard_storm(void **state) {
   fx *f = *state;
-  int fd = raw_client(f);
+  int fd = raw_client_small(f);
   uint32_t i, sid = 1;
 
   for (i = 0; i < 40; i++) {
