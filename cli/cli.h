@@ -69,6 +69,10 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  /* --tls-ca, --tls-cert, --tls-key (NULL: not given); only for
+   * hurrays:// URLs. */
+  const char *tls_ca, *tls_cert, *tls_key;
+  const char *fabric;      /* --fabric PROVIDER ("auto"), or NULL */
   const char *auth_token_file; /* --auth-token-file (NULL: the
                                   HURRAY_AUTH_TOKEN variable, if set) */
 } cli_conn_opts;
@@ -82,6 +86,12 @@ typedef struct cli_conn {
 } cli_conn;
 
 int cli_connect(cli_conn *cc, const cli_conn_opts *o);
+/* The client options --tls-ca F, --tls-cert F and --tls-key F of get, put
+ * and ls: when argv[*i] is one of them (with its value) stores it in `o`,
+ * advances *i and returns 1; else 0. */
+int cli_tls_opt(int argc, char **argv, int *i, cli_conn_opts *o);
+/* The usage text of those options. */
+#define CLI_TLS_SYNOPSIS "[--tls-ca F] [--tls-cert F --tls-key F]"
 /* Closes the client and the dump file.  Returns 0, or 1 when the dump
  * file could not be written completely (reported). */
 int cli_disconnect(cli_conn *cc, const char *cmd);
@@ -89,6 +99,10 @@ int cli_disconnect(cli_conn *cc, const char *cmd);
 void cli_progress_total(cli_conn *cc, uint64_t total, int upload);
 /* Clears the progress bar line if one was drawn. */
 void cli_progress_done(cli_conn *cc);
+
+/* The local address a fabric endpoint should use to reach `url`'s host:
+ * "127.0.0.1" for a loopback host, else NULL (the provider's default). */
+const char *cli_fabric_node(const char *url);
 
 /* "1.5 GiB" etc. */
 void cli_human_bytes(uint64_t n, char *out, size_t cap);

@@ -3,7 +3,13 @@
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
  *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
+ *             [--tls-ca F] [--tls-cert F --tls-key F] [--fabric PROVIDER]
  *             URL KEY`
+ *
+ * URL is hurray://HOST:PORT, hurrays://HOST:PORT (TLS: --tls-ca names the
+ * CA that issued the server's certificate, the system's store otherwise;
+ * --tls-cert/--tls-key the client certificate a mutual-TLS server asks
+ * for) or unix:PATH.
  *
  * --connections opens one session over C connections (its lanes): the
  * shards of a --parallel GET travel over all of them.  --slice fetches
@@ -16,7 +22,10 @@
  * transcode kernels.  A composite is written member by member as
  * OUT.0.npy, OUT.1.npy, ... (nested members as OUT.1.0.npy).  Without -o
  * a one-line summary is printed.  --stats prints one JSON line on stderr
- * at the end.
+ * at the end: "data_plane" says what carried the bytes ("rdma" or
+ * "frames") and "fallback" why the RDMA data plane was not used or
+ * failed.  --fabric PROVIDER (or "auto") opens a libfabric endpoint, so
+ * that a server started with --fabric sends over the RDMA data plane.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -34,7 +43,8 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] [--auth-token-file F] URL KEY"
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
+  " [--fabric PROVIDER] [--auth-token-file F] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -55,6 +65,7 @@ typedef struct get_args {
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
   int stats;
+  const char *fabric; /* --fabric PROVIDER */
   const char *dump;
   int64_t timeout_ms;
   const char *url;
@@ -338,9 +349,27 @@ static int transcoded_of(const hr_transfer_record *rec, const probe *pr) {
   return pr->layout != rec->layout;
 }
 
+/* "tls": what the connection negotiated, or null on a plain one. */
+static void add_tls(cJSON *o, const hr_client *cl) {
+  hr_tls_info ti;
+  cJSON *j;
+
+  if (!cl || hr_client_tls_info(cl, &ti) != 0) {
+    cJSON_AddNullToObject(o, "tls");
+    return;
+  }
+  j = cJSON_AddObjectToObject(o, "tls");
+  if (!j)
+    return;
+  cJSON_AddStringToObject(j, "version", ti.version);
+  cJSON_AddStringToObject(j, "cipher", ti.cipher);
+  cJSON_AddBoolToObject(j, "ktls_tx", ti.ktls_tx);
+  cJSON_AddBoolToObject(j, "ktls_rx", ti.ktls_rx);
+}
+
 static void print_stats(const get_args *a, const hr_transfer_record *rec,
                         hr_tensor *t, int converted, const probe *pr,
-                        unsigned connections) {
+                        unsigned connections, const hr_client *cl) {
   cJSON *o = cJSON_CreateObject(), *shape;
   const hr_descriptor *d = t ? hr_tensor_descriptor(t) : NULL;
   double secs = rec->finished > rec->started
@@ -385,6 +414,7 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
     for (k = 0; shape && k < d->rank; k++)
       cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d->shape[k]));
   }
+  add_tls(o, cl);
   if (rec->status) {
     cJSON_AddStringToObject(o, "error", hr_wire_error_name(rec->wire_error));
   }
@@ -410,6 +440,7 @@ int cli_get(int argc, char **argv) {
   size_t key_len;
 
   memset(&a, 0, sizeof a);
+  memset(&co, 0, sizeof co);
   a.device = HR_DEV_CPU;
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
@@ -458,6 +489,8 @@ int cli_get(int argc, char **argv) {
       a.out = argv[++i];
     } else if (!strcmp(s, "--stats")) {
       a.stats = 1;
+    } else if (!strcmp(s, "--fabric") && more) {
+      a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
     } else if (!strcmp(s, "--auth-token-file") && more) {
@@ -467,6 +500,8 @@ int cli_get(int argc, char **argv) {
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
         return cli_usage("get", SYNOPSIS, "--timeout takes seconds");
       a.timeout_ms = secs ? (int64_t)secs * 1000 : -1;
+    } else if (cli_tls_opt(argc, argv, &i, &co)) {
+      continue;
     } else if (s[0] == '-' && s[1]) {
       return cli_usage("get", SYNOPSIS, "unknown or incomplete option %s", s);
     } else if (npos == 0) {
@@ -487,13 +522,13 @@ int cli_get(int argc, char **argv) {
   if (key_len < 1 || key_len > HR_MAX_KEY)
     return cli_usage("get", SYNOPSIS, "keys are 1 to 1024 bytes");
 
-  memset(&co, 0, sizeof co);
   co.cmd = "get";
   co.url = a.url;
   co.dump_wire = a.dump;
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  co.fabric = a.fabric;
   co.auth_token_file = a.token_file;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
@@ -543,7 +578,8 @@ int cli_get(int argc, char **argv) {
     status =
         cli_client_fail("get", action, a.url, hr_client_last_error(cc.client));
     if (a.stats)
-      print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client));
+      print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client),
+                  cc.client);
     cli_disconnect(&cc, "get");
     return status;
   }
@@ -563,7 +599,8 @@ int cli_get(int argc, char **argv) {
   }
   fflush(stdout);
   if (a.stats)
-    print_stats(&a, &rec, t, converted, &pr, hr_client_lanes(cc.client));
+    print_stats(&a, &rec, t, converted, &pr, hr_client_lanes(cc.client),
+                cc.client);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "get");
   return status ? status : rv;

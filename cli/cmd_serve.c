@@ -1,7 +1,13 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
- *               [--max-shards N] [--auth-token-file F] [limits] [-v]
- *               PATH...`
+ *               [--max-shards N] [--tls-cert F --tls-key F
+ *               [--tls-client-ca F]] [--fabric PROVIDER]
+ *               [--auth-token-file F] [limits] [-v] PATH...`
+ *
+ * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
+ * hurrays://); --tls-client-ca also requires every client to present a
+ * certificate issued by that CA (mutual TLS).  The Unix socket stays
+ * plain.
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
@@ -10,7 +16,10 @@
  * --unix PATH also listens on a Unix domain socket at PATH; given alone
  * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
- * exits 0; a second signal exits at once with 1.
+ * exits 0; a second signal exits at once with 1.  --fabric PROVIDER
+ * ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm", ... or "auto") opens a libfabric
+ * endpoint on the listening interface: clients that also have one receive
+ * tensors (and send PUTs) over the RDMA data plane.
  *
  * --auth-token-file F checks every client's AUTH_TOKEN against F (format
  * and rules in <hurray/auth.h>); SIGHUP reloads F, and a file that does
@@ -38,6 +47,7 @@
 
 #define SYNOPSIS                                                               \
   "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "        \
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] "       \
   "[--auth-token-file F] [--max-connections N] [--max-streams N] "            \
   "[--max-put-bytes SIZE] [--max-store-bytes SIZE] "                          \
   "[--max-inflight-bytes SIZE] [--max-conn-inflight-bytes SIZE] "             \
@@ -219,14 +229,17 @@ static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
             hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
             rec->message);
   else
-    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s\n",
+    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s over %s%s%s\n",
             (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
-            rec->transcoded ? " (transcoded)" : "");
+            rec->transcoded ? " (transcoded)" : "",
+            rec->data_plane == HR_PLANE_RDMA ? "rdma" : "frames",
+            rec->fallback[0] ? "; fallback: " : "", rec->fallback);
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL;
-  char unix_addr[128];
+  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL;
+  hr_tls_config tls;
+  char unix_addr[128], why[512], fabric_node[64] = "";
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -257,9 +270,9 @@ int cli_serve(int argc, char **argv) {
       {"--read-timeout", 2, 0, UINT64_MAX - 1},
   };
   uint64_t lv[L_COUNT];
-  char why[512];
 
   memset(&sv, 0, sizeof sv);
+  memset(&tls, 0, sizeof tls);
   for (i = 0; i < L_COUNT; i++)
     lv[i] = UINT64_MAX;
   paths = calloc((size_t)argc, sizeof *paths);
@@ -300,6 +313,8 @@ int cli_serve(int argc, char **argv) {
       unix_path = argv[++i];
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
+    } else if (!strcmp(a, "--fabric") && i + 1 < argc) {
+      fabric = argv[++i];
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
       sv.verbose = 1;
     } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
@@ -309,16 +324,14 @@ int cli_serve(int argc, char **argv) {
         return cli_usage("serve", SYNOPSIS,
                          "--max-shards takes a number from 1 to 65535");
       }
+    } else if (!strcmp(a, "--tls-cert") && i + 1 < argc) {
+      tls.cert_file = argv[++i];
+    } else if (!strcmp(a, "--tls-key") && i + 1 < argc) {
+      tls.key_file = argv[++i];
+    } else if (!strcmp(a, "--tls-client-ca") && i + 1 < argc) {
+      tls.ca_file = argv[++i];
     } else if (!strcmp(a, "--auth-token-file") && i + 1 < argc) {
       sv.token_file = argv[++i];
-    } else if ((!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key")) &&
-               i + 1 < argc) {
-      cli_err("serve",
-              "%s is not supported in this build yet (TLS and "
-              "authentication come in a later release); serve without it",
-              a);
-      free(paths);
-      return CLI_EXIT_USAGE;
     } else if (a[0] == '-' && a[1]) {
       free(paths);
       return cli_usage("serve", SYNOPSIS, "unknown or incomplete option %s", a);
@@ -340,6 +353,23 @@ int cli_serve(int argc, char **argv) {
   /* TCP is the default only when no transport was asked for. */
   if (!listen_addr && !unix_path)
     listen_addr = DEFAULT_LISTEN;
+  if ((tls.cert_file || tls.key_file || tls.ca_file) &&
+      (!tls.cert_file || !tls.key_file)) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS needs both --tls-cert and --tls-key");
+  }
+  if (tls.cert_file && !listen_addr) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS is for the TCP listener: add --listen HOST:PORT");
+  }
+  if (tls.cert_file && hr_tls_config_check(&tls, 1, why, sizeof why) != 0) {
+    cli_err("serve", "%s (give PEM files: the certificate chain and its "
+            "private key)", why);
+    free(paths);
+    return CLI_EXIT_FAIL;
+  }
 
   if (sv.token_file) {
     if (hr_auth_new(&sv.auth, NULL) != 0) {
@@ -431,9 +461,28 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.read_timeout = lv[L_READ];
   ecfg.on_transfer = on_transfer;
   ecfg.user_data = &sv;
+  if (tls.cert_file)
+    ecfg.tls_server = &tls;
+  if (fabric) {
+    /* The fabric endpoint on the listening interface (a wildcard address
+     * leaves the choice to the provider). */
+    const char *colon = listen_addr ? strrchr(listen_addr, ':') : NULL;
+    size_t hl = colon ? (size_t)(colon - listen_addr) : 0;
+    if (hl && hl < sizeof fabric_node && listen_addr[0] != '[') {
+      memcpy(fabric_node, listen_addr, hl);
+      fabric_node[hl] = 0;
+    }
+    ecfg.fabric_provider = fabric;
+    ecfg.fabric_node = fabric_node[0] && strcmp(fabric_node, "0.0.0.0")
+                           ? fabric_node
+                           : NULL;
+  }
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
-    cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
+    cli_err("serve", "cannot start the engine: %s%s", hr_strerror(rv),
+            fabric ? " (is the --fabric provider available? see "
+                     "`fi_info -l`)"
+                   : "");
     status = CLI_EXIT_FAIL;
     goto out;
   }
@@ -489,9 +538,13 @@ int cli_serve(int argc, char **argv) {
   if (ulis)
     printf("listening on %s\n", unix_addr);
   {
-    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s\n", sv.loaded,
-            sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
-            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused",
+    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s%s\n",
+            sv.loaded, sv.loaded == 1 ? "" : "s",
+            sv.skipped ? ", skipped " : "", sv.skipped ? "some files" : "",
+            allow_put ? "allowed" : "refused",
+            !tls.cert_file  ? ""
+            : tls.ca_file ? ", TLS with client certificates"
+                          : ", TLS",
             sv.auth ? ", AUTH_TOKEN required" : "");
     fflush(stdout);
   }

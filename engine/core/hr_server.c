@@ -41,6 +41,8 @@ static void rec_finish(hr_session *s, hr_stream *st, int status, uint32_t wire,
 /* ---- GET ----------------------------------------------------------------- */
 
 const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
+  if (g && g->local)
+    return g->local->info(g);
   return g && g->st && !g->st->ended ? &g->st->sg.info : NULL;
 }
 
@@ -124,6 +126,8 @@ static int get_refuse(hr_session *s, hr_stream *st, uint32_t wire,
 int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   if (!g || !t)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->answer(g, t);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;
@@ -207,6 +211,8 @@ out:;
 int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
   if (!g || wire_error == HR_WIRE_NO_ERROR || wire_error > HR_WIRE_ERROR_LAST)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->fail(g, wire_error, message);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;
@@ -360,14 +366,18 @@ static int put_commit(hr_session *s, hr_stream *st) {
   st->put_accepted = 0;
   if (rv)
     return hr__fatal(s, HR_ERR_CALLBACK_FAILURE);
+  if (wire > HR_WIRE_ERROR_LAST)
+    wire = HR_WIRE_INTERNAL;
+  /* Over RDMA the handshake sends the answer. */
+  int by_rdma = hr__rdma_put_answer(s, st, wire, "PUT refused at commit");
+  if (by_rdma < 0)
+    return hr__fatal(s, by_rdma);
   if (wire) {
-    if (wire > HR_WIRE_ERROR_LAST)
-      wire = HR_WIRE_INTERNAL;
-    rv = hr__out_error(s, st->id, wire, "PUT refused at commit");
+    rv = by_rdma ? 0 : hr__out_error(s, st->id, wire, "PUT refused at commit");
     rec_finish(s, st, hr__status_for_wire(wire), wire, 1,
                "PUT refused at commit");
   } else {
-    rv = hr__out_empty(s, HR_MSG_TENSOR_PUT_ACK, st->id);
+    rv = by_rdma ? 0 : hr__out_empty(s, HR_MSG_TENSOR_PUT_ACK, st->id);
     rec_finish(s, st, 0, 0, 0, NULL);
   }
   hr__stream_end(s, st);

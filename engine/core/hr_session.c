@@ -391,6 +391,7 @@ void hr__stream_end(hr_session *s, hr_stream *st) {
   hr__ready_remove(s, st);
   tab_remove(s, st);
   hr__work_detach_stream(st);
+  hr__rdma_stream_end(s, st);
   stream_release(s, st);
   st->zlink = s->zombies;
   s->zombies = st;
@@ -667,7 +668,7 @@ static int send_hello(hr_session *s, uint16_t minor) {
   h->device_count = s->set.devices ? s->set.device_count : 1;
   h->memory_classes = std_memory;
   h->memory_class_count = 1;
-  uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX];
+  uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX + 1024];
   size_t n = 0;
   int w;
   uint16_t count = 0;
@@ -707,6 +708,14 @@ static int send_hello(hr_session *s, uint16_t minor) {
       count++;
     }
   }
+  /* Extensions of the data planes (FABRIC_ADDRESS), already encoded. */
+  uint16_t xlen = 0, xcount = 0;
+  const uint8_t *x = hr__rdma_hello_ext(s, &xlen, &xcount);
+  if (x && xlen <= sizeof ext - n) {
+    memcpy(ext + n, x, xlen);
+    n += xlen;
+    count = (uint16_t)(count + xcount);
+  }
   h->ext_count = count;
   h->ext_raw = ext;
   h->ext_raw_len = n;
@@ -739,6 +748,9 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
 static int established(hr_session *s) {
   hr__session_set_state(s, HR_CS_ESTABLISHED);
   s->peer_max = s->peer.max_message_size;
+  int rv = hr__rdma_established(s);
+  if (rv)
+    return hr__fatal(s, rv);
   if (s->cbs.on_established) {
     hr__cb_enter(s);
     s->cbs.on_established(s, &s->peer, s->ud);
@@ -917,6 +929,11 @@ static int stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   hr_session *o = st->s;
   if (s->grp && s->lane >= 0 && s->lane < 64)
     st->lane_mask |= (uint64_t)1 << s->lane;
+  int rv = hr__rdma_stream_msg(o, st, m);
+  if (rv < 0)
+    return hr__fatal(o, rv);
+  if (rv)
+    return 0;
   return o->role == HR_ROLE_SERVER ? hr__srv_on_stream_msg(o, st, m)
                                    : hr__cli_on_stream_msg(o, st, m);
 }
@@ -1547,6 +1564,13 @@ int hr__session_create(hr_session **out, int role, const hr_settings *settings,
   if (role == HR_ROLE_CLIENT)
     can = 0;
   s->our_caps = caps & can;
+  /* The RDMA data plane adds what its fabric justifies (either role). */
+  int fcaps = hr__rdma_session_init(s, in);
+  if (fcaps < 0) {
+    session_free(s);
+    return fcaps;
+  }
+  s->our_caps |= (uint32_t)fcaps;
   hr_reader_settings rs;
   memset(&rs, 0, sizeof rs);
   rs.max_payload = HR_PREHELLO_MAX_PAYLOAD;
@@ -1584,6 +1608,7 @@ static void session_free(hr_session *s) {
     hr__mem_free(&s->mem, p);
   }
   hr_reader_del(s->rd);
+  hr__rdma_session_free(s);
   hr__mem_free(&s->mem, s->tab);
   hr__mem_free(&s->mem, s->peer_store);
   hr__mem_free(&s->mem, s->devices_copy);

@@ -49,9 +49,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HR_HAVE_FABRIC
+#include <hurray/fabric.h>
+#endif
+
+#include "hr_engine_ext.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include "hr_sock.h"
+#include "hr_tls.h"
 
 #define STAGING_SIZE (64u * 1024u)
 #define IOV_BATCH 128
@@ -61,7 +67,7 @@
 #define ACCEPT_PAUSE_NS (100000000ull)
 #define SETTLE_PASSES 4
 
-enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
+enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE, OBJ_FABRIC };
 
 /* What an fd slot points at: every watched object starts with this. */
 typedef struct obj {
@@ -131,6 +137,7 @@ struct hr_conn {
   /* A Unix socket's peer (SO_PEERCRED when it connected). */
   int has_cred;
   hr_peer_cred cred;
+  hr__tls *tls; /* the TLS transport, or NULL: the plain socket */
 };
 
 struct hr_listener {
@@ -144,6 +151,7 @@ struct hr_listener {
   int port;
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's file, or "" */
   hr_provider prov;
+  int tls; /* connections speak TLS (TCP with config.tls_server) */
 };
 
 typedef struct job {
@@ -193,6 +201,17 @@ struct hr_engine {
   uint64_t put_bytes; /* max_inflight_bytes accounting */
   uint8_t *staging;
   hr_registry *reg; /* server: sessions that connections may join */
+  hr__engine_ext *ext; /* the in-process pair (hr_engine_ext.h) */
+  hr__tls_ctx *tls_srv, *tls_cli; /* TLS contexts (NULL: none yet) */
+  /* The RDMA data plane: the fabric, whether the engine opened it, its
+   * completion fd's watch, and the FABRIC_ADDRESS HELLO extension. */
+  struct hr_fabric *fabric;
+  int own_fabric;
+  obj fab_obj;
+  int fab_fd;
+  void *fab_cookie;
+  int fab_watching;
+  uint8_t fab_ext[600];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -551,6 +570,20 @@ static void session_callbacks(hr_session_callbacks *cbs) {
 /* Connection I/O                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* The connection's transport: TLS (hr_tls.c) or the plain socket.  Both
+ * behave like recv() and sendmsg(). */
+static ssize_t conn_recv(hr_conn *c, void *buf, size_t len, int draining) {
+  if (c->tls)
+    return hr__tls_recv(c->tls, buf, len, draining);
+  return recv(c->fd, buf, len, 0);
+}
+
+static ssize_t conn_sendv(hr_conn *c, struct msghdr *mh) {
+  if (c->tls)
+    return hr__tls_sendv(c->tls, mh->msg_iov, (int)mh->msg_iovlen);
+  return sendmsg(c->fd, mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* Reads what the socket holds, up to the byte budget.  Returns 0 or a
  * fatal error; socket errors and EOF mark the connection for closing. */
 static int conn_read(hr_conn *c, hr_tstamp now) {
@@ -558,16 +591,20 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   size_t budget = e->cfg.io_budget;
   int rv;
 
-  while (budget > 0 && hr_session_want_read(c->s)) {
+  /* Bytes TLS already holds are read past the budget: no readiness of
+   * the socket would ever report them. */
+  while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
+         hr_session_want_read(c->s)) {
     void *dst;
     size_t want;
     ssize_t n;
 
     if (hr_session_recv_target(c->s, &dst, &want)) {
-      /* Bulk: straight into the tensor. */
-      if (want > budget)
+      /* Bulk: straight into the tensor (past the budget only what TLS
+       * holds: never a zero-length read, that would look like EOF). */
+      if (budget && want > budget)
         want = budget;
-      n = recv(c->fd, dst, want, 0);
+      n = conn_recv(c, dst, want, budget == 0);
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -580,7 +617,14 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       int64_t took;
 
       want = STAGING_SIZE;
-      n = recv(c->fd, e->staging, want, 0);
+      n = conn_recv(c, e->staging, want, budget == 0);
+      if (n > 0 && !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT &&
+          hr__tls_sniff(e->staging, (size_t)n)) {
+        c->want_close = 1;
+        conn_note(c, HR_ERR_IO,
+                  "the server speaks TLS: connect with hurrays://", 0);
+        return 0;
+      }
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -596,7 +640,13 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     if (n == 0) {
       c->peer_eof = 1;
       c->want_close = 1;
-      conn_note(c, HR_ERR_CLOSED, NULL, 0);
+      /* A TLS server drops a plain client without a word. */
+      conn_note(c, HR_ERR_CLOSED,
+                !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT
+                    ? "the server closed the connection without answering "
+                      "(a TLS server? then use hurrays://)"
+                    : NULL,
+                0);
       return 0;
     }
     if (n < 0) {
@@ -609,8 +659,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       return 0;
     }
     budget -= (size_t)n < budget ? (size_t)n : budget;
-    /* A short read means the socket is empty: skip the EAGAIN call. */
-    if ((size_t)n < want)
+    /* A short read means the socket is empty: skip the EAGAIN call (not
+     * with TLS, which returns one record at a time). */
+    if ((size_t)n < want && !c->tls)
       break;
   }
   return 0;
@@ -642,7 +693,7 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)n;
     do {
-      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      w = conn_sendv(c, &mh);
     } while (w < 0 && errno == EINTR);
     if (w < 0) {
       hr_session_consumed(c->s, 0, now);
@@ -688,7 +739,7 @@ static int conn_events(hr_conn *c) {
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
-    return ev;
+    return c->tls ? hr__tls_events(c->tls, ev) : ev;
   case CS_LINGER:
     if (c->pre_len)
       ev |= HR_POLL_OUT;
@@ -718,6 +769,8 @@ static void conn_close_socket(hr_conn *c) {
       e->ops.watch(e->loop_data, c->fd, 0, &c->cookie);
     c->watching = 0;
     fdmap_set(e, c->fd, NULL);
+    hr__tls_del(c->tls);
+    c->tls = NULL;
     close(c->fd);
     c->fd = -1;
   }
@@ -746,6 +799,8 @@ static void conn_start_linger(hr_conn *c, hr_tstamp now) {
   }
   c->linger_until = now + LINGER_NS;
   if (!c->pre_len) {
+    if (c->tls)
+      hr__tls_close_notify(c->tls);
     shutdown(c->fd, SHUT_WR);
     c->shut_wr = 1;
   }
@@ -857,8 +912,14 @@ static void linger_io(hr_conn *c, int revents, hr_tstamp now) {
 /* Notes the peer's credentials of a Unix socket (nothing for TCP). */
 static void conn_peer(hr_conn *c) {
   hr_peer_cred *p = &c->cred;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
 
   c->has_cred = hr__sock_peer_cred(c->fd, &p->pid, &p->uid, &p->gid) == 0;
+  /* The RDMA data plane checks the peer's FABRIC_ADDRESS against it. */
+  if (c->e->fabric && getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0 &&
+      (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+    hr_session_set_peer_addr(c->s, &ss, sl);
 }
 
 /* Readiness of a live connection. */
@@ -877,6 +938,8 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
     conn_peer(c);
     revents &= ~HR_POLL_IN; /* nothing to read yet */
   }
+  if (c->tls)
+    revents = hr__tls_revents(c->tls, revents);
   if (revents & HR_POLL_IN) {
     rv = conn_read(c, now);
     if (rv)
@@ -893,13 +956,35 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
 /* Settle: the end of every entry point                                      */
 /* ------------------------------------------------------------------------ */
 
+/* Runs the fabric when it is due (completions, pieces waiting for room):
+ * its events may give sessions output.  Returns 1 when it ran. */
+static int fabric_due(hr_engine *e, hr_tstamp now) {
+#ifdef HR_HAVE_FABRIC
+  if (e->fabric && hr_fabric_get_expiry(e->fabric) <= now) {
+    hr_fabric_progress(e->fabric, now);
+    return 1;
+  }
+#else
+  (void)e;
+  (void)now;
+#endif
+  return 0;
+}
+
 static void update_timer(hr_engine *e, hr_tstamp now) {
-  hr_tstamp next = HR_TSTAMP_NEVER, t;
+  hr_tstamp next = HR_TSTAMP_NEVER, t, fab = HR_TSTAMP_NEVER;
   hr_conn *c;
   int64_t ms;
 
   if (e->settle_pending)
     next = now;
+#ifdef HR_HAVE_FABRIC
+  if (e->fabric) {
+    fab = hr_fabric_get_expiry(e->fabric);
+    if (fab < next)
+      next = fab;
+  }
+#endif
   for (c = e->conns; c; c = c->next) {
     t = hr_session_get_expiry(c->s);
     if (t < next)
@@ -916,7 +1001,10 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
     return;
   if (next == HR_TSTAMP_NEVER) {
     ms = -1;
-  } else if (next <= now) {
+  } else if (next <= now || (next == fab && next - now < 1000000u)) {
+    /* A fabric without a wait fd polls every few microseconds while a
+     * transfer runs: a millisecond timer would cap its bandwidth, so the
+     * next loop turn polls instead. */
     ms = 0;
   } else {
     uint64_t d = (next - now + 999999u) / 1000000u;
@@ -1054,6 +1142,10 @@ static void settle(hr_engine *e) {
          * drops both once its streams finished and the GOAWAY is out). */
         if ((!r && !w) || c->peer_eof)
           c->want_close = 1;
+        /* A session that gave up (a timeout) before the TLS handshake
+         * finished has nothing it could still send. */
+        if (!r && c->tls && !hr__tls_ready(c->tls))
+          c->want_close = 1;
       }
       if (c->want_close) {
         conn_teardown(c, now);
@@ -1067,6 +1159,8 @@ static void settle(hr_engine *e) {
         busy = 1;
       }
     }
+    if (fabric_due(e, now_of(e)))
+      busy = 1;
     if (!busy)
       break;
   }
@@ -1169,6 +1263,14 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   if (rv)
     goto fail;
   hr__sock_tune(fd, e->cfg.socket_buffer);
+  if (l->tls) {
+    rv = hr__tls_new(&c->tls, e->tls_srv, fd, NULL, c->message,
+                     sizeof c->message);
+    if (rv) {
+      fdmap_set(e, fd, NULL);
+      goto fail;
+    }
+  }
   /* Before the first read: the HELLO hook may ask for them. */
   conn_peer(c);
   list_push(&e->conns, c);
@@ -1211,7 +1313,12 @@ static void listener_io(hr_listener *l, hr_tstamp now) {
       continue;
     }
     if (e->nserver >= e->cfg.max_connections) {
-      reject(e, fd, now);
+      /* A TLS client could not read a plain ERROR: it just sees the
+       * close. */
+      if (l->tls)
+        close(fd);
+      else
+        reject(e, fd, now);
       continue;
     }
     rv = conn_new_server(e, l, fd, now);
@@ -1249,6 +1356,11 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
         conn_free(c);
       }
     }
+  }
+  if (e->ext) {
+    e->in_user_cb++;
+    e->ext->run(e->ext);
+    e->in_user_cb--;
   }
   if (e->cfg.on_wakeup) {
     e->in_user_cb++;
@@ -1321,6 +1433,101 @@ static int copy_settings(hr_engine *e) {
   return 0;
 }
 
+/* The RDMA data plane: opens (or takes) the fabric, puts it into the
+ * sessions' settings with the FABRIC_ADDRESS extension, and watches its
+ * completion fd. */
+static int fabric_open(hr_engine *e) {
+  e->fab_fd = -1;
+#ifdef HR_HAVE_FABRIC
+  hr_settings *s = &e->cfg.session;
+  struct hr_fabric *f = e->cfg.fabric;
+  uint8_t addr[520];
+  int64_t n;
+  int rv;
+
+  if (!f && !(e->cfg.fabric_provider && e->cfg.fabric_provider[0]))
+    return 0;
+  if (!f) {
+    hr_fabric_config fc;
+    char why[256] = "";
+    hr_fabric_config_default(&fc);
+    if (strcmp(e->cfg.fabric_provider, "auto") != 0)
+      fc.provider = e->cfg.fabric_provider;
+    fc.node = e->cfg.fabric_node;
+    rv = hr_fabric_new(&f, &fc, &e->mem, why, sizeof why);
+    if (rv)
+      return rv;
+    e->own_fabric = 1;
+  }
+  e->fabric = f;
+  n = hr_fabric_address(f, addr, sizeof addr);
+  if (n > 0)
+    n = hr_ext_put(e->fab_ext, sizeof e->fab_ext, HR_EXT_FABRIC_ADDRESS, addr,
+                   (uint16_t)n);
+  if (n <= 0) {
+    rv = HR_ERR_INTERNAL;
+    goto fail;
+  }
+  s->fabric_ops = hr_fabric_get_ops();
+  s->fabric_ctx = f;
+  s->fabric_caps =
+      e->cfg.fabric_caps ? e->cfg.fabric_caps : hr_fabric_capabilities(f);
+  s->hello_ext = e->fab_ext;
+  s->hello_ext_len = (uint16_t)n;
+  s->hello_ext_count = 1;
+  e->fab_fd = hr_fabric_fd(f);
+  if (e->fab_fd >= 0) {
+    e->fab_obj.kind = OBJ_FABRIC;
+    rv = fdmap_set(e, e->fab_fd, &e->fab_obj);
+    if (rv == 0)
+      rv = watch(e, e->fab_fd, HR_POLL_IN, &e->fab_watching, &e->fab_cookie);
+    if (rv) {
+      fdmap_set(e, e->fab_fd, NULL);
+      goto fail;
+    }
+  }
+  return 0;
+fail:
+  if (e->own_fabric)
+    hr_fabric_del(f);
+  e->fabric = NULL;
+  e->own_fabric = 0;
+  e->fab_fd = -1;
+  return rv;
+#else
+  if (e->cfg.fabric || (e->cfg.fabric_provider && e->cfg.fabric_provider[0]))
+    return HR_ERR_UNSUPPORTED;
+  return 0;
+#endif
+}
+
+/* Engine stop: every session (and with it every handshake) is gone; the
+ * operations they started end, then the fabric closes. */
+static void fabric_close(hr_engine *e) {
+#ifdef HR_HAVE_FABRIC
+  if (!e->fabric)
+    return;
+  if (e->fab_watching)
+    e->ops.watch(e->loop_data, e->fab_fd, 0, &e->fab_cookie);
+  if (e->fab_fd >= 0)
+    fdmap_set(e, e->fab_fd, NULL);
+  if (e->own_fabric) {
+    for (int i = 0; i < 1000 && hr_fabric_busy(e->fabric); i++)
+      hr_fabric_progress(e->fabric, now_of(e));
+    if (hr_fabric_busy(e->fabric))
+      hr_fabric_shutdown(e->fabric);
+    hr_fabric_del(e->fabric);
+  }
+  e->fabric = NULL;
+#else
+  (void)e;
+#endif
+}
+
+struct hr_fabric *hr_engine_fabric(const hr_engine *e) {
+  return e ? e->fabric : NULL;
+}
+
 int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
                   const hr_engine_config *cfg, const hr_mem *mem) {
   hr_engine *e;
@@ -1355,6 +1562,12 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   if (e->cfg.max_conn_inflight_bytes == 0)
     e->cfg.max_conn_inflight_bytes = 1ull << 30;
   rv = copy_settings(e);
+  if (rv == 0 && e->cfg.tls_server)
+    rv = hr__tls_ctx_new(&e->tls_srv, 1, e->cfg.tls_server, &e->mem, NULL, 0);
+  if (rv == 0 && e->cfg.tls_client)
+    rv = hr__tls_ctx_new(&e->tls_cli, 0, e->cfg.tls_client, &e->mem, NULL, 0);
+  /* The config's TLS pointers are only read here. */
+  e->cfg.tls_server = e->cfg.tls_client = NULL;
   if (rv)
     goto fail;
   e->pool_threads = e->cfg.worker_threads;
@@ -1383,9 +1596,16 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   rv = e->ops.watch(e->loop_data, e->wake_fd, HR_POLL_IN, &e->wake_cookie);
   if (rv)
     goto fail;
+  rv = fabric_open(e);
+  if (rv) {
+    e->ops.watch(e->loop_data, e->wake_fd, 0, &e->wake_cookie);
+    goto fail;
+  }
   *out = e;
   return 0;
 fail:
+  hr__tls_ctx_del(e->tls_srv);
+  hr__tls_ctx_del(e->tls_cli);
   hr_registry_del(e->reg);
   if (e->wake_fd >= 0)
     close(e->wake_fd);
@@ -1415,6 +1635,9 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
   switch (o->kind) {
   case OBJ_LISTENER: listener_io((hr_listener *)o, now); break;
   case OBJ_WAKE: wake_io(e, now); break;
+#ifdef HR_HAVE_FABRIC
+  case OBJ_FABRIC: hr_fabric_progress(e->fabric, now); break;
+#endif
   case OBJ_CONN: {
     hr_conn *c = (hr_conn *)o;
     if (c->state == CS_LINGER)
@@ -1446,6 +1669,7 @@ int hr_engine_on_timeout(hr_engine *e) {
   e->timer_at = HR_TSTAMP_NEVER; /* the host's one-shot timer fired */
   e->depth++;
   now = now_of(e);
+  fabric_due(e, now);
   for (c = e->conns; c; c = c->next) {
     if (c->state != CS_OPEN && c->state != CS_CONNECTING)
       continue;
@@ -1520,8 +1744,10 @@ int hr_engine_del(hr_engine *e) {
     return 0;
   if (e->depth || e->in_user_cb)
     return HR_ERR_IN_CALLBACK;
-  if (e->conns || e->dead)
+  if (e->conns || e->dead || (e->ext && e->ext->busy(e->ext)))
     return HR_ERR_BUSY;
+  if (e->ext)
+    e->ext->detach(e->ext);
   while ((c = e->lingering))
     conn_close_socket(c);
   while (e->listeners) {
@@ -1529,11 +1755,14 @@ int hr_engine_del(hr_engine *e) {
     e->listeners = l->next;
     listener_free(e, l);
   }
+  fabric_close(e);
   e->ops.watch(e->loop_data, e->wake_fd, 0, &e->wake_cookie);
   if (e->timer_at != HR_TSTAMP_NEVER)
     e->ops.timer(e->loop_data, -1);
   hr__pool_del(e->pool);
   hr_registry_del(e->reg);
+  hr__tls_ctx_del(e->tls_srv);
+  hr__tls_ctx_del(e->tls_cli);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);
@@ -1547,6 +1776,10 @@ int hr_engine_del(hr_engine *e) {
     hr__mem_free(&mem, e);
   }
   return 0;
+}
+
+hr__engine_ext **hr__engine_ext_slot(hr_engine *e) {
+  return &e->ext;
 }
 
 void hr_engine_wakeup(hr_engine *e) {
@@ -1593,6 +1826,7 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   l->fd = fd;
   l->port = hr__sock_local_port(fd);
   memcpy(l->path, a.path, sizeof l->path);
+  l->tls = e->tls_srv && !a.path[0];
   rv = fdmap_set(e, fd, &l->o);
   if (rv == 0 && !e->accept_paused)
     rv = watch(e, fd, HR_POLL_IN, &l->watching, &l->cookie);
@@ -1629,11 +1863,22 @@ void hr_listener_close(hr_listener *l) {
 static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   int fd, in_progress = 0, rv;
 
+  if (a->tls && !e->tls_cli) {
+    /* "hurrays://" without tls_client: the system's trust store. */
+    rv = hr__tls_ctx_new(&e->tls_cli, 0, NULL, &e->mem, c->message,
+                         sizeof c->message);
+    if (rv)
+      return rv == HR_ERR_NOMEM ? rv : HR_ERR_IO;
+  }
   fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
   if (fd < 0)
     return fd;
   rv = fdmap_set(e, fd, &c->o);
+  if (rv == 0 && a->tls)
+    rv = hr__tls_new(&c->tls, e->tls_cli, fd, a->host, c->message,
+                     sizeof c->message);
   if (rv) {
+    fdmap_set(e, fd, NULL);
     close(fd);
     return rv;
   }
@@ -1642,6 +1887,8 @@ static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   rv = watch(e, fd, HR_POLL_OUT, &c->watching, &c->cookie);
   if (rv) {
     fdmap_set(e, fd, NULL);
+    hr__tls_del(c->tls);
+    c->tls = NULL;
     close(fd);
     return rv;
   }
@@ -1682,9 +1929,22 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c->cb = cb;
   c->ud = user_data;
   session_callbacks(&cbs);
-  rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
-                      settings ? settings : &e->cfg.session, &cbs, NULL, c,
-                      now_of(e), &e->mem);
+  if (settings && e->fabric) {
+    /* The engine's fabric serves sessions with the caller's settings too. */
+    hr_settings own = *settings;
+    own.fabric_ops = e->cfg.session.fabric_ops;
+    own.fabric_ctx = e->cfg.session.fabric_ctx;
+    own.fabric_caps = e->cfg.session.fabric_caps;
+    own.hello_ext = e->cfg.session.hello_ext;
+    own.hello_ext_len = e->cfg.session.hello_ext_len;
+    own.hello_ext_count = e->cfg.session.hello_ext_count;
+    rv = hr_session_new(&c->s, HR_ROLE_CLIENT, &own, &cbs, NULL, c, now_of(e),
+                        &e->mem);
+  } else {
+    rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
+                        settings ? settings : &e->cfg.session, &cbs, NULL, c,
+                        now_of(e), &e->mem);
+  }
   if (rv == 0 && lanes > 1) {
     c->lanes_wanted = lanes;
     rv = hr_group_new(&c->grp, c->s);
@@ -1793,4 +2053,12 @@ int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out) {
     return HR_ERR_UNSUPPORTED;
   *out = c->cred;
   return 0;
+}
+
+int hr_conn_tls_info(const hr_conn *c, hr_tls_info *out) {
+  if (!c || !out || c->state == CS_DEAD)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!c->tls)
+    return HR_ERR_UNSUPPORTED;
+  return hr__tls_info(c->tls, out);
 }

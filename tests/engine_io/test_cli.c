@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -348,9 +349,10 @@ static void test_errors(void **state) {
   assert_int_equal(run("get", "--layout", "diagonal", url, "x", NULL), 2);
   one_line(err);
   assert_int_equal(run("frobnicate", NULL), 2);
+  /* TLS needs the key too (tests/tls covers the rest). */
   assert_int_equal(run("serve", "--tls-cert", "c.pem", ".", NULL), 2);
   one_line(err);
-  assert_non_null(strstr(err, "not supported in this build yet"));
+  assert_non_null(strstr(err, "--tls-key"));
   assert_int_equal(run("serve", "--auth-token-file", tpath("no-tokens"), ".",
                        NULL),
                    1);
@@ -531,8 +533,65 @@ static void test_unix_socket(void **state) {
   hr_tensor_unref(ref);
 }
 
+#ifdef HR_TEST_FABRIC
+#include <hurray/fabric.h>
+
+/* serve --fabric and get --fabric --stats: the bytes come over the RDMA
+ * data plane and --stats says so; a get without --fabric gets frames. */
+static void test_fabric(void **state) {
+  hr_fabric *f = NULL;
+  hr_fabric_config fc;
+  (void)state;
+  hr_fabric_config_default(&fc);
+  fc.provider = "tcp;ofi_rxm";
+  fc.node = "127.0.0.1";
+  if (hr_fabric_new(&f, &fc, NULL, NULL, 0) != 0)
+    skip(); /* libfabric lacks the provider here */
+  hr_fabric_del(f);
+  uint64_t shape[2] = {64, 1024};
+  hr_tensor *ref = tl_dense(HR_ELEM_FLOAT32, 2, shape, 3), *got;
+  char dir[300], file[340], furl[64];
+  snprintf(dir, sizeof dir, "%s", tpath("fab"));
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(file, sizeof file, "%s/big.npy", dir);
+  assert_int_equal(hr_npy_save(file, hr_tensor_descriptor(ref),
+                               hr_tensor_buffer(ref, 0), NULL, 0),
+                   0);
+  int fport, st;
+  pid_t pid = start_server(&fport, "--fabric", "tcp;ofi_rxm", dir);
+  snprintf(furl, sizeof furl, "127.0.0.1:%d", fport);
+  assert_int_equal(run("get", "--fabric", "tcp;ofi_rxm", "--stats", "-o",
+                       tpath("f.npy"), furl, "big", NULL),
+                   0);
+  got = load(tpath("f.npy"));
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  cJSON *j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                      "rdma");
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "fallback")));
+  cJSON_Delete(j);
+  assert_int_equal(run("get", "--stats", furl, "big", NULL), 0);
+  j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                      "frames");
+  cJSON_Delete(j);
+  /* An unknown provider is one line and exit 1. */
+  assert_int_equal(
+      run("get", "--fabric", "no-such-provider", furl, "big", NULL), 1);
+  one_line(err);
+  kill(pid, SIGTERM);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  hr_tensor_unref(ref);
+}
+#endif
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+#ifdef HR_TEST_FABRIC
+      cmocka_unit_test(test_fabric),
+#endif
       cmocka_unit_test(test_ls),
       cmocka_unit_test(test_get_plain_and_stats),
       cmocka_unit_test(test_get_layouts),
