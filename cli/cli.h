@@ -40,6 +40,22 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
 /* Parses an unsigned decimal (whole string).  Returns 0 or -1. */
 int cli_parse_u64(const char *s, uint64_t *out);
 
+/* Parses a byte count: decimal with an optional K, M, G or T suffix
+ * (powers of 1024, either case).  Returns 0 or -1. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* Parses a duration into ns: decimal seconds ("30"), or with a unit
+ * ("250ms", "30s", "5m").  Returns 0 or -1. */
+int cli_parse_duration(const char *s, uint64_t *ns);
+
+/* The client's AUTH_TOKEN: the first field of the first line of `file`
+ * that is neither blank nor a comment (so a server's token file works),
+ * or, with `file` NULL, $HURRAY_AUTH_TOKEN.  *out receives a malloc'd
+ * copy (NULL when there is no token; free it).  Reports a failure and
+ * returns -1. */
+int cli_auth_token(const char *cmd, const char *file, char **out,
+                   size_t *len);
+
 /* Parses "A,B,C" into at most `max` values; returns the count or -1. */
 int cli_parse_list(const char *s, uint64_t *out, int max);
 
@@ -60,6 +76,8 @@ typedef struct cli_conn_opts {
   const char *tls_ca, *tls_cert, *tls_key;
   const char *fabric;      /* --fabric PROVIDER ("auto"), or NULL */
   int no_shm;              /* never use the SHM data plane (--no-shm) */
+  const char *auth_token_file; /* --auth-token-file (NULL: the
+                                  HURRAY_AUTH_TOKEN variable, if set) */
 } cli_conn_opts;
 
 typedef struct cli_conn {
@@ -67,6 +85,7 @@ typedef struct cli_conn {
   void *dump; /* FILE * of --dump-wire */
   struct cli_progress *bar;
   int dump_failed; /* a write to the dump file failed */
+  char *auth_token; /* AUTH_TOKEN sent (malloc'd), or NULL */
 } cli_conn;
 
 int cli_connect(cli_conn *cc, const cli_conn_opts *o);

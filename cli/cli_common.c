@@ -50,7 +50,8 @@ static const char *hint_for(uint32_t code, const char *url) {
   case HR_WIRE_TRANSCODE_FAILED:
     return "ask for the stored layout, or drop --allow-transcode";
   case HR_WIRE_UNAUTHORIZED:
-    return "the server wants credentials this client did not send";
+    return "the server refused the token, or the token does not allow "
+           "this (give one with --auth-token-file F or HURRAY_AUTH_TOKEN)";
   case HR_WIRE_TIMEOUT: return "the connection stalled; retry";
   case HR_WIRE_UNSUPPORTED_VERSION:
     return "the server speaks another protocol version";
@@ -123,6 +124,105 @@ int cli_parse_u64(const char *s, uint64_t *out) {
     return -1;
   *out = v;
   return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out) {
+  char *end;
+  unsigned long long v;
+  unsigned shift = 0;
+
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno)
+    return -1;
+  switch (*end) {
+  case '\0': break;
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  default: return -1;
+  }
+  if (*end || (shift && v > (UINT64_MAX >> shift)))
+    return -1;
+  *out = (uint64_t)v << shift;
+  return 0;
+}
+
+int cli_parse_duration(const char *s, uint64_t *ns) {
+  char *end;
+  double v;
+  double unit = 1e9;
+
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno || v < 0)
+    return -1;
+  if (!strcmp(end, "ms"))
+    unit = 1e6;
+  else if (!strcmp(end, "m"))
+    unit = 60e9;
+  else if (*end && strcmp(end, "s"))
+    return -1;
+  v *= unit;
+  if (v >= 1e18) /* about 31 years: far past any sensible timeout */
+    return -1;
+  *ns = (uint64_t)v;
+  return 0;
+}
+
+int cli_auth_token(const char *cmd, const char *file, char **out,
+                   size_t *len) {
+  char line[8192];
+  const char *env;
+  FILE *f;
+
+  *out = NULL;
+  *len = 0;
+  if (!file) {
+    env = getenv("HURRAY_AUTH_TOKEN");
+    if (!env || !*env)
+      return 0;
+    *len = strlen(env);
+    *out = strdup(env);
+    if (!*out) {
+      cli_err(cmd, "out of memory");
+      return -1;
+    }
+    return 0;
+  }
+  f = fopen(file, "r");
+  if (!f) {
+    cli_err(cmd, "cannot read the token file %s: %s (check the path)", file,
+            strerror(errno));
+    return -1;
+  }
+  while (fgets(line, sizeof line, f)) {
+    char *p = line, *e;
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (*p == '#' || *p == '\n' || *p == '\r' || !*p)
+      continue;
+    e = p;
+    while (*e && *e != ' ' && *e != '\t' && *e != '\n' && *e != '\r')
+      e++;
+    fclose(f);
+    *len = (size_t)(e - p);
+    *out = strndup(p, *len);
+    if (!*out) {
+      cli_err(cmd, "out of memory");
+      return -1;
+    }
+    return 0;
+  }
+  fclose(f);
+  cli_err(cmd, "the token file %s holds no token (one token per line; "
+               "'#' starts a comment)", file);
+  return -1;
 }
 
 int cli_parse_list(const char *s, uint64_t *out, int max) {
@@ -270,6 +370,7 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
   hr_client_error err;
   hr_tls_config tls;
   char action[300];
+  size_t tlen = 0;
   int rv;
 
   memset(cc, 0, sizeof *cc);
@@ -319,10 +420,29 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
       opts.on_progress = on_progress;
     }
   }
-  rv = hr_client_connect(&cc->client, o->url, &opts, NULL, &err);
+  if (cli_auth_token(o->cmd, o->auth_token_file, &cc->auth_token, &tlen)) {
+    if (cc->dump)
+      fclose(cc->dump);
+    free(cc->bar);
+    cc->dump = NULL;
+    cc->bar = NULL;
+    return -1;
+  }
+  opts.settings.auth_token = (const uint8_t *)cc->auth_token;
+  opts.settings.auth_token_len = (uint16_t)tlen;
+  if (tlen > UINT16_MAX) {
+    cli_err(o->cmd, "the auth token is longer than 65535 bytes");
+    err.wire_error = 0;
+    rv = HR_ERR_INVALID_ARGUMENT;
+  } else {
+    rv = hr_client_connect(&cc->client, o->url, &opts, NULL, &err);
+  }
   if (rv) {
     snprintf(action, sizeof action, "cannot connect to %s", o->url);
-    cli_client_fail(o->cmd, action, o->url, &err);
+    if (tlen <= UINT16_MAX)
+      cli_client_fail(o->cmd, action, o->url, &err);
+    free(cc->auth_token);
+    cc->auth_token = NULL;
     if (cc->dump)
       fclose(cc->dump);
     free(cc->bar);
@@ -349,5 +469,7 @@ int cli_disconnect(cli_conn *cc, const char *cmd) {
   }
   free(cc->bar);
   cc->bar = NULL;
+  free(cc->auth_token);
+  cc->auth_token = NULL;
   return rv;
 }

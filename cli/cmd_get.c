@@ -56,8 +56,8 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device NAME] [--parallel N] "     \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
-  " [--fabric PROVIDER] URL KEY"
+  "[-o OUT.npy] [--stats] [--no-shm] [--dump-wire FILE] "                      \
+  CLI_TLS_SYNOPSIS " [--fabric PROVIDER] [--auth-token-file F] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -73,6 +73,7 @@ typedef struct get_args {
   uint64_t region_offset[HR_MAX_RANK];
   uint64_t region_shape[HR_MAX_RANK];
   uint64_t connections;
+  const char *token_file; /* --auth-token-file */
   int slice;
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
@@ -570,6 +571,8 @@ int cli_get(int argc, char **argv) {
       a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
+    } else if (!strcmp(s, "--auth-token-file") && more) {
+      a.token_file = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
       uint64_t secs;
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
@@ -626,6 +629,7 @@ int cli_get(int argc, char **argv) {
     co.device_count = 2;
   }
   co.fabric = a.fabric;
+  co.auth_token_file = a.token_file;
   if (cli_connect(&cc, &co)) {
     hr_gpu_del(gpu);
     return CLI_EXIT_FAIL;

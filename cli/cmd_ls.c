@@ -8,7 +8,7 @@
 
 #include "cli.h"
 
-#define SYNOPSIS CLI_TLS_SYNOPSIS " URL [PREFIX]"
+#define SYNOPSIS "[--auth-token-file F] " CLI_TLS_SYNOPSIS " URL [PREFIX]"
 
 typedef struct ls_state {
   uint8_t last[HR_MAX_KEY];
@@ -33,7 +33,7 @@ static int print_entry(const hr_list_entry *e, void *ud) {
 }
 
 int cli_ls(int argc, char **argv) {
-  const char *url = NULL, *prefix = "";
+  const char *url = NULL, *prefix = "", *token_file = NULL;
   cli_conn cc;
   cli_conn_opts co;
   ls_state st;
@@ -45,6 +45,8 @@ int cli_ls(int argc, char **argv) {
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
       printf("usage: hurray ls " SYNOPSIS "\n");
       return 0;
+    } else if (!strcmp(s, "--auth-token-file") && i + 1 < argc) {
+      token_file = argv[++i];
     } else if (cli_tls_opt(argc, argv, &i, &co)) {
       continue;
     } else if (s[0] == '-' && s[1]) {
@@ -65,6 +67,7 @@ int cli_ls(int argc, char **argv) {
     return cli_usage("ls", SYNOPSIS, "prefixes are at most 1024 bytes");
   co.cmd = "ls";
   co.url = url;
+  co.auth_token_file = token_file;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
   {

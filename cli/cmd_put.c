@@ -4,7 +4,8 @@
  * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing key.
  * The --tls-* options go with hurrays:// URLs (see cmd_get.c).  --fabric
  * sends over the RDMA data plane when the server has one too; --stats
- * prints one JSON line on stderr (data_plane, fallback, bytes, seconds).
+ * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The AUTH_TOKEN comes
+ * from --auth-token-file F or $HURRAY_AUTH_TOKEN (cli_auth_token()).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 
 #define SYNOPSIS                                                               \
   "[--replace] [--stats] [--fabric PROVIDER] " CLI_TLS_SYNOPSIS               \
-  " URL KEY FILE.npy"
+  " [--auth-token-file F] URL KEY FILE.npy"
 
 static void print_stats(const char *key, const hr_transfer_record *rec) {
   cJSON *o = cJSON_CreateObject();
@@ -62,6 +63,7 @@ int cli_put(int argc, char **argv) {
   cli_conn_opts co;
   char why[256], action[1100];
   size_t key_len;
+  const char *token_file = NULL;
 
   memset(&co, 0, sizeof co);
   for (i = 1; i < argc; i++) {
@@ -75,6 +77,8 @@ int cli_put(int argc, char **argv) {
       stats = 1;
     } else if (!strcmp(s, "--fabric") && i + 1 < argc) {
       fabric = argv[++i];
+    } else if (!strcmp(s, "--auth-token-file") && i + 1 < argc) {
+      token_file = argv[++i];
     } else if (!strcmp(s, "--timeout") && i + 1 < argc) {
       uint64_t secs;
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
@@ -106,6 +110,7 @@ int cli_put(int argc, char **argv) {
   co.expect_bytes = hr_tensor_bytes(t);
   co.timeout_ms = timeout_ms;
   co.fabric = fabric;
+  co.auth_token_file = token_file;
   if (cli_connect(&cc, &co)) {
     hr_tensor_unref(t);
     return CLI_EXIT_FAIL;

@@ -1,7 +1,8 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
  *               [--max-shards N] [--tls-cert F --tls-key F
- *               [--tls-client-ca F]] [--fabric PROVIDER] [-v] PATH...`
+ *               [--tls-client-ca F]] [--fabric PROVIDER]
+ *               [--auth-token-file F] [limits] [-v] PATH...`
  *
  * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
  * hurrays://); --tls-client-ca also requires every client to present a
@@ -19,6 +20,14 @@
  * ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm", ... or "auto") opens a libfabric
  * endpoint on the listening interface: clients that also have one receive
  * tensors (and send PUTs) over the RDMA data plane.
+ *
+ * --auth-token-file F checks every client's AUTH_TOKEN against F (format
+ * and rules in <hurray/auth.h>); SIGHUP reloads F, and a file that does
+ * not parse leaves the tokens in force unchanged.  The limit flags
+ * (--max-connections, --max-streams, --max-put-bytes, --max-store-bytes,
+ * --max-inflight-bytes, --max-conn-inflight-bytes, --send-budget,
+ * --max-message-size, --handshake-timeout, --idle-timeout,
+ * --read-timeout) set the engine's caps; README.md lists their defaults.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <hurray/auth.h>
 #include <hurray/files.h>
 #include <hurray/hr_event.h>
 #include <hurray/store.h>
@@ -36,9 +46,16 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "       \
-  "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] [-v] " \
-  "PATH..."
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "        \
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] "       \
+  "[--auth-token-file F] [--max-connections N] [--max-streams N] "            \
+  "[--max-put-bytes SIZE] [--max-store-bytes SIZE] "                          \
+  "[--max-inflight-bytes SIZE] [--max-conn-inflight-bytes SIZE] "             \
+  "[--send-budget SIZE] [--max-message-size SIZE] [--handshake-timeout T] "   \
+  "[--idle-timeout T] [--read-timeout T] [-v] PATH..."
+/* PUTs may add this much over the served files unless --max-store-bytes
+ * says otherwise. */
+#define DEFAULT_PUT_ROOM (4ull << 30)
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
 typedef struct serve {
@@ -48,6 +65,8 @@ typedef struct serve {
   hr_engine *engine;
   int signals;
   int verbose;
+  hr_auth *auth;            /* --auth-token-file, or NULL */
+  const char *token_file;
 } serve;
 
 static int ends_with(const char *s, const char *suffix) {
@@ -181,6 +200,24 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
   hr_engine_close(sv->engine, on_closed, sv);
 }
 
+/* SIGHUP: reload the token file.  Connections already open are checked
+ * against the new table from their next request on. */
+static void on_hup(evutil_socket_t sig, short what, void *ud) {
+  serve *sv = ud;
+  char why[512];
+
+  (void)sig;
+  (void)what;
+  if (hr_auth_load_file(sv->auth, sv->token_file, why, sizeof why) != 0) {
+    cli_err("serve", "SIGHUP: keeping the tokens in force: %s: %s",
+            sv->token_file, why);
+    return;
+  }
+  fprintf(stderr, "hurray serve: SIGHUP: reloaded %zu token%s from %s\n",
+          hr_auth_count(sv->auth), hr_auth_count(sv->auth) == 1 ? "" : "s",
+          sv->token_file);
+}
+
 static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
   serve *sv = ud;
 
@@ -207,19 +244,65 @@ int cli_serve(int argc, char **argv) {
   hr_engine_config ecfg;
   hr_provider prov;
   hr_listener *lis = NULL, *ulis = NULL;
-  struct event *sigterm = NULL, *sigint = NULL;
+  struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
   serve sv;
   int i, npaths = 0, allow_put = 0, rv, status = 0;
   uint64_t max_shards = 0;
   const char **paths;
+  /* Limits: UINT64_MAX means "not given" (keep the library's default). */
+  enum { L_CONNS, L_STREAMS, L_PUT, L_STORE, L_INFLIGHT, L_CONN_INFLIGHT,
+         L_SEND, L_MSG, L_HANDSHAKE, L_IDLE, L_READ, L_COUNT };
+  static const struct {
+    const char *flag;
+    int kind; /* 0 count, 1 size, 2 duration */
+    uint64_t lo, hi;
+  } lim[L_COUNT] = {
+      {"--max-connections", 0, 1, UINT32_MAX},
+      {"--max-streams", 0, 1, UINT32_MAX},
+      {"--max-put-bytes", 1, 1, UINT64_MAX - 1},
+      {"--max-store-bytes", 1, 1, UINT64_MAX - 1},
+      {"--max-inflight-bytes", 1, 1, UINT64_MAX - 1},
+      {"--max-conn-inflight-bytes", 1, 1, UINT64_MAX - 1},
+      {"--send-budget", 1, 65536, UINT64_MAX - 1},
+      {"--max-message-size", 1, HR_MIN_MAX_MESSAGE_SIZE, UINT32_MAX},
+      {"--handshake-timeout", 2, 0, UINT64_MAX - 1},
+      {"--idle-timeout", 2, 0, UINT64_MAX - 1},
+      {"--read-timeout", 2, 0, UINT64_MAX - 1},
+  };
+  uint64_t lv[L_COUNT];
 
   memset(&sv, 0, sizeof sv);
   memset(&tls, 0, sizeof tls);
+  for (i = 0; i < L_COUNT; i++)
+    lv[i] = UINT64_MAX;
   paths = calloc((size_t)argc, sizeof *paths);
   if (!paths)
     return CLI_EXIT_FAIL;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int l;
+    for (l = 0; l < L_COUNT; l++)
+      if (!strcmp(a, lim[l].flag))
+        break;
+    if (l < L_COUNT && i + 1 < argc) {
+      const char *v = argv[++i];
+      uint64_t x = 0;
+      int bad = lim[l].kind == 0   ? cli_parse_u64(v, &x)
+                : lim[l].kind == 1 ? cli_parse_size(v, &x)
+                                   : cli_parse_duration(v, &x);
+      if (bad || x < lim[l].lo || x > lim[l].hi) {
+        free(paths);
+        return cli_usage("serve", SYNOPSIS, "%s takes %s, not \"%s\"",
+                         a,
+                         lim[l].kind == 0   ? "a positive number"
+                         : lim[l].kind == 1 ? "a byte count (e.g. 512M, 1G)"
+                                            : "a duration (e.g. 30, 500ms, "
+                                              "2m; 0: none)",
+                         v);
+      }
+      lv[l] = x;
+      continue;
+    }
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       printf("usage: hurray serve " SYNOPSIS "\n");
       free(paths);
@@ -248,12 +331,7 @@ int cli_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--tls-client-ca") && i + 1 < argc) {
       tls.ca_file = argv[++i];
     } else if (!strcmp(a, "--auth-token-file") && i + 1 < argc) {
-      cli_err("serve",
-              "%s is not supported in this build yet (authentication "
-              "comes in a later release); serve without it",
-              a);
-      free(paths);
-      return CLI_EXIT_USAGE;
+      sv.token_file = argv[++i];
     } else if (a[0] == '-' && a[1]) {
       free(paths);
       return cli_usage("serve", SYNOPSIS, "unknown or incomplete option %s", a);
@@ -293,9 +371,26 @@ int cli_serve(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
 
+  if (sv.token_file) {
+    if (hr_auth_new(&sv.auth, NULL) != 0) {
+      free(paths);
+      return CLI_EXIT_FAIL;
+    }
+    rv = hr_auth_load_file(sv.auth, sv.token_file, why, sizeof why);
+    if (rv) {
+      cli_err("serve", "cannot use the token file %s: %s (format: TOKEN "
+                       "[ro|rw] [PREFIX ...] per line)",
+              sv.token_file, why);
+      hr_auth_del(sv.auth);
+      free(paths);
+      return rv == HR_ERR_IO ? CLI_EXIT_FAIL : CLI_EXIT_USAGE;
+    }
+  }
+
   hr_store_config_default(&scfg);
   scfg.allow_put = allow_put;
   if (hr_store_new(&sv.store, &scfg, NULL) != 0) {
+    hr_auth_del(sv.auth);
     free(paths);
     return CLI_EXIT_FAIL;
   }
@@ -331,9 +426,39 @@ int cli_serve(int argc, char **argv) {
     status = CLI_EXIT_FAIL;
     goto out;
   }
+  /* The store cap counts the served files too: PUTs may add
+   * DEFAULT_PUT_ROOM over them unless --max-store-bytes sets the total. */
+  {
+    uint64_t loaded = hr_store_bytes(sv.store);
+    hr_store_set_max_bytes(sv.store,
+                           lv[L_STORE] != UINT64_MAX ? lv[L_STORE]
+                           : loaded > UINT64_MAX - DEFAULT_PUT_ROOM
+                               ? 0
+                               : loaded + DEFAULT_PUT_ROOM);
+  }
   hr_engine_config_default(&ecfg);
   if (max_shards)
     ecfg.session.max_shards = (uint16_t)max_shards;
+  if (lv[L_CONNS] != UINT64_MAX)
+    ecfg.max_connections = (uint32_t)lv[L_CONNS];
+  if (lv[L_STREAMS] != UINT64_MAX)
+    ecfg.session.max_streams = (uint32_t)lv[L_STREAMS];
+  if (lv[L_PUT] != UINT64_MAX)
+    ecfg.max_put_bytes = lv[L_PUT];
+  if (lv[L_INFLIGHT] != UINT64_MAX)
+    ecfg.max_inflight_bytes = lv[L_INFLIGHT];
+  if (lv[L_CONN_INFLIGHT] != UINT64_MAX)
+    ecfg.max_conn_inflight_bytes = lv[L_CONN_INFLIGHT];
+  if (lv[L_SEND] != UINT64_MAX)
+    ecfg.session.send_budget = lv[L_SEND];
+  if (lv[L_MSG] != UINT64_MAX)
+    ecfg.session.max_message_size = (uint32_t)lv[L_MSG];
+  if (lv[L_HANDSHAKE] != UINT64_MAX)
+    ecfg.session.handshake_timeout = lv[L_HANDSHAKE];
+  if (lv[L_IDLE] != UINT64_MAX)
+    ecfg.session.idle_timeout = lv[L_IDLE];
+  if (lv[L_READ] != UINT64_MAX)
+    ecfg.session.read_timeout = lv[L_READ];
   ecfg.on_transfer = on_transfer;
   ecfg.user_data = &sv;
   if (tls.cert_file)
@@ -362,6 +487,11 @@ int cli_serve(int argc, char **argv) {
     goto out;
   }
   hr_store_provider(sv.store, &prov);
+  if (sv.auth && hr_auth_wrap(sv.auth, &prov, &prov) != 0) {
+    cli_err("serve", "out of memory");
+    status = CLI_EXIT_FAIL;
+    goto out;
+  }
   rv = listen_addr ? hr_engine_listen(sv.engine, listen_addr, &prov, &lis)
                    : 0;
   if (rv) {
@@ -390,8 +520,11 @@ int cli_serve(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   sigterm = evsignal_new(sv.base, SIGTERM, on_signal, &sv);
   sigint = evsignal_new(sv.base, SIGINT, on_signal, &sv);
+  if (sv.auth)
+    sighup = evsignal_new(sv.base, SIGHUP, on_hup, &sv);
   if (!sigterm || !sigint || evsignal_add(sigterm, NULL) ||
-      evsignal_add(sigint, NULL)) {
+      evsignal_add(sigint, NULL) ||
+      (sv.auth && (!sighup || evsignal_add(sighup, NULL)))) {
     cli_err("serve", "cannot install the signal handlers");
     status = CLI_EXIT_FAIL;
     goto out;
@@ -405,12 +538,14 @@ int cli_serve(int argc, char **argv) {
   if (ulis)
     printf("listening on %s\n", unix_addr);
   {
-    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s\n", sv.loaded,
-            sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
-            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused",
+    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s%s\n",
+            sv.loaded, sv.loaded == 1 ? "" : "s",
+            sv.skipped ? ", skipped " : "", sv.skipped ? "some files" : "",
+            allow_put ? "allowed" : "refused",
             !tls.cert_file  ? ""
             : tls.ca_file ? ", TLS with client certificates"
-                          : ", TLS");
+                          : ", TLS",
+            sv.auth ? ", AUTH_TOKEN required" : "");
     fflush(stdout);
   }
   event_base_dispatch(sv.base);
@@ -419,6 +554,8 @@ out:
     event_free(sigterm);
   if (sigint)
     event_free(sigint);
+  if (sighup)
+    event_free(sighup);
   if (sv.engine && hr_engine_del(sv.engine) != 0) {
     cli_err("serve", "connections still open at exit");
     status = CLI_EXIT_FAIL;
@@ -426,6 +563,7 @@ out:
   if (sv.base)
     event_base_free(sv.base);
   hr_store_del(sv.store);
+  hr_auth_del(sv.auth);
   free(paths);
   return status;
 }

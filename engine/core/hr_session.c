@@ -325,6 +325,8 @@ int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
     hr__mem_free(&s->mem, st);
     return rv;
   }
+  if (kind == HR_SK_SRV_PUT)
+    s->puts_in++;
   note_activity(s);
   *out = st;
   return 0;
@@ -385,6 +387,8 @@ void hr__stream_end(hr_session *s, hr_stream *st) {
     st->counted = 0;
     s->nrequests--;
   }
+  if (st->kind == HR_SK_SRV_PUT)
+    s->puts_in--;
   hr__ready_remove(s, st);
   tab_remove(s, st);
   hr__work_detach_stream(st);
@@ -1124,9 +1128,12 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
   enter(s, now);
   size_t pos = 0;
   int rv = 0;
+  /* The read timeout runs from the first byte of a message header or
+   * control payload, so a peer trickling a header a byte at a time is cut
+   * off; inside a TENSOR_DATA payload every piece counts as progress. */
+  int progress = hr_reader_at_boundary(s->rd);
   if (len) {
     s->last_rx = s->now;
-    s->msg_started = s->now;
     s->keepalive_out = 0;
   }
   while (pos < len && s->state != HR_CS_CLOSED && !s->fatal) {
@@ -1145,6 +1152,7 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
       s->msg_start = s->rx_total + pos - HR_HEADER_SIZE - ev.hdr.payload_length;
     else if (ev.kind == HR_RD_DATA && ev.first)
       s->msg_start = s->rx_total + pos - ev.len - 24;
+    progress = 1;
     switch (ev.kind) {
     case HR_RD_MESSAGE:
       rv = on_message(s, &ev.hdr, ev.payload);
@@ -1163,6 +1171,8 @@ int64_t hr_session_recv(hr_session *s, const uint8_t *in, size_t len,
     rv = 0;
   }
   s->rx_total += len;
+  if (len && progress)
+    s->msg_started = s->now;
   if (s->fatal)
     rv = s->fatal;
   leave(s);
@@ -1282,6 +1292,18 @@ static hr_tstamp add_ts(hr_tstamp a, uint64_t b) {
 
 static hr_tstamp min_ts(hr_tstamp a, hr_tstamp b) { return a < b ? a : b; }
 
+/* Since when the read timeout runs: from the start of a message we are
+ * inside, or, between messages, from the last input while a PUT we
+ * receive waits for its next frame (a PUT opened and never finished must
+ * not hold its landing buffer forever). */
+static hr_tstamp read_since(const hr_session *s) {
+  if (!hr_reader_at_boundary(s->rd))
+    return s->msg_started;
+  if (s->puts_in)
+    return s->last_rx;
+  return HR_TSTAMP_NEVER;
+}
+
 /* Idle counts the whole session: a lane with no stream of its own carries
  * the shards of streams that live on other lanes. */
 static hr_tstamp idle_since(const hr_session *s) {
@@ -1296,8 +1318,8 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
   hr_tstamp t = HR_TSTAMP_NEVER;
   if (s->state == HR_CS_AWAIT_HELLO && s->set.handshake_timeout)
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
-  if (!hr_reader_at_boundary(s->rd) && s->set.read_timeout)
-    t = min_ts(t, add_ts(s->msg_started, s->set.read_timeout));
+  if (s->set.read_timeout && read_since(s) != HR_TSTAMP_NEVER)
+    t = min_ts(t, add_ts(read_since(s), s->set.read_timeout));
   if (s->state != HR_CS_AWAIT_HELLO && hr__session_streams(s) == 0 &&
       s->set.idle_timeout)
     t = min_ts(t, add_ts(idle_since(s), s->set.idle_timeout));
@@ -1376,10 +1398,12 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
              now >= add_ts(s->created, s->set.handshake_timeout)) {
     rv = conn_error_status(s, HR_WIRE_TIMEOUT, "handshake timeout",
                            HR_ERR_TIMEOUT);
-  } else if (!hr_reader_at_boundary(s->rd) && s->set.read_timeout &&
-             now >= add_ts(s->msg_started, s->set.read_timeout)) {
+  } else if (s->set.read_timeout && read_since(s) != HR_TSTAMP_NEVER &&
+             now >= add_ts(read_since(s), s->set.read_timeout)) {
     rv = conn_error_status(s, HR_WIRE_TIMEOUT,
-                           "read timeout: peer stalled inside a message",
+                           hr_reader_at_boundary(s->rd)
+                               ? "read timeout: a PUT stalled between frames"
+                               : "read timeout: peer stalled inside a message",
                            HR_ERR_TIMEOUT);
   } else if (s->role == HR_ROLE_CLIENT && s->state != HR_CS_AWAIT_HELLO &&
              s->set.keepalive_interval && s->keepalive_out &&

@@ -445,6 +445,8 @@ struct hr_session {
   hr_stream **tab; /* sorted by id */
   size_t ntab, captab;
   size_t nrequests; /* open streams counted for max_streams */
+  size_t puts_in;   /* server: PUT streams being received (their silence
+                       counts against the read timeout) */
   hr_ids *ids;      /* &own_ids, or the group's */
   hr_ids own_ids;
   /* Lanes. */

@@ -123,6 +123,7 @@ struct hr_conn {
   /* Accepted PUTs holding landing-buffer bytes (max_inflight_bytes). */
   put_acct *puts;
   size_t nputs, cap_puts;
+  uint64_t put_bytes; /* max_conn_inflight_bytes accounting */
   /* Linger: bytes still to send before the half-close (a rejection's
    * ERROR), and the deadline of the drain. */
   uint8_t pre[160];
@@ -447,6 +448,7 @@ static void put_release(hr_conn *c, uint32_t stream_id) {
   for (i = 0; i < c->nputs; i++) {
     if (c->puts[i].stream_id == stream_id) {
       c->e->put_bytes -= c->puts[i].bytes;
+      c->put_bytes -= c->puts[i].bytes;
       c->puts[i] = c->puts[--c->nputs];
       return;
     }
@@ -479,7 +481,14 @@ static int tr_on_put_begin(hr_session *s, const hr_put_info *info,
   uint64_t cap = e->cfg.max_inflight_bytes;
   int rv;
 
-  if (cap && (bytes > cap || e->put_bytes > cap - bytes)) {
+  uint64_t ccap = e->cfg.max_conn_inflight_bytes;
+
+  /* Every cap is checked on the declared size, before the session
+   * allocates the landing tensor: a PUT declaring 2^60 bytes costs
+   * nothing. */
+  if (bytes > e->cfg.max_put_bytes ||
+      (cap && (bytes > cap || e->put_bytes > cap - bytes)) ||
+      bytes > ccap || c->put_bytes > ccap - bytes) {
     *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
     return 0;
   }
@@ -501,6 +510,7 @@ static int tr_on_put_begin(hr_session *s, const hr_put_info *info,
     c->puts[c->nputs].bytes = bytes;
     c->nputs++;
     e->put_bytes += bytes;
+    c->put_bytes += bytes;
   }
   return rv;
 }
@@ -1473,6 +1483,8 @@ void hr_engine_config_default(hr_engine_config *c) {
   c->drain_timeout = 30ull * 1000000000ull;
   c->io_budget = 16u << 20;
   c->socket_buffer = 0;
+  c->max_put_bytes = 1ull << 30;
+  c->max_conn_inflight_bytes = 1ull << 30;
 }
 
 /* The randomness of SESSION_TOKENs. */
@@ -1645,6 +1657,10 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     e->cfg.io_budget = 16u << 20;
   if (e->cfg.drain_timeout == 0)
     e->cfg.drain_timeout = 30ull * 1000000000ull;
+  if (e->cfg.max_put_bytes == 0)
+    e->cfg.max_put_bytes = 1ull << 30;
+  if (e->cfg.max_conn_inflight_bytes == 0)
+    e->cfg.max_conn_inflight_bytes = 1ull << 30;
   rv = copy_settings(e);
   if (rv == 0 && e->cfg.tls_server)
     rv = hr__tls_ctx_new(&e->tls_srv, 1, e->cfg.tls_server, &e->mem, NULL, 0);

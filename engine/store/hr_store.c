@@ -231,6 +231,12 @@ size_t hr_store_count(const hr_store *s) {
   return n;
 }
 
+void hr_store_set_max_bytes(hr_store *s, uint64_t max_bytes) {
+  pthread_rwlock_wrlock(&s->lock);
+  s->cfg.max_bytes = max_bytes;
+  pthread_rwlock_unlock(&s->lock);
+}
+
 uint64_t hr_store_bytes(const hr_store *s) {
   uint64_t b;
 
@@ -270,14 +276,20 @@ static int prov_put_begin(hr_session *sess, const hr_put_info *info,
                           uint32_t *wire_error, void *ud) {
   hr_store *s = ud;
   int found, replace;
-  uint64_t cap = s->cfg.max_bytes, bytes = 0;
+  uint64_t cap, bytes = 0;
   unsigned k;
 
   (void)sess;
   replace = (info->flags & HR_PUT_REPLACE) && s->cfg.allow_replace;
-  for (k = 0; k < info->desc->buffer_count && k < HR_MAX_BUFFERS; k++)
+  for (k = 0; k < info->desc->buffer_count && k < HR_MAX_BUFFERS; k++) {
+    if (UINT64_MAX - bytes < info->desc->buffers[k].size_bytes) {
+      *wire_error = HR_WIRE_RESOURCE_EXHAUSTED;
+      return 0;
+    }
     bytes += info->desc->buffers[k].size_bytes;
+  }
   pthread_rwlock_rdlock(&s->lock);
+  cap = s->cfg.max_bytes;
   lower_bound(s, info->key, info->key_len, &found);
   if (found && !replace)
     *wire_error = HR_WIRE_ALREADY_EXISTS;

@@ -154,6 +154,15 @@ typedef struct hr_engine_config {
   int no_shm; /* 1: never use the SHM data plane (wire-v1 § 14) on Unix
                  sockets; 0 (default): advertise it there, as server and
                  client, and answer/accept GETs over shared segments */
+  /* ---- appended in 0.1 (0: the default; UINT64_MAX: no cap) ---- */
+  uint64_t max_put_bytes; /* server: tensor bytes one PUT may declare
+                             (1 GiB); a PUT over it is refused with
+                             RESOURCE_EXHAUSTED before anything is
+                             allocated */
+  uint64_t max_conn_inflight_bytes; /* server: bytes of PUT landing
+                             buffers one connection may hold at once
+                             (1 GiB), within max_inflight_bytes; a PUT
+                             over it is refused with RESOURCE_EXHAUSTED */
 } hr_engine_config;
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */

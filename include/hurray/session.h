@@ -76,8 +76,11 @@ typedef struct hr_settings {
                                   ended (PINGs do not count) before
                                   GOAWAY (NO_ERROR) and close;
                                   300 s (0: none) */
-  uint64_t read_timeout;       /* ns a peer may stall inside a message
-                                  (no byte of it arriving) before ERROR
+  uint64_t read_timeout;       /* ns a message header or control
+                                  payload may take from its first byte,
+                                  and a TENSOR_DATA payload between two
+                                  pieces (a server receiving a PUT: also
+                                  between messages), before ERROR
                                   TIMEOUT on stream 0; 30 s (0: none) */
   uint64_t keepalive_interval; /* client: ns without input before a PING;
                                   when nothing arrives for another

@@ -75,6 +75,12 @@ HR_EXTERN int hr_store_remove(hr_store *s, const void *key, size_t key_len);
 HR_EXTERN size_t hr_store_count(const hr_store *s);
 HR_EXTERN uint64_t hr_store_bytes(const hr_store *s);
 
+/* Changes the byte cap of hr_store_config.max_bytes (0: none); PUTs
+ * already stored stay.  A server that loads files first and then allows
+ * PUTs sets it to what it loaded plus what PUTs may add.
+ * version-added: 0.1 */
+HR_EXTERN void hr_store_set_max_bytes(hr_store *s, uint64_t max_bytes);
+
 /* Fills `out` with a provider serving this store (GET, LIST and, with
  * allow_put, PUT).  The store must outlive every session using it. */
 HR_EXTERN void hr_store_provider(hr_store *s, hr_provider *out);

@@ -372,8 +372,11 @@ static void test_errors(void **state) {
   assert_int_equal(run("serve", "--tls-cert", "c.pem", ".", NULL), 2);
   one_line(err);
   assert_non_null(strstr(err, "--tls-key"));
-  assert_int_equal(run("serve", "--auth-token-file", "t", ".", NULL), 2);
-  assert_non_null(strstr(err, "not supported in this build yet"));
+  assert_int_equal(run("serve", "--auth-token-file", tpath("no-tokens"), ".",
+                       NULL),
+                   1);
+  one_line(err);
+  assert_non_null(strstr(err, "token file"));
   assert_int_equal(run("put", url, "k", tpath("missing.npy"), NULL), 1);
   one_line(err);
 }
