@@ -153,7 +153,21 @@ typedef struct hr_transfer_record {
    * them.  NULL / 0 otherwise.  version-added: 0.1 */
   hr_tensor *const *partial;
   size_t partial_count;
+  /* ---- appended in 0.1 (logs and metrics) ---- */
+  uint8_t kind;           /* HR_XFER_GET, _PUT, _LIST or _PING */
+  uint32_t stream_id;     /* the stream it ran on (a shard's own id; 0 for
+                             a PING) */
+  const uint8_t *key;     /* the key (LIST: the prefix); borrowed during
+                             the callback only; NULL on a client GET
+                             (the application has it) */
+  uint16_t key_len;
 } hr_transfer_record;
+
+/* hr_transfer_record.kind: which request the record is about. */
+#define HR_XFER_GET 1
+#define HR_XFER_PUT 2
+#define HR_XFER_LIST 3
+#define HR_XFER_PING 4
 
 /* ------------------------------------------------------------------------ */
 /* Server side: the tensor provider                                          */
@@ -385,6 +399,15 @@ typedef struct hr_session_callbacks {
    * server reports each stream of an answer (each shard) on its own. */
   void (*on_transfer)(hr_session *s, const hr_transfer_record *rec,
                       void *user_data);
+  /* ---- appended in 0.1 ---- */
+  /* Server: a request that moved no tensor bytes through on_transfer
+   * finished: a LIST answered or refused, a PING answered, or a GET or
+   * PUT refused before it became a stream (shutting down, too many
+   * streams, a capability not served, sent on a lane other than 0).
+   * rec->kind says which; wire_error is the ERROR sent (0: answered).
+   * For logs and metrics; NULL: not reported. */
+  void (*on_request)(hr_session *s, const hr_transfer_record *rec,
+                     void *user_data);
 } hr_session_callbacks;
 
 /*
