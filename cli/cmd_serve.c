@@ -1,6 +1,7 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
- *               [--max-shards N] [-v] PATH...`
+ *               [--max-shards N] [--metrics-listen HOST:PORT]
+ *               [--log-level error|warn|info|debug] [-v] PATH...`
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
@@ -10,11 +11,19 @@
  * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
  * exits 0; a second signal exits at once with 1.
+ *
+ * Logs: one JSON object per line on stderr (<hurray/metrics.h>): a line
+ * per request at info (failures at warn), connections at debug, and the
+ * server's own notices; --log-level picks the most verbose level written
+ * (info; -v is debug).  --metrics-listen serves Prometheus text at
+ * http://HOST:PORT/metrics (port 0 picks one; the line "metrics on
+ * HOST:PORT" on stdout, after the listening lines, names it).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +31,14 @@
 
 #include <hurray/files.h>
 #include <hurray/hr_event.h>
+#include <hurray/metrics.h>
 #include <hurray/store.h>
 
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] [-v] "  \
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "     \
+  "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] [-v] "  \
   "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
@@ -37,8 +48,30 @@ typedef struct serve {
   struct event_base *base;
   hr_engine *engine;
   int signals;
-  int verbose;
+  hr_metrics *metrics; /* counters and the logger */
 } serve;
+
+/* Log lines go to stderr, one per line. */
+static void log_stderr(int level, const char *line, size_t len, void *ud) {
+  (void)level;
+  (void)ud;
+  fwrite(line, 1, len, stderr);
+  fputc('\n', stderr);
+}
+
+/* The server's own notices, through the same logger as the requests. */
+static void slog(serve *sv, int level, const char *event, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
+static void slog(serve *sv, int level, const char *event, const char *fmt,
+                 ...) {
+  char text[2048];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  hr_metrics_log(sv->metrics, level, event, "%s", text);
+}
 
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
@@ -51,17 +84,17 @@ static void add_tensor(serve *sv, const char *key, size_t key_len, hr_tensor *t,
 
   if (key_len < 1 || key_len > HR_MAX_KEY ||
       !hr_utf8_valid((const uint8_t *)key, key_len)) {
-    cli_err("serve", "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
     sv->skipped++;
     return;
   }
   rv = hr_store_put(sv->store, key, key_len, t, 0);
   if (rv == HR_ERR_STATE) {
-    cli_err("serve", "skipping %s: key \"%.*s\" is already served", path,
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: key \"%.*s\" is already served", path,
             (int)key_len, key);
     sv->skipped++;
   } else if (rv) {
-    cli_err("serve", "skipping %s: %s", path, hr_strerror(rv));
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, hr_strerror(rv));
     sv->skipped++;
   } else {
     sv->loaded++;
@@ -79,7 +112,7 @@ static void load_file(serve *sv, const char *path, const char *rel) {
     hr_tensor *t;
     rv = hr_npy_load(&t, path, NULL, why, sizeof why);
     if (rv) {
-      cli_err("serve", "skipping %s: %s", path, why);
+      slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, why);
       sv->skipped++;
       return;
     }
@@ -91,7 +124,7 @@ static void load_file(serve *sv, const char *path, const char *rel) {
     size_t i, stem = strlen(rel) - strlen(".safetensors");
     rv = hr_safetensors_open(&f, path, NULL, why, sizeof why);
     if (rv) {
-      cli_err("serve", "skipping %s: %s", path, why);
+      slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, why);
       sv->skipped++;
       return;
     }
@@ -100,12 +133,12 @@ static void load_file(serve *sv, const char *path, const char *rel) {
       hr_tensor *t;
       int len = snprintf(key, sizeof key, "%.*s/%s", (int)stem, rel, name);
       if (len < 0 || (size_t)len >= sizeof key) {
-        cli_err("serve", "skipping %s in %s: the key is too long", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: the key is too long", name, path);
         sv->skipped++;
         continue;
       }
       if (hr_safetensors_tensor(f, i, &t) != 0) {
-        cli_err("serve", "skipping %s in %s: out of memory", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: out of memory", name, path);
         sv->skipped++;
         continue;
       }
@@ -121,12 +154,12 @@ static void walk(serve *sv, const char *dir, const char *rel, int depth) {
   struct dirent *de;
 
   if (depth > 32) {
-    cli_err("serve", "skipping %s: directories nested too deep", dir);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: directories nested too deep", dir);
     return;
   }
   d = opendir(dir);
   if (!d) {
-    cli_err("serve", "skipping %s: %s", dir, strerror(errno));
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", dir, strerror(errno));
     return;
   }
   while ((de = readdir(d))) {
@@ -161,34 +194,20 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
 
   (void)what;
   if (++sv->signals > 1) {
-    cli_err("serve", "second signal: exiting without draining");
+    slog(sv, HR_LOG_ERROR, "exit", "second signal: exiting without draining");
     exit(CLI_EXIT_FAIL);
   }
-  fprintf(stderr,
-          "hurray serve: %s: draining (active transfers finish, "
-          "new ones are refused)\n",
-          sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  slog(sv, HR_LOG_INFO, "drain",
+       "%s: draining (active transfers finish, new ones are refused)",
+       sig == SIGTERM ? "SIGTERM" : "SIGINT");
   hr_engine_close(sv->engine, on_closed, sv);
 }
 
-static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
-  serve *sv = ud;
-
-  (void)c;
-  if (!sv->verbose)
-    return;
-  if (rec->status)
-    fprintf(stderr, "hurray serve: transfer failed: %s%s%s\n",
-            hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
-            rec->message);
-  else
-    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s\n",
-            (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
-            rec->transcoded ? " (transcoded)" : "");
-}
-
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL;
+  const char *listen_addr = NULL, *unix_path = NULL, *metrics_addr = NULL;
+  hr_metrics_config mcfg;
+  hr_ev_metrics *mep = NULL;
+  int log_level = HR_LOG_INFO;
   char unix_addr[128];
   hr_store_config scfg;
   hr_engine_config ecfg;
@@ -217,7 +236,15 @@ int cli_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-      sv.verbose = 1;
+      log_level = HR_LOG_DEBUG;
+    } else if (!strcmp(a, "--log-level") && i + 1 < argc) {
+      if (hr_log_level_parse(argv[++i], &log_level) != 0) {
+        free(paths);
+        return cli_usage("serve", SYNOPSIS,
+                         "--log-level takes error, warn, info or debug");
+      }
+    } else if (!strcmp(a, "--metrics-listen") && i + 1 < argc) {
+      metrics_addr = argv[++i];
     } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
       if (cli_parse_u64(argv[++i], &max_shards) || max_shards < 1 ||
           max_shards > 65535) {
@@ -255,6 +282,14 @@ int cli_serve(int argc, char **argv) {
   /* TCP is the default only when no transport was asked for. */
   if (!listen_addr && !unix_path)
     listen_addr = DEFAULT_LISTEN;
+  hr_metrics_config_default(&mcfg);
+  mcfg.log = log_stderr;
+  mcfg.log_level = log_level;
+  if (hr_metrics_new(&sv.metrics, &mcfg, NULL) != 0) {
+    free(paths);
+    cli_err("serve", "out of memory");
+    return CLI_EXIT_FAIL;
+  }
 
   hr_store_config_default(&scfg);
   scfg.allow_put = allow_put;
@@ -297,8 +332,7 @@ int cli_serve(int argc, char **argv) {
   hr_engine_config_default(&ecfg);
   if (max_shards)
     ecfg.session.max_shards = (uint16_t)max_shards;
-  ecfg.on_transfer = on_transfer;
-  ecfg.user_data = &sv;
+  hr_metrics_attach(sv.metrics, &ecfg);
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
     cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
@@ -348,25 +382,44 @@ int cli_serve(int argc, char **argv) {
   }
   if (ulis)
     printf("listening on %s\n", unix_addr);
-  {
-    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s\n", sv.loaded,
-            sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
-            sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");
-    fflush(stdout);
+  rv = metrics_addr ? hr_ev_metrics_listen(&mep, sv.base, sv.metrics,
+                                           sv.engine, metrics_addr, NULL)
+                    : 0;
+  if (rv) {
+    cli_err("serve",
+            "cannot serve metrics on %s: %s (give HOST:PORT, e.g. "
+            "127.0.0.1:9464, on a free port)",
+            metrics_addr,
+            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
+            : rv == HR_ERR_IO             ? strerror(errno)
+                                          : hr_strerror(rv));
+    status = CLI_EXIT_FAIL;
+    goto out;
   }
+  if (mep) {
+    const char *colon = strrchr(metrics_addr, ':');
+    printf("metrics on %.*s:%d\n", (int)(colon - metrics_addr), metrics_addr,
+           hr_ev_metrics_port(mep));
+  }
+  fflush(stdout);
+  slog(&sv, HR_LOG_INFO, "start", "%zu tensor%s%s%s, PUT %s", sv.loaded,
+       sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
+       sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");
   event_base_dispatch(sv.base);
 out:
+  hr_ev_metrics_close(mep);
   if (sigterm)
     event_free(sigterm);
   if (sigint)
     event_free(sigint);
   if (sv.engine && hr_engine_del(sv.engine) != 0) {
-    cli_err("serve", "connections still open at exit");
+    slog(&sv, HR_LOG_ERROR, "exit", "connections still open at exit");
     status = CLI_EXIT_FAIL;
   }
   if (sv.base)
     event_base_free(sv.base);
   hr_store_del(sv.store);
+  hr_metrics_del(sv.metrics);
   free(paths);
   return status;
 }
