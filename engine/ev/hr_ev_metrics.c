@@ -127,8 +127,12 @@ int hr_ev_metrics_listen(hr_ev_metrics **out, struct event_base *base,
     hr__mem_free(mem, s);
     return HR_ERR_NOMEM;
   }
-  /* evhttp answers other methods with 405 itself. */
-  evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+  /* Every method reaches on_request, which answers 405 with an Allow
+   * header (evhttp's own answer to a method it filters is 501). */
+  evhttp_set_allowed_methods(
+      s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                   EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                   EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE);
   evhttp_set_timeout(s->http, REQUEST_TIMEOUT_S);
   evhttp_set_max_headers_size(s->http, 16384);
   evhttp_set_max_body_size(s->http, 4096);
