@@ -11,5 +11,6 @@
 #include <hurray/tensor.h>
 #include <hurray/session.h>
 #include <hurray/engine.h>
+#include <hurray/metrics.h>
 
 #endif /* HURRAY_HURRAY_H */
