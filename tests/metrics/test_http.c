@@ -383,6 +383,109 @@ static void test_scrape(void **state) {
   free(w);
 }
 
+/* Refusals: a GET over max_streams is refused before it becomes a stream
+ * (on_request), a connection over max_connections is rejected (on_conn),
+ * and both show in the counters and the logs. */
+static void test_refusals(void **state) {
+  world *w = calloc(1, sizeof *w);
+  hr_store_config sc;
+  hr_engine_config ec;
+  hr_metrics_config mc;
+  hr_provider prov;
+  hr_listener *lis;
+  hr_conn *c2;
+  char url[64];
+  uint64_t shape[1] = {1 << 16};
+  (void)state;
+
+  w->base = event_base_new();
+  hr_store_config_default(&sc);
+  assert_int_equal(hr_store_new(&w->store, &sc, NULL), 0);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 1, shape, 3);
+  assert_int_equal(hr_store_put(w->store, "big", 3, t, 0), 0);
+  hr_tensor_unref(t);
+  hr_metrics_config_default(&mc);
+  mc.log = log_cb;
+  mc.log_user_data = w;
+  assert_int_equal(hr_metrics_new(&w->m, &mc, NULL), 0);
+  hr_engine_config_default(&ec);
+  ec.max_connections = 1;
+  ec.session.max_streams = 1;
+  assert_int_equal(hr_metrics_attach(w->m, &ec), 0);
+  assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
+  hr_store_provider(w->store, &prov);
+  assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
+  assert_int_equal(hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv,
+                                        "127.0.0.1:0", NULL),
+                   0);
+  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
+  snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
+  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
+                   0);
+  assert_true(run_until(w, &w->up, 1, 5000));
+
+  /* Two GETs in one write: the second arrives while the first (256 KiB)
+   * still holds the only stream. */
+  get_key(w, "big", HR_LAYOUT_ROW_MAJOR);
+  get_key(w, "big", HR_LAYOUT_ROW_MAJOR);
+  assert_int_equal(hr_engine_flush(w->cli), 0);
+  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_int_equal(w->gets_ok, 1);
+  assert_int_equal(w->gets_failed, 1);
+
+  /* A second connection is over the cap. */
+  w->up = 0;
+  w->closed = 0;
+  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &c2), 0);
+  assert_true(run_until(w, &w->closed, 1, 5000));
+
+  assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
+  const char *b = w->body;
+  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+                               "result=\"RESOURCE_EXHAUSTED\"}"),
+                   1);
+  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+                               "result=\"ok\"}"),
+                   1);
+  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+                               "\",direction=\"sent\",scope=\"stream\"}"),
+                   1);
+  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+                               "\",direction=\"sent\",scope=\"connection\"}"),
+                   1);
+  assert_int_equal(value_of(b, "hurray_connections_rejected_total"), 1);
+  assert_int_equal(value_of(b, "hurray_connections_opened_total"), 1);
+  int refused = 0, rejected = 0;
+  for (int i = 0; i < w->nlines; i++) {
+    if (strstr(w->lines[i], "\"result\":\"RESOURCE_EXHAUSTED\"") &&
+        strstr(w->lines[i], "\"key\":\"big\"") &&
+        strstr(w->lines[i], "\"level\":\"warn\""))
+      refused++;
+    if (strstr(w->lines[i], "\"event\":\"conn_reject\""))
+      rejected++;
+  }
+  assert_int_equal(refused, 1);
+  assert_int_equal(rejected, 1);
+
+  hr_conn_close(w->conn);
+  assert_int_equal(hr_engine_flush(w->cli), 0);
+  struct timeval tv = {0, 100000};
+  event_base_loopexit(w->base, &tv);
+  event_base_dispatch(w->base);
+  hr_ev_metrics_close(w->ep);
+  assert_int_equal(hr_engine_close(w->cli, NULL, NULL), 0);
+  assert_int_equal(hr_engine_close(w->srv, NULL, NULL), 0);
+  tv.tv_usec = 50000;
+  event_base_loopexit(w->base, &tv);
+  event_base_dispatch(w->base);
+  assert_int_equal(hr_engine_del(w->cli), 0);
+  assert_int_equal(hr_engine_del(w->srv), 0);
+  hr_metrics_del(w->m);
+  hr_store_del(w->store);
+  event_base_free(w->base);
+  free(w);
+}
+
 /* Bad addresses; port in use. */
 static void test_listen_errors(void **state) {
   struct event_base *base = event_base_new();
@@ -416,6 +519,7 @@ static void test_listen_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scrape),
+      cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_listen_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
