@@ -153,9 +153,13 @@ int hr_metrics_new(hr_metrics **out, const hr_metrics_config *cfg,
   hr_metrics_config_default(&def);
   if (!cfg)
     cfg = &def;
-  if (cfg->size < offsetof(hr_metrics_config, log_level) + sizeof(int))
+  if (cfg->size < offsetof(hr_metrics_config, log_level) + sizeof(int) ||
+      cfg->size > sizeof(hr_metrics_config) + 4096)
     return HR_ERR_INVALID_ARGUMENT;
-  c = *cfg;
+  /* An older caller's shorter struct: the fields it lacks keep their
+   * defaults. */
+  c = def;
+  memcpy(&c, cfg, cfg->size < sizeof c ? cfg->size : sizeof c);
   if (!mem)
     mem = hr_mem_default();
   if (c.log_level < HR_LOG_ERROR || c.log_level > HR_LOG_DEBUG)
@@ -337,11 +341,11 @@ static void jstart(hr_metrics *m, jbuf *b, int level, const char *event) {
 static void jfinish(hr_metrics *m, jbuf *b, int level) {
   jraw(b, "}", 1);
   if (b->cut) {
-    /* Too long (a huge message cannot happen: keys are 1 KiB, texts
-     * 256 bytes); say so rather than emit broken JSON. */
-    b->cut = 0;
-    b->len = 0;
-    jputs(b, "{\"level\":\"error\",\"event\":\"log_line_too_long\"}");
+    /* Only a free-form text full of control bytes can get here (a key
+     * is 1 KiB, a message 256 bytes): say so rather than emit broken
+     * JSON. */
+    jstart(m, b, level, "log_line_too_long");
+    jraw(b, "}", 1);
   }
   b->p[b->len] = 0;
   m->log(level, b->p, b->len, m->log_ud);

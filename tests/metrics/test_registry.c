@@ -343,6 +343,14 @@ static void test_config_checks(void **state) {
   assert_int_equal(hr_metrics_new(&m, &c, NULL), 0);
   hr_metrics_del(m);
 
+  /* A caller built against an older, shorter config. */
+  hr_metrics_config_default(&c);
+  c.size = offsetof(hr_metrics_config, log_level) + sizeof(int);
+  assert_int_equal(hr_metrics_new(&m, &c, NULL), 0);
+  hr_metrics_del(m);
+  c.size = 3;
+  assert_int_equal(hr_metrics_new(&m, &c, NULL), HR_ERR_INVALID_ARGUMENT);
+
   hr_metrics_config_default(&c);
   c.log_level = 4;
   assert_int_equal(hr_metrics_new(&m, &c, NULL), HR_ERR_INVALID_ARGUMENT);
@@ -506,6 +514,15 @@ static void test_log_lines(void **state) {
   assert_int_equal(hr_metrics_set_log_level(m, HR_LOG_ERROR), 0);
   hr_metrics_log(m, HR_LOG_WARN, "x", "hidden");
   assert_int_equal(l.n, 6);
+  /* 4 KiB of control bytes escape to 24 KiB: over the line buffer, so a
+   * short valid line says so instead. */
+  static char ctl[4096];
+  memset(ctl, 1, sizeof ctl - 1);
+  hr_metrics_log(m, HR_LOG_ERROR, "big", "%s", ctl);
+  assert_int_equal(l.n, 7);
+  j = parse(l.lines[6]);
+  assert_string_equal(jstr(j, "event"), "log_line_too_long");
+  cJSON_Delete(j);
   hr_metrics_del(m);
 }
 
