@@ -20,7 +20,12 @@
 #include "hr_session_int.h"
 
 static hr_oitem *item_new(hr_session *s) {
-  hr_oitem *it = hr__mem_calloc(&s->mem, 1, sizeof *it);
+  hr_oitem *it = s->spare_items;
+  if (!it)
+    return hr__mem_calloc(&s->mem, 1, sizeof *it);
+  s->spare_items = it->next;
+  s->nspare_items--;
+  memset(it, 0, sizeof *it);
   return it;
 }
 
@@ -39,7 +44,22 @@ static void item_append(hr_session *s, hr_oitem *it) {
 static void item_free(hr_session *s, hr_oitem *it) {
   hr_tensor_unref(it->hold);
   hr__mem_free(&s->mem, it->heap);
+  if (s->nspare_items < HR_SPARE_MAX) {
+    it->next = s->spare_items;
+    s->spare_items = it;
+    s->nspare_items++;
+    return;
+  }
   hr__mem_free(&s->mem, it);
+}
+
+void hr__out_free_spares(hr_session *s) {
+  while (s->spare_items) {
+    hr_oitem *it = s->spare_items;
+    s->spare_items = it->next;
+    hr__mem_free(&s->mem, it);
+  }
+  s->nspare_items = 0;
 }
 
 int hr__out_msg(hr_session *s, const hr_msg *m, int ctrl) {

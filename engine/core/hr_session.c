@@ -328,9 +328,16 @@ static void note_activity(hr_session *s) {
 
 int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
                    hr_stream **out) {
-  hr_stream *st = hr__mem_calloc(&s->mem, 1, sizeof *st);
-  if (!st)
-    return HR_ERR_NOMEM;
+  hr_stream *st = s->spare_streams;
+  if (st) {
+    s->spare_streams = st->zlink;
+    s->nspare_streams--;
+    memset(st, 0, sizeof *st);
+  } else {
+    st = hr__mem_calloc(&s->mem, 1, sizeof *st);
+    if (!st)
+      return HR_ERR_NOMEM;
+  }
   st->s = s;
   st->kind = kind;
   st->id = id;
@@ -419,8 +426,23 @@ static void free_zombies(hr_session *s) {
   while (s->zombies) {
     hr_stream *st = s->zombies;
     s->zombies = st->zlink;
+    if (s->nspare_streams < HR_SPARE_MAX) {
+      st->zlink = s->spare_streams;
+      s->spare_streams = st;
+      s->nspare_streams++;
+    } else {
+      hr__mem_free(&s->mem, st);
+    }
+  }
+}
+
+static void free_spares(hr_session *s) {
+  while (s->spare_streams) {
+    hr_stream *st = s->spare_streams;
+    s->spare_streams = st->zlink;
     hr__mem_free(&s->mem, st);
   }
+  s->nspare_streams = 0;
 }
 
 /* DRAINING with nothing left to do: the connection may close.  A lane
@@ -1561,6 +1583,8 @@ static void session_free(hr_session *s) {
   hr__registry_unref(s->reg);
   hr__out_clear(s);
   free_zombies(s);
+  free_spares(s);
+  hr__out_free_spares(s);
   while (s->pings) {
     hr_ping *p = s->pings;
     s->pings = p->next;

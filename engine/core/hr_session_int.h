@@ -292,6 +292,7 @@ typedef struct hr_idrange {
 #define HR_ID_HISTORY 256     /* ranges of opened ids remembered */
 #define HR_DISCARD_RANGES 256 /* ranges whose late messages are dropped */
 #define HR_CTRL_BACKLOG_MAX ((uint64_t)1 << 20) /* flood limit (bytes) */
+#define HR_SPARE_MAX 64 /* recycled streams / output items per session */
 
 /* The stream id space of a session (§ 21).  Stream ids belong to the
  * session, not to a connection (§ 14.5): the lanes of a group share one. */
@@ -443,6 +444,13 @@ struct hr_session {
   int del_pending;
   int fatal;              /* a fatal error happened */
   hr_stream *zombies;     /* ended streams, freed at the outermost exit */
+  /* Freed streams and output items kept for reuse (at most HR_SPARE_MAX
+   * of each): a busy connection opens and ends a stream per request, and
+   * recycling them keeps malloc out of the per-request path. */
+  hr_stream *spare_streams;
+  unsigned nspare_streams;
+  hr_oitem *spare_items;
+  unsigned nspare_items;
   size_t works_inflight;  /* hr_work items not yet reported */
   int deleted;            /* hr_session_del ran; freed with the last work */
   uint32_t closing_error; /* code of the connection ERROR we sent */
@@ -465,6 +473,7 @@ int hr__out_error(hr_session *s, uint32_t stream_id, uint32_t code,
 int hr__out_empty(hr_session *s, uint32_t type, uint32_t stream_id);
 /* Frees every queued item. */
 void hr__out_clear(hr_session *s);
+void hr__out_free_spares(hr_session *s); /* at session free */
 /* Fills iovecs from the queue. */
 int hr__out_iov(hr_session *s, hr_iov *iov, int max);
 /* Drops the first n bytes. */
