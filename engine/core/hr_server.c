@@ -194,6 +194,7 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
        * transfer when it sees the lane go. */
       hr_transfer_record rec = st->rec;
       rec.stream_id = st->id + i;
+      rec.shard_index = i;
       rec.status = HR_ERR_CLOSED;
       hr__set_msg(rec.message, sizeof rec.message, "its lane closed", 15);
       rec.finished = s->now;
@@ -213,6 +214,7 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
     sh->nshards = n;
     sh->rec = st->rec;
     sh->rec.stream_id = sh->id;
+    sh->rec.shard_index = i;
     /* The shard may outlive the base: it keeps its own key for its record. */
     sh->sg.key = hr__mem_malloc(&lane->mem, st->rec.key_len ? st->rec.key_len
                                                              : 1);

@@ -427,15 +427,19 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
     return;
   res = result_index(rec);
   client = rec->transcoded < 0;
-  m->requests[kind][res]++;
   if (rec->finished > rec->started)
     secs = (double)(rec->finished - rec->started) / 1e9;
-  histo_add(m, &m->latency[kind], secs);
+  /* A sharded answer is one request: its other shard streams add bytes
+   * and errors only. */
+  if (rec->shard_index == 0) {
+    m->requests[kind][res]++;
+    histo_add(m, &m->latency[kind], secs);
+  }
   plane = rec->data_plane < NPLANE ? rec->data_plane : HR_PLANE_FRAMES;
   if (kind == HR_XFER_GET || kind == HR_XFER_PUT) {
     int sent = (kind == HR_XFER_GET) != client;
     m->bytes[sent ? DIR_SENT : DIR_RECV][plane] += rec->bytes;
-    if (rec->transcoded > 0 && rec->status == 0)
+    if (rec->transcoded > 0 && rec->status == 0 && rec->shard_index == 0)
       m->transcodes[rec->layout]++;
   }
   if (rec->wire_error)
@@ -461,7 +465,8 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
     jprintf(&b, ",\"plane\":\"%s\",\"bytes\":%llu", plane_names[plane],
             (unsigned long long)rec->bytes);
     if (rec->shards > 1)
-      jprintf(&b, ",\"shards\":%lu", (unsigned long)rec->shards);
+      jprintf(&b, ",\"shard\":%lu,\"shards\":%lu",
+              (unsigned long)rec->shard_index, (unsigned long)rec->shards);
   }
   jprintf(&b, ",\"duration_ms\":%.3f,\"result\":\"%s\"", secs * 1e3,
           result_name(res));

@@ -161,6 +161,8 @@ typedef struct hr_transfer_record {
                              the callback only; NULL on a client GET
                              (the application has it) */
   uint16_t key_len;
+  uint32_t shard_index;   /* server: which of `shards` streams of the
+                             answer this is (0: the request's own) */
 } hr_transfer_record;
 
 /* hr_transfer_record.kind: which request the record is about. */

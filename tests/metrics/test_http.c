@@ -486,6 +486,101 @@ static void test_refusals(void **state) {
   free(w);
 }
 
+/* A parallel GET answered with 4 shards on one connection: one request,
+ * four log lines (shard 0..3, each with the key), all the bytes. */
+static void test_sharded(void **state) {
+  world *w = calloc(1, sizeof *w);
+  hr_store_config sc;
+  hr_engine_config ec;
+  hr_metrics_config mc;
+  hr_provider prov;
+  hr_listener *lis;
+  char url[64];
+  uint64_t shape[1] = {1 << 16}; /* 256 KiB of float32 */
+  (void)state;
+
+  w->base = event_base_new();
+  hr_store_config_default(&sc);
+  assert_int_equal(hr_store_new(&w->store, &sc, NULL), 0);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 1, shape, 4);
+  assert_int_equal(hr_store_put(w->store, "par", 3, t, 0), 0);
+  hr_tensor_unref(t);
+  hr_metrics_config_default(&mc);
+  mc.log = log_cb;
+  mc.log_user_data = w;
+  assert_int_equal(hr_metrics_new(&w->m, &mc, NULL), 0);
+  hr_engine_config_default(&ec);
+  ec.session.shard_bytes = 64 << 10;
+  assert_int_equal(hr_metrics_attach(w->m, &ec), 0);
+  assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
+  hr_store_provider(w->store, &prov);
+  assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
+  assert_int_equal(hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv,
+                                        "127.0.0.1:0", NULL),
+                   0);
+  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
+  snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
+  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
+                   0);
+  assert_true(run_until(w, &w->up, 1, 5000));
+
+  hr_layout_entry le = {HR_LAYOUT_ROW_MAJOR, 0, NULL};
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"par";
+  o.key_len = 3;
+  o.flags = HR_REQ_PARALLEL_OK;
+  o.max_shards = 4;
+  o.layouts = &le;
+  o.layout_count = 1;
+  assert_int_equal(
+      hr_session_get(hr_conn_session(w->conn), &o, on_get, w, NULL), 0);
+  w->pending++;
+  assert_int_equal(hr_engine_flush(w->cli), 0);
+  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_int_equal(w->gets_ok, 1);
+
+  assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
+  assert_int_equal(value_of(w->body, "hurray_requests_total{kind=\"get\","
+                                     "result=\"ok\"}"),
+                   1);
+  assert_int_equal(value_of(w->body, "hurray_request_duration_seconds_count{"
+                                     "kind=\"get\"}"),
+                   1);
+  assert_int_equal(value_of(w->body, "hurray_tensor_bytes_total{direction="
+                                     "\"sent\",plane=\"frames\"}"),
+                   1 << 18);
+  int lines = 0, seen = 0;
+  for (int i = 0; i < w->nlines; i++) {
+    const char *l = w->lines[i];
+    if (!strstr(l, "\"event\":\"request\""))
+      continue;
+    lines++;
+    assert_non_null(strstr(l, "\"key\":\"par\""));
+    assert_non_null(strstr(l, "\"shards\":4"));
+    const char *sh = strstr(l, "\"shard\":");
+    assert_non_null(sh);
+    seen |= 1 << atoi(sh + 8);
+  }
+  assert_int_equal(lines, 4);
+  assert_int_equal(seen, 0xf);
+
+  hr_conn_close(w->conn);
+  assert_int_equal(hr_engine_flush(w->cli), 0);
+  assert_true(run_until(w, &w->closed, 1, 5000));
+  hr_ev_metrics_close(w->ep);
+  assert_int_equal(hr_engine_close(w->srv, NULL, NULL), 0);
+  struct timeval tv = {0, 50000};
+  event_base_loopexit(w->base, &tv);
+  event_base_dispatch(w->base);
+  assert_int_equal(hr_engine_del(w->cli), 0);
+  assert_int_equal(hr_engine_del(w->srv), 0);
+  hr_metrics_del(w->m);
+  hr_store_del(w->store);
+  event_base_free(w->base);
+  free(w);
+}
+
 /* Bad addresses; port in use. */
 static void test_listen_errors(void **state) {
   struct event_base *base = event_base_new();
@@ -520,6 +615,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scrape),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_sharded),
       cmocka_unit_test(test_listen_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
