@@ -282,6 +282,8 @@ int cli_serve(int argc, char **argv) {
   /* TCP is the default only when no transport was asked for. */
   if (!listen_addr && !unix_path)
     listen_addr = DEFAULT_LISTEN;
+  /* Line-buffered: each log line leaves in one write(2), not two. */
+  setvbuf(stderr, NULL, _IOLBF, 1 << 16);
   hr_metrics_config_default(&mcfg);
   mcfg.log = log_stderr;
   mcfg.log_level = log_level;
