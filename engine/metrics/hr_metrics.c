@@ -60,6 +60,10 @@ struct hr_metrics {
   uint64_t active_conns, active_streams;
   histo latency[NKIND];
   char *line; /* LINE_MAX_BYTES: the log line being built */
+  /* The log timestamp up to the seconds, redone when the second changes:
+   * formatting dates is most of a line's cost otherwise. */
+  long ts_sec;
+  char ts_prefix[80]; /* "2026-11-29T16:34:35." (room for any int) */
 };
 
 static const double default_buckets[] = {0.0005, 0.001, 0.0025, 0.005,
@@ -254,6 +258,33 @@ static void jraw(jbuf *b, const char *s, size_t n) {
 
 static void jputs(jbuf *b, const char *s) { jraw(b, s, strlen(s)); }
 
+/* Decimal digits of v, at least `min` of them (zero-padded). */
+static void jnum(jbuf *b, uint64_t v, int min) {
+  char d[24];
+  int n = 0;
+
+  do {
+    d[sizeof d - 1 - n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v || n < min);
+  jraw(b, d + sizeof d - n, (size_t)n);
+}
+
+/* ,"name": */
+static void jkey(jbuf *b, const char *name) {
+  jraw(b, ",\"", 2);
+  jputs(b, name);
+  jraw(b, "\":", 2);
+}
+
+/* ,"name":"text" for text that needs no escaping (our own names). */
+static void jname(jbuf *b, const char *name, const char *text) {
+  jkey(b, name);
+  jraw(b, "\"", 1);
+  jputs(b, text);
+  jraw(b, "\"", 1);
+}
+
 static void jprintf(jbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void jprintf(jbuf *b, const char *fmt, ...) {
@@ -281,6 +312,16 @@ static void jstr(jbuf *b, const char *s, size_t n) {
   jraw(b, "\"", 1);
   for (i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)s[i];
+    size_t run = i;
+    /* Copy a run of bytes that need no escape in one go. */
+    while (run < n && (unsigned char)s[run] >= 0x20 && s[run] != '"' &&
+           s[run] != '\\' && s[run] != 0x7f)
+      run++;
+    if (run > i) {
+      jraw(b, s + i, run - i);
+      i = run - 1;
+      continue;
+    }
     if (ch == '"' || ch == '\\') {
       esc[0] = '\\';
       esc[1] = (char)ch;
@@ -329,12 +370,19 @@ static void jstart(hr_metrics *m, jbuf *b, int level, const char *event) {
   b->cap = LINE_MAX_BYTES - 1;
   b->cut = 0;
   clock_gettime(CLOCK_REALTIME, &ts);
-  gmtime_r(&ts.tv_sec, &tm);
-  jprintf(b,
-          "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\","
-          "\"event\":",
-          tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-          tm.tm_sec, ts.tv_nsec / 1000000, level_names[level]);
+  if (!m->ts_prefix[0] || (long)ts.tv_sec != m->ts_sec) {
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(m->ts_prefix, sizeof m->ts_prefix,
+             "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    m->ts_sec = (long)ts.tv_sec;
+  }
+  jputs(b, "{\"ts\":\"");
+  jputs(b, m->ts_prefix);
+  jnum(b, (uint64_t)ts.tv_nsec / 1000000, 3);
+  jraw(b, "Z\"", 2);
+  jname(b, "level", level_names[level]);
+  jkey(b, "event");
   jstr(b, event, strlen(event));
 }
 
@@ -454,22 +502,36 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
   jstart(m, &b, level, "request");
   jputs(&b, ",\"peer\":");
   jstr(&b, peer ? peer : "", peer ? strlen(peer) : 0);
-  jprintf(&b, ",\"kind\":\"%s\"", kind_names[kind]);
+  jname(&b, "kind", kind_names[kind]);
   if (rec->key)
     jbytes(&b, "key", rec->key, rec->key_len);
-  jprintf(&b, ",\"stream\":%lu", (unsigned long)rec->stream_id);
+  jkey(&b, "stream");
+  jnum(&b, rec->stream_id, 1);
   if (kind == HR_XFER_GET || kind == HR_XFER_PUT) {
-    jprintf(&b, ",\"layout\":\"%s\"", hr_layout_name(rec->layout));
-    if (rec->transcoded >= 0)
-      jprintf(&b, ",\"transcoded\":%s", rec->transcoded ? "true" : "false");
-    jprintf(&b, ",\"plane\":\"%s\",\"bytes\":%llu", plane_names[plane],
-            (unsigned long long)rec->bytes);
-    if (rec->shards > 1)
-      jprintf(&b, ",\"shard\":%lu,\"shards\":%lu",
-              (unsigned long)rec->shard_index, (unsigned long)rec->shards);
+    jname(&b, "layout", hr_layout_name(rec->layout));
+    if (rec->transcoded >= 0) {
+      jkey(&b, "transcoded");
+      jputs(&b, rec->transcoded ? "true" : "false");
+    }
+    jname(&b, "plane", plane_names[plane]);
+    jkey(&b, "bytes");
+    jnum(&b, rec->bytes, 1);
+    if (rec->shards > 1) {
+      jkey(&b, "shard");
+      jnum(&b, rec->shard_index, 1);
+      jkey(&b, "shards");
+      jnum(&b, rec->shards, 1);
+    }
   }
-  jprintf(&b, ",\"duration_ms\":%.3f,\"result\":\"%s\"", secs * 1e3,
-          result_name(res));
+  /* Milliseconds with 3 decimals, from the integer nanoseconds. */
+  uint64_t us = rec->finished > rec->started
+                    ? (rec->finished - rec->started) / 1000
+                    : 0;
+  jkey(&b, "duration_ms");
+  jnum(&b, us / 1000, 1);
+  jraw(&b, ".", 1);
+  jnum(&b, us % 1000, 3);
+  jname(&b, "result", result_name(res));
   if (rec->status) {
     jprintf(&b, ",\"error\":\"%s\",\"error_sent\":%s",
             rec->wire_error ? hr_wire_error_name(rec->wire_error)
