@@ -37,8 +37,8 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "     \
-  "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] [-v] "  \
+  "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "         \
+  "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] [-v] "     \
   "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
 
@@ -60,8 +60,8 @@ static void log_stderr(int level, const char *line, size_t len, void *ud) {
 }
 
 /* The server's own notices, through the same logger as the requests. */
-static void slog(serve *sv, int level, const char *event, const char *fmt,
-                 ...) __attribute__((format(printf, 4, 5)));
+static void slog(serve *sv, int level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static void slog(serve *sv, int level, const char *event, const char *fmt,
                  ...) {
   char text[2048];
@@ -84,14 +84,15 @@ static void add_tensor(serve *sv, const char *key, size_t key_len, hr_tensor *t,
 
   if (key_len < 1 || key_len > HR_MAX_KEY ||
       !hr_utf8_valid((const uint8_t *)key, key_len)) {
-    slog(sv, HR_LOG_WARN, "skip", "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
+    slog(sv, HR_LOG_WARN, "skip",
+         "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
     sv->skipped++;
     return;
   }
   rv = hr_store_put(sv->store, key, key_len, t, 0);
   if (rv == HR_ERR_STATE) {
-    slog(sv, HR_LOG_WARN, "skip", "skipping %s: key \"%.*s\" is already served", path,
-            (int)key_len, key);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: key \"%.*s\" is already served",
+         path, (int)key_len, key);
     sv->skipped++;
   } else if (rv) {
     slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, hr_strerror(rv));
@@ -133,12 +134,14 @@ static void load_file(serve *sv, const char *path, const char *rel) {
       hr_tensor *t;
       int len = snprintf(key, sizeof key, "%.*s/%s", (int)stem, rel, name);
       if (len < 0 || (size_t)len >= sizeof key) {
-        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: the key is too long", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: the key is too long",
+             name, path);
         sv->skipped++;
         continue;
       }
       if (hr_safetensors_tensor(f, i, &t) != 0) {
-        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: out of memory", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: out of memory", name,
+             path);
         sv->skipped++;
         continue;
       }
@@ -154,7 +157,8 @@ static void walk(serve *sv, const char *dir, const char *rel, int depth) {
   struct dirent *de;
 
   if (depth > 32) {
-    slog(sv, HR_LOG_WARN, "skip", "skipping %s: directories nested too deep", dir);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: directories nested too deep",
+         dir);
     return;
   }
   d = opendir(dir);
@@ -272,9 +276,9 @@ int cli_serve(int argc, char **argv) {
     free(paths);
     return cli_usage("serve", SYNOPSIS, "give at least one PATH to serve");
   }
-  if (unix_path && (!unix_path[0] ||
-                    (size_t)snprintf(unix_addr, sizeof unix_addr, "unix:%s",
-                                     unix_path) >= sizeof unix_addr)) {
+  if (unix_path &&
+      (!unix_path[0] || (size_t)snprintf(unix_addr, sizeof unix_addr, "unix:%s",
+                                         unix_path) >= sizeof unix_addr)) {
     free(paths);
     return cli_usage("serve", SYNOPSIS,
                      "--unix takes a socket path of 1 to 107 bytes");
@@ -342,8 +346,7 @@ int cli_serve(int argc, char **argv) {
     goto out;
   }
   hr_store_provider(sv.store, &prov);
-  rv = listen_addr ? hr_engine_listen(sv.engine, listen_addr, &prov, &lis)
-                   : 0;
+  rv = listen_addr ? hr_engine_listen(sv.engine, listen_addr, &prov, &lis) : 0;
   if (rv) {
     cli_err("serve",
             "cannot listen on %s: %s (is the port in use? try "
@@ -384,8 +387,8 @@ int cli_serve(int argc, char **argv) {
   }
   if (ulis)
     printf("listening on %s\n", unix_addr);
-  rv = metrics_addr ? hr_ev_metrics_listen(&mep, sv.base, sv.metrics,
-                                           sv.engine, metrics_addr, NULL)
+  rv = metrics_addr ? hr_ev_metrics_listen(&mep, sv.base, sv.metrics, sv.engine,
+                                           metrics_addr, NULL)
                     : 0;
   if (rv) {
     cli_err("serve",

@@ -54,7 +54,7 @@ struct hr_metrics {
 
   uint64_t requests[NKIND][NRES];
   uint64_t bytes[2][NPLANE];
-  uint64_t transcodes[256]; /* by the layout sent */
+  uint64_t transcodes[256];     /* by the layout sent */
   uint64_t errors[NCODE][2][2]; /* code, direction, scope */
   uint64_t conn_opened, conn_closed, conn_rejected;
   uint64_t active_conns, active_streams;
@@ -66,13 +66,11 @@ struct hr_metrics {
   char ts_prefix[80]; /* "2026-11-29T16:34:35." (room for any int) */
 };
 
-static const double default_buckets[] = {0.0005, 0.001, 0.0025, 0.005,
-                                         0.01,   0.025, 0.05,   0.1,
-                                         0.25,   0.5,   1,      2.5,
-                                         5,      10,    30,     60};
+static const double default_buckets[] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
 
-static const char *const kind_names[NKIND] = {"", "get", "put", "list",
-                                              "ping"};
+static const char *const kind_names[NKIND] = {"", "get", "put", "list", "ping"};
 static const char *const plane_names[NPLANE] = {"frames", "rdma", "shm"};
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -105,8 +103,8 @@ static int label_name_ok(const char *n) {
     return 0;
   for (i = 0; n[i]; i++) {
     char ch = n[i];
-    int alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                ch == '_';
+    int alpha =
+        (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
     if (!alpha && !(i > 0 && ch >= '0' && ch <= '9'))
       return 0;
   }
@@ -126,9 +124,10 @@ size_t hr__metrics_escape_label(char *dst, size_t cap, const char *src,
 
   for (i = 0; i < len; i++) {
     char ch = src[i];
-    const char *rep = ch == '\\' ? "\\\\" : ch == '"' ? "\\\"" : ch == '\n'
-                                                              ? "\\n"
-                                                              : NULL;
+    const char *rep = ch == '\\'   ? "\\\\"
+                      : ch == '"'  ? "\\\""
+                      : ch == '\n' ? "\\n"
+                                   : NULL;
     size_t n = rep ? 2 : 1;
     if (o + n >= cap)
       return (size_t)-1;
@@ -256,7 +255,9 @@ static void jraw(jbuf *b, const char *s, size_t n) {
   b->len += n;
 }
 
-static void jputs(jbuf *b, const char *s) { jraw(b, s, strlen(s)); }
+static void jputs(jbuf *b, const char *s) {
+  jraw(b, s, strlen(s));
+}
 
 /* Decimal digits of v, at least `min` of them (zero-padded). */
 static void jnum(jbuf *b, uint64_t v, int min) {
@@ -373,8 +374,8 @@ static void jstart(hr_metrics *m, jbuf *b, int level, const char *event) {
   if (!m->ts_prefix[0] || (long)ts.tv_sec != m->ts_sec) {
     gmtime_r(&ts.tv_sec, &tm);
     snprintf(m->ts_prefix, sizeof m->ts_prefix,
-             "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+             "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
     m->ts_sec = (long)ts.tv_sec;
   }
   jputs(b, "{\"ts\":\"");
@@ -426,7 +427,8 @@ void hr_metrics_log(hr_metrics *m, int level, const char *event,
   jfinish(m, &b, level);
 }
 
-/* ---- feeding -------------------------------------------------------------- */
+/* ---- feeding --------------------------------------------------------------
+ */
 
 static unsigned code_index(uint32_t wire) {
   /* Reserved codes are treated as INTERNAL (§ 12). */
@@ -494,8 +496,7 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
     m->errors[code_index(rec->wire_error)]
              [rec->wire_error_sent ? DIR_SENT : DIR_RECV][SCOPE_STREAM]++;
 
-  level = rec->status == 0 ? (kind == HR_XFER_PING ? HR_LOG_DEBUG
-                                                   : HR_LOG_INFO)
+  level = rec->status == 0 ? (kind == HR_XFER_PING ? HR_LOG_DEBUG : HR_LOG_INFO)
                            : HR_LOG_WARN;
   if (!log_on(m, level))
     return;
@@ -524,9 +525,8 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
     }
   }
   /* Milliseconds with 3 decimals, from the integer nanoseconds. */
-  uint64_t us = rec->finished > rec->started
-                    ? (rec->finished - rec->started) / 1000
-                    : 0;
+  uint64_t us =
+      rec->finished > rec->started ? (rec->finished - rec->started) / 1000 : 0;
   jkey(&b, "duration_ms");
   jnum(&b, us / 1000, 1);
   jraw(&b, ".", 1);
@@ -579,8 +579,7 @@ void hr_metrics_conn(hr_metrics *m, const char *peer, int event,
     level = HR_LOG_WARN;
     m->errors[HR_WIRE_RESOURCE_EXHAUSTED][DIR_SENT][SCOPE_CONN]++;
     break;
-  default:
-    return;
+  default: return;
   }
   if (!log_on(m, level))
     return;
@@ -607,7 +606,8 @@ void hr_metrics_sample(hr_metrics *m, const hr_engine *e) {
                           hr_engine_stream_count(e));
 }
 
-/* ---- the engine glue ------------------------------------------------------ */
+/* ---- the engine glue ------------------------------------------------------
+ */
 
 static void tr_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
   hr_metrics *m = ud;
@@ -663,7 +663,8 @@ int hr_metrics_attach(hr_metrics *m, hr_engine_config *cfg) {
   return 0;
 }
 
-/* ---- rendering ------------------------------------------------------------ */
+/* ---- rendering ------------------------------------------------------------
+ */
 
 typedef struct out {
   hr_metrics_write_fn write;
@@ -837,8 +838,7 @@ int hr_metrics_render(const hr_metrics *m, hr_metrics_write_fn write,
     snprintf(labels, sizeof labels, "kind=\"%s\"", kind_names[k]);
     fmt_double(num, sizeof num, h->sum);
     sample(o, m, "hurray_request_duration_seconds_sum", labels, num);
-    sample_u64(o, m, "hurray_request_duration_seconds_count", labels,
-               h->count);
+    sample_u64(o, m, "hurray_request_duration_seconds_count", labels, h->count);
   }
   o_flush(o);
   rv = o->failed ? HR_ERR_CALLBACK_FAILURE : 0;

@@ -124,9 +124,9 @@ HR_EXTERN void hr_metrics_sample(hr_metrics *m, const hr_engine *e);
  * Makes an engine feed the registry: sets cfg->on_transfer, on_request and
  * on_conn to the registry's handlers and cfg->user_data to the registry,
  * keeping the callbacks and user_data found in *cfg (on_wakeup too),
- * which run after the registry's with the user_data they had.  Call it on the config before
- * hr_engine_new() / hr_ev_attach(); `m` must outlive the engine.  One
- * registry can be attached to one config only (a second call returns
+ * which run after the registry's with the user_data they had.  Call it on the
+ * config before hr_engine_new() / hr_ev_attach(); `m` must outlive the engine.
+ * One registry can be attached to one config only (a second call returns
  * HR_ERR_STATE).  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE.
  */
 HR_EXTERN int hr_metrics_attach(hr_metrics *m, hr_engine_config *cfg);

@@ -191,8 +191,7 @@ static int count_lines(const char *log, const char *event, const char *kind,
     cJSON *ts = cJSON_GetObjectItem(j, "ts");
     cJSON *lv = cJSON_GetObjectItem(j, "level");
     cJSON *ev = cJSON_GetObjectItem(j, "event");
-    assert_true(cJSON_IsString(ts) && cJSON_IsString(lv) &&
-                cJSON_IsString(ev));
+    assert_true(cJSON_IsString(ts) && cJSON_IsString(lv) && cJSON_IsString(ev));
     if (!strcmp(ev->valuestring, event)) {
       cJSON *k = cJSON_GetObjectItem(j, "kind");
       cJSON *r = cJSON_GetObjectItem(j, "result");
@@ -227,9 +226,9 @@ static void test_serve_metrics(void **state) {
 
   pid_t pid = start("debug", &port, &mport, &fd);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
-  assert_int_equal(run(err, sizeof err, "get", "-o", tpath("m.npy"), url,
-                       "matrix", NULL),
-                   0);
+  assert_int_equal(
+      run(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
+      0);
   assert_int_equal(run(err, sizeof err, "get", "--layout", "column-major",
                        "--allow-transcode", "-o", tpath("m2.npy"), url,
                        "matrix", NULL),
@@ -285,9 +284,9 @@ static void test_log_level_warn(void **state) {
 
   pid_t pid = start("warn", &port, &mport, &fd);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
-  assert_int_equal(run(err, sizeof err, "get", "-o", tpath("m.npy"), url,
-                       "matrix", NULL),
-                   0);
+  assert_int_equal(
+      run(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
+      0);
   assert_int_equal(
       run(err, sizeof err, "get", "-o", tpath("x.npy"), url, "nope", NULL), 1);
   assert_int_equal(stop(pid), 0);

@@ -175,8 +175,7 @@ static double value_of(const char *body, const char *series) {
 static void put_tensor(world *w, const char *key, hr_tensor *t) {
   hr_session *s = hr_conn_session(w->conn);
   assert_int_equal(hr_session_put(s, (const uint8_t *)key,
-                                  (uint16_t)strlen(key), 0, t, on_put, w,
-                                  NULL),
+                                  (uint16_t)strlen(key), 0, t, on_put, w, NULL),
                    0);
   w->pending++;
 }
@@ -227,9 +226,9 @@ static void test_scrape(void **state) {
   assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
   hr_store_provider(w->store, &prov);
   assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
-  assert_int_equal(hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv,
-                                        "127.0.0.1:0", NULL),
-                   0);
+  assert_int_equal(
+      hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
+      0);
   assert_true(hr_ev_metrics_port(w->ep) > 0);
 
   /* Before any traffic: every family present, counters at 0. */
@@ -329,8 +328,8 @@ static void test_scrape(void **state) {
                                "\"put\"}"),
                    2);
   double prev = 0;
-  static const char *const les[] = {"0.0005", "0.001", "0.01", "0.1", "1",
-                                    "10",     "+Inf"};
+  static const char *const les[] = {"0.0005", "0.001", "0.01", "0.1",
+                                    "1",      "10",    "+Inf"};
   for (size_t i = 0; i < sizeof les / sizeof les[0]; i++) {
     char s[128];
     snprintf(s, sizeof s,
@@ -415,9 +414,9 @@ static void test_refusals(void **state) {
   assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
   hr_store_provider(w->store, &prov);
   assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
-  assert_int_equal(hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv,
-                                        "127.0.0.1:0", NULL),
-                   0);
+  assert_int_equal(
+      hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
+      0);
   assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
@@ -515,9 +514,9 @@ static void test_sharded(void **state) {
   assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
   hr_store_provider(w->store, &prov);
   assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
-  assert_int_equal(hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv,
-                                        "127.0.0.1:0", NULL),
-                   0);
+  assert_int_equal(
+      hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
+      0);
   assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
@@ -600,8 +599,8 @@ static void test_listen_errors(void **state) {
                    HR_ERR_INVALID_ARGUMENT);
   assert_int_equal(hr_ev_metrics_listen(&a, base, NULL, NULL, "h:1", NULL),
                    HR_ERR_INVALID_ARGUMENT);
-  assert_int_equal(
-      hr_ev_metrics_listen(&a, base, m, NULL, "127.0.0.1:0", NULL), 0);
+  assert_int_equal(hr_ev_metrics_listen(&a, base, m, NULL, "127.0.0.1:0", NULL),
+                   0);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", hr_ev_metrics_port(a));
   assert_int_equal(hr_ev_metrics_listen(&b, base, m, NULL, addr, NULL),
                    HR_ERR_IO);

@@ -89,8 +89,9 @@ static void assert_text(const char *got, const char *want) {
   if (got[i] == want[i])
     return;
   size_t from = i > 80 ? i - 80 : 0;
-  print_error("texts differ at byte %zu:\n--- got:\n%.160s\n--- want:\n%.160s\n",
-              i, got + from, want + from);
+  print_error(
+      "texts differ at byte %zu:\n--- got:\n%.160s\n--- want:\n%.160s\n", i,
+      got + from, want + from);
   fail();
 }
 
@@ -246,9 +247,9 @@ static void test_empty_registry(void **state) {
   for (const char *p = t.buf; (p = strstr(p, "_bucket{")); p++)
     n++;
   assert_int_equal(n, 4 * 17);
-  assert_non_null(strstr(
-      t.buf, "hurray_request_duration_seconds_bucket{kind=\"ping\","
-             "le=\"0.0005\"} 0\n"));
+  assert_non_null(strstr(t.buf,
+                         "hurray_request_duration_seconds_bucket{kind=\"ping\","
+                         "le=\"0.0005\"} 0\n"));
   assert_non_null(strstr(
       t.buf, "hurray_request_duration_seconds_bucket{kind=\"get\",le=\"60\"} "
              "0\n"));
@@ -265,8 +266,8 @@ static void test_escape_label(void **state) {
 
   assert_int_equal(hr__metrics_escape_label(out, sizeof out, "plain", 5), 5);
   assert_string_equal(out, "plain");
-  assert_int_equal(
-      hr__metrics_escape_label(out, sizeof out, "a\\b\"c\nd", 7), 10);
+  assert_int_equal(hr__metrics_escape_label(out, sizeof out, "a\\b\"c\nd", 7),
+                   10);
   assert_string_equal(out, "a\\\\b\\\"c\\nd");
   /* UTF-8 and tabs pass as they are. */
   assert_int_equal(hr__metrics_escape_label(out, sizeof out, "\xc3\xa9\t", 3),
@@ -366,8 +367,7 @@ static void test_config_checks(void **state) {
   assert_int_equal(lv, HR_LOG_WARN);
   assert_int_equal(hr_log_level_parse("debug", &lv), 0);
   assert_int_equal(lv, HR_LOG_DEBUG);
-  assert_int_equal(hr_log_level_parse("verbose", &lv),
-                   HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_log_level_parse("verbose", &lv), HR_ERR_INVALID_ARGUMENT);
   assert_int_equal(hr_log_level_parse(NULL, &lv), HR_ERR_INVALID_ARGUMENT);
 }
 
