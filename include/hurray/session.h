@@ -121,7 +121,9 @@ HR_EXTERN void hr_settings_default(hr_settings *s);
 /* Transfer records                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* What happened in one finished transfer (GET or PUT), for --stats. */
+/* What happened in one finished transfer (GET or PUT), for --stats, logs
+ * and metrics; on_request reports LIST, PING and early refusals in the
+ * same shape (kind tells them apart). */
 typedef struct hr_transfer_record {
   int status;              /* 0, or a library error (HR_ERR_REMOTE: see
                               wire_error) */
