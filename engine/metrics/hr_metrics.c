@@ -404,6 +404,23 @@ static int log_on(const hr_metrics *m, int level) {
   return m->log && level <= m->level;
 }
 
+/* Replaces every byte that does not start a valid UTF-8 sequence with
+ * '?' (a file name in another encoding, a sequence cut by vsnprintf), so
+ * the line stays valid JSON. */
+static void utf8_scrub(char *s, size_t n) {
+  size_t i = 0;
+
+  while (i < n) {
+    unsigned char c = (unsigned char)s[i];
+    size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (len > n - i || !hr_utf8_valid((const uint8_t *)s + i, len)) {
+      s[i++] = '?';
+      continue;
+    }
+    i += len;
+  }
+}
+
 void hr_metrics_log(hr_metrics *m, int level, const char *event,
                     const char *fmt, ...) {
   char text[4096];
@@ -418,17 +435,16 @@ void hr_metrics_log(hr_metrics *m, int level, const char *event,
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
   n = strlen(text);
-  /* A cut may split a UTF-8 sequence: back off to a valid prefix. */
-  while (n && !hr_utf8_valid((const uint8_t *)text, n))
-    n--;
-  jstart(m, &b, level, event ? event : "log");
+  utf8_scrub(text, n);
+  if (!event || !hr_utf8_valid((const uint8_t *)event, strlen(event)))
+    event = "log";
+  jstart(m, &b, level, event);
   jputs(&b, ",\"msg\":");
   jstr(&b, text, n);
   jfinish(m, &b, level);
 }
 
-/* ---- feeding --------------------------------------------------------------
- */
+/* ---- feeding ------------------------------------------------------------- */
 
 static unsigned code_index(uint32_t wire) {
   /* Reserved codes are treated as INTERNAL (§ 12). */
@@ -606,8 +622,7 @@ void hr_metrics_sample(hr_metrics *m, const hr_engine *e) {
                           hr_engine_stream_count(e));
 }
 
-/* ---- the engine glue ------------------------------------------------------
- */
+/* ---- the engine glue ----------------------------------------------------- */
 
 static void tr_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
   hr_metrics *m = ud;
@@ -663,8 +678,7 @@ int hr_metrics_attach(hr_metrics *m, hr_engine_config *cfg) {
   return 0;
 }
 
-/* ---- rendering ------------------------------------------------------------
- */
+/* ---- rendering ----------------------------------------------------------- */
 
 typedef struct out {
   hr_metrics_write_fn write;

@@ -135,7 +135,8 @@ HR_EXTERN int hr_metrics_attach(hr_metrics *m, hr_engine_config *cfg);
 
 /* Writes a free-form line {"ts":..,"level":..,"event":`event`,"msg":..}
  * through the registry's log callback when `level` passes (printf
- * format; the text is escaped as a JSON string; cut at 4 KiB). */
+ * format; the text is escaped as a JSON string, cut at 4 KiB, and bytes
+ * that are not UTF-8 become '?'; `event` NULL or not UTF-8: "log"). */
 HR_EXTERN void hr_metrics_log(hr_metrics *m, int level, const char *event,
                               const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

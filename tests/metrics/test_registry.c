@@ -523,6 +523,16 @@ static void test_log_lines(void **state) {
   j = parse(l.lines[6]);
   assert_string_equal(jstr(j, "event"), "log_line_too_long");
   cJSON_Delete(j);
+  /* Bytes that are not UTF-8 (a file name in Latin-1, a cut sequence)
+   * become '?'; an event name that is not UTF-8 becomes "log". */
+  hr_metrics_log(m, HR_LOG_ERROR, "\xff", "file %s",
+                 "a\xe9"
+                 "b\xc3\xa9\xe2\x82");
+  assert_int_equal(l.n, 8);
+  j = parse(l.lines[7]);
+  assert_string_equal(jstr(j, "event"), "log");
+  assert_string_equal(jstr(j, "msg"), "file a?b\xc3\xa9??");
+  cJSON_Delete(j);
   hr_metrics_del(m);
 }
 
