@@ -313,6 +313,51 @@ static void test_bad_flags(void **state) {
   assert_non_null(strstr(err, "hurray serve: cannot serve metrics on nowhere"));
 }
 
+#ifdef EX_DIR
+/* examples/tensor_server with a metrics address: the embedding path of
+ * <hurray/metrics.h> outside the CLI. */
+static void test_example_metrics(void **state) {
+  const char *argv[] = {EX_DIR "/tensor_server", "127.0.0.1:0", "127.0.0.1:0",
+                        NULL};
+  static char body[1 << 16], log[1 << 16], err[4096];
+  posix_spawn_file_actions_t fa;
+  char line[256], url[64];
+  int pipefd[2], port, mport;
+  pid_t pid;
+  (void)state;
+
+  assert_int_equal(pipe(pipefd), 0);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, tpath("example.log"),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_int_equal(
+      posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  read_line(pipefd[0], line, sizeof line);
+  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
+  port = atoi(strrchr(line, ':') + 1);
+  read_line(pipefd[0], line, sizeof line);
+  assert_int_equal(strncmp(line, "metrics on 127.0.0.1:", 21), 0);
+  mport = atoi(strrchr(line, ':') + 1);
+  snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
+  assert_int_equal(
+      run(err, sizeof err, "get", "-o", tpath("e.npy"), url, "eye/4", NULL), 0);
+  http_get(mport, "/metrics", body, sizeof body);
+  assert_int_equal(
+      value_of(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 1);
+  assert_int_equal(value_of(body, "hurray_tensor_bytes_total{direction="
+                                  "\"sent\",plane=\"frames\"}"),
+                   64);
+  assert_int_equal(stop(pid), 0);
+  close(pipefd[0]);
+  slurp(tpath("example.log"), log, sizeof log);
+  assert_int_equal(count_lines(log, "request", "get", "ok"), 1);
+}
+#endif
+
 static int setup(void **state) {
   (void)state;
   strcpy(tmp, "/tmp/hr_mcli_XXXXXX");
@@ -334,6 +379,9 @@ int main(void) {
       cmocka_unit_test(test_serve_metrics),
       cmocka_unit_test(test_log_level_warn),
       cmocka_unit_test(test_bad_flags),
+#ifdef EX_DIR
+      cmocka_unit_test(test_example_metrics),
+#endif
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
