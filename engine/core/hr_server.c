@@ -64,6 +64,8 @@ static int refuse_open(hr_session *s, const hr_msg *m, uint32_t code,
 /* ---- GET ----------------------------------------------------------------- */
 
 const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
+  if (g && g->local)
+    return g->local->info(g);
   return g && g->st && !g->st->ended ? &g->st->sg.info : NULL;
 }
 
@@ -149,6 +151,8 @@ static int get_refuse(hr_session *s, hr_stream *st, uint32_t wire,
 int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
   if (!g || !t)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->answer(g, t);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;
@@ -242,6 +246,8 @@ out:;
 int hr_get_fail(hr_srv_get *g, uint32_t wire_error, const char *message) {
   if (!g || wire_error == HR_WIRE_NO_ERROR || wire_error > HR_WIRE_ERROR_LAST)
     return HR_ERR_INVALID_ARGUMENT;
+  if (g->local)
+    return g->local->fail(g, wire_error, message);
   hr_stream *st = g->st;
   if (!st || st->ended || st->sg.answered)
     return HR_ERR_STATE;

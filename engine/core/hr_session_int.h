@@ -21,6 +21,7 @@
 #include <hurray/wire.h>
 
 #include "hr_core.h"
+#include "hr_local_get.h"
 
 #ifdef HR_HAVE_TRANSCODE
 #include <hurray/transcode.h>
@@ -190,9 +191,7 @@ typedef struct hr_srvget_state {
   unsigned lanes;      /* L: lanes when the request arrived */
 } hr_srvget_state;
 
-struct hr_srv_get {
-  hr_stream *st;
-};
+/* struct hr_srv_get: hr_local_get.h (the in-process server's too). */
 struct hr_srv_put {
   hr_stream *st;
 };

@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hr_engine_ext.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include "hr_sock.h"
@@ -196,6 +197,7 @@ struct hr_engine {
   uint64_t put_bytes; /* max_inflight_bytes accounting */
   uint8_t *staging;
   hr_registry *reg; /* server: sessions that connections may join */
+  hr__engine_ext *ext; /* the in-process pair (hr_engine_ext.h) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -1278,6 +1280,11 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
       }
     }
   }
+  if (e->ext) {
+    e->in_user_cb++;
+    e->ext->run(e->ext);
+    e->in_user_cb--;
+  }
   if (e->cfg.on_wakeup) {
     e->in_user_cb++;
     e->cfg.on_wakeup(e, e->cfg.user_data);
@@ -1542,8 +1549,10 @@ int hr_engine_del(hr_engine *e) {
     return 0;
   if (e->depth || e->in_user_cb)
     return HR_ERR_IN_CALLBACK;
-  if (e->conns || e->dead)
+  if (e->conns || e->dead || (e->ext && e->ext->busy(e->ext)))
     return HR_ERR_BUSY;
+  if (e->ext)
+    e->ext->detach(e->ext);
   while ((c = e->lingering))
     conn_close_socket(c);
   while (e->listeners) {
@@ -1569,6 +1578,10 @@ int hr_engine_del(hr_engine *e) {
     hr__mem_free(&mem, e);
   }
   return 0;
+}
+
+hr__engine_ext **hr__engine_ext_slot(hr_engine *e) {
+  return &e->ext;
 }
 
 void hr_engine_wakeup(hr_engine *e) {

@@ -11,6 +11,7 @@
 #include <hurray/tensor.h>
 #include <hurray/session.h>
 #include <hurray/engine.h>
+#include <hurray/inproc.h>
 #include <hurray/metrics.h>
 
 #endif /* HURRAY_HURRAY_H */

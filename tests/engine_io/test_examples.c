@@ -117,6 +117,14 @@ static void test_examples(void **state) {
     assert_non_null(strstr(out, "matrix: FLOAT32 [4, 6] ROW_MAJOR, 96 bytes"));
   }
   stop(b);
+  {
+    /* In-process: producer thread to consumer thread, no socket. */
+    const char *c5[] = {EX_DIR "/inproc_handoff", "40", NULL};
+    assert_int_equal(run(c5), 0);
+    assert_non_null(strstr(out, "tensor 39: 1024 floats"));
+    assert_non_null(
+        strstr(out, "handoffs 40, releases 40, double 0, missing 0"));
+  }
 }
 
 int main(void) {
