@@ -53,6 +53,9 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  /* --tls-ca, --tls-cert, --tls-key (NULL: not given); only for
+   * hurrays:// URLs. */
+  const char *tls_ca, *tls_cert, *tls_key;
 } cli_conn_opts;
 
 typedef struct cli_conn {
@@ -63,6 +66,12 @@ typedef struct cli_conn {
 } cli_conn;
 
 int cli_connect(cli_conn *cc, const cli_conn_opts *o);
+/* The client options --tls-ca F, --tls-cert F and --tls-key F of get, put
+ * and ls: when argv[*i] is one of them (with its value) stores it in `o`,
+ * advances *i and returns 1; else 0. */
+int cli_tls_opt(int argc, char **argv, int *i, cli_conn_opts *o);
+/* The usage text of those options. */
+#define CLI_TLS_SYNOPSIS "[--tls-ca F] [--tls-cert F --tls-key F]"
 /* Closes the client and the dump file.  Returns 0, or 1 when the dump
  * file could not be written completely (reported). */
 int cli_disconnect(cli_conn *cc, const char *cmd);

@@ -77,6 +77,9 @@ int cli_client_fail(const char *cmd, const char *action, const char *url,
             "FILE`",
             action, hr_wire_error_name(e->wire_error), msg ? ": " : "",
             msg ? msg : "");
+  } else if (msg && strstr(msg, "TLS")) {
+    /* TLS failures say what failed and what to do themselves. */
+    cli_err(cmd, "%s: %s", action, msg);
   } else {
     switch (e->status) {
     case HR_ERR_IO:
@@ -232,14 +235,45 @@ static void on_rx(const void *bytes, size_t len, void *ud) {
     cc->dump_failed = 1;
 }
 
+int cli_tls_opt(int argc, char **argv, int *i, cli_conn_opts *o) {
+  const char *a = argv[*i];
+
+  if (*i + 1 >= argc)
+    return 0;
+  if (!strcmp(a, "--tls-ca"))
+    o->tls_ca = argv[++*i];
+  else if (!strcmp(a, "--tls-cert"))
+    o->tls_cert = argv[++*i];
+  else if (!strcmp(a, "--tls-key"))
+    o->tls_key = argv[++*i];
+  else
+    return 0;
+  return 1;
+}
+
 int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
   hr_client_options opts;
   hr_client_error err;
+  hr_tls_config tls;
   char action[300];
   int rv;
 
   memset(cc, 0, sizeof *cc);
   hr_client_options_default(&opts);
+  if (o->tls_ca || o->tls_cert || o->tls_key) {
+    if (strncmp(o->url, "hurrays://", 10) != 0) {
+      cli_err(o->cmd,
+              "--tls-ca, --tls-cert and --tls-key need a hurrays:// URL "
+              "(%s is not TLS)",
+              o->url);
+      return -1;
+    }
+    memset(&tls, 0, sizeof tls);
+    tls.ca_file = o->tls_ca;
+    tls.cert_file = o->tls_cert;
+    tls.key_file = o->tls_key;
+    opts.tls = &tls;
+  }
   if (o->timeout_ms)
     opts.timeout_ms = o->timeout_ms;
   opts.lanes = o->lanes;

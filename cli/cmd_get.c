@@ -3,7 +3,12 @@
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
  *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
- *             URL KEY`
+ *             [--tls-ca F] [--tls-cert F --tls-key F] URL KEY`
+ *
+ * URL is hurray://HOST:PORT, hurrays://HOST:PORT (TLS: --tls-ca names the
+ * CA that issued the server's certificate, the system's store otherwise;
+ * --tls-cert/--tls-key the client certificate a mutual-TLS server asks
+ * for) or unix:PATH.
  *
  * --connections opens one session over C connections (its lanes): the
  * shards of a --parallel GET travel over all of them.  --slice fetches
@@ -34,7 +39,7 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] URL KEY"
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS " URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -337,9 +342,27 @@ static int transcoded_of(const hr_transfer_record *rec, const probe *pr) {
   return pr->layout != rec->layout;
 }
 
+/* "tls": what the connection negotiated, or null on a plain one. */
+static void add_tls(cJSON *o, const hr_client *cl) {
+  hr_tls_info ti;
+  cJSON *j;
+
+  if (!cl || hr_client_tls_info(cl, &ti) != 0) {
+    cJSON_AddNullToObject(o, "tls");
+    return;
+  }
+  j = cJSON_AddObjectToObject(o, "tls");
+  if (!j)
+    return;
+  cJSON_AddStringToObject(j, "version", ti.version);
+  cJSON_AddStringToObject(j, "cipher", ti.cipher);
+  cJSON_AddBoolToObject(j, "ktls_tx", ti.ktls_tx);
+  cJSON_AddBoolToObject(j, "ktls_rx", ti.ktls_rx);
+}
+
 static void print_stats(const get_args *a, const hr_transfer_record *rec,
                         hr_tensor *t, int converted, const probe *pr,
-                        unsigned connections) {
+                        unsigned connections, const hr_client *cl) {
   cJSON *o = cJSON_CreateObject(), *shape;
   const hr_descriptor *d = t ? hr_tensor_descriptor(t) : NULL;
   double secs = rec->finished > rec->started
@@ -384,6 +407,7 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
     for (k = 0; shape && k < d->rank; k++)
       cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d->shape[k]));
   }
+  add_tls(o, cl);
   if (rec->status) {
     cJSON_AddStringToObject(o, "error", hr_wire_error_name(rec->wire_error));
   }
@@ -409,6 +433,7 @@ int cli_get(int argc, char **argv) {
   size_t key_len;
 
   memset(&a, 0, sizeof a);
+  memset(&co, 0, sizeof co);
   a.device = HR_DEV_CPU;
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
@@ -464,6 +489,8 @@ int cli_get(int argc, char **argv) {
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
         return cli_usage("get", SYNOPSIS, "--timeout takes seconds");
       a.timeout_ms = secs ? (int64_t)secs * 1000 : -1;
+    } else if (cli_tls_opt(argc, argv, &i, &co)) {
+      continue;
     } else if (s[0] == '-' && s[1]) {
       return cli_usage("get", SYNOPSIS, "unknown or incomplete option %s", s);
     } else if (npos == 0) {
@@ -484,7 +511,6 @@ int cli_get(int argc, char **argv) {
   if (key_len < 1 || key_len > HR_MAX_KEY)
     return cli_usage("get", SYNOPSIS, "keys are 1 to 1024 bytes");
 
-  memset(&co, 0, sizeof co);
   co.cmd = "get";
   co.url = a.url;
   co.dump_wire = a.dump;
@@ -539,7 +565,8 @@ int cli_get(int argc, char **argv) {
     status =
         cli_client_fail("get", action, a.url, hr_client_last_error(cc.client));
     if (a.stats)
-      print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client));
+      print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client),
+                  cc.client);
     cli_disconnect(&cc, "get");
     return status;
   }
@@ -559,7 +586,8 @@ int cli_get(int argc, char **argv) {
   }
   fflush(stdout);
   if (a.stats)
-    print_stats(&a, &rec, t, converted, &pr, hr_client_lanes(cc.client));
+    print_stats(&a, &rec, t, converted, &pr, hr_client_lanes(cc.client),
+                cc.client);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "get");
   return status ? status : rv;

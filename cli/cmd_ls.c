@@ -1,13 +1,14 @@
 /*
- * `hurray ls URL [PREFIX]`: lists the server's keys (every page), one
- * line each: key, element type, shape, layout, bytes.
+ * `hurray ls [--tls-ca F] [--tls-cert F --tls-key F] URL [PREFIX]`: lists
+ * the server's keys (every page), one line each: key, element type,
+ * shape, layout, bytes.  The --tls-* options go with hurrays:// URLs.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
-#define SYNOPSIS "URL [PREFIX]"
+#define SYNOPSIS CLI_TLS_SYNOPSIS " URL [PREFIX]"
 
 typedef struct ls_state {
   uint8_t last[HR_MAX_KEY];
@@ -38,11 +39,14 @@ int cli_ls(int argc, char **argv) {
   ls_state st;
   int i, npos = 0, more = 0, rv, status = 0;
 
+  memset(&co, 0, sizeof co);
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
       printf("usage: hurray ls " SYNOPSIS "\n");
       return 0;
+    } else if (cli_tls_opt(argc, argv, &i, &co)) {
+      continue;
     } else if (s[0] == '-' && s[1]) {
       return cli_usage("ls", SYNOPSIS, "unknown option %s", s);
     } else if (npos == 0) {
@@ -59,7 +63,6 @@ int cli_ls(int argc, char **argv) {
     return cli_usage("ls", SYNOPSIS, "give a URL");
   if (strlen(prefix) > HR_MAX_KEY)
     return cli_usage("ls", SYNOPSIS, "prefixes are at most 1024 bytes");
-  memset(&co, 0, sizeof co);
   co.cmd = "ls";
   co.url = url;
   if (cli_connect(&cc, &co))

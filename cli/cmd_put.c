@@ -1,7 +1,8 @@
 /*
- * `hurray put [--replace] [--timeout S] URL KEY FILE.npy`: sends a .npy
- * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing
- * key.
+ * `hurray put [--replace] [--timeout S] [--tls-ca F] [--tls-cert F
+ * --tls-key F] URL KEY FILE.npy`: sends a .npy (mapped, not copied) as
+ * TENSOR_PUT; --replace overwrites an existing key.  The --tls-* options
+ * go with hurrays:// URLs (see cmd_get.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 #include "cli.h"
 
-#define SYNOPSIS "[--replace] URL KEY FILE.npy"
+#define SYNOPSIS "[--replace] " CLI_TLS_SYNOPSIS " URL KEY FILE.npy"
 
 int cli_put(int argc, char **argv) {
   const char *pos[3];
@@ -24,6 +25,7 @@ int cli_put(int argc, char **argv) {
   char why[256], action[1100];
   size_t key_len;
 
+  memset(&co, 0, sizeof co);
   for (i = 1; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -36,6 +38,8 @@ int cli_put(int argc, char **argv) {
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
         return cli_usage("put", SYNOPSIS, "--timeout takes seconds");
       timeout_ms = secs ? (int64_t)secs * 1000 : -1;
+    } else if (cli_tls_opt(argc, argv, &i, &co)) {
+      continue;
     } else if (s[0] == '-' && s[1]) {
       return cli_usage("put", SYNOPSIS, "unknown or incomplete option %s", s);
     } else if (npos < 3) {
@@ -54,7 +58,6 @@ int cli_put(int argc, char **argv) {
     cli_err("put", "cannot read %s: %s (give a .npy file)", pos[2], why);
     return CLI_EXIT_FAIL;
   }
-  memset(&co, 0, sizeof co);
   co.cmd = "put";
   co.url = pos[0];
   co.progress = isatty(STDERR_FILENO);

@@ -1,7 +1,13 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
- *               [--max-shards N] [--metrics-listen HOST:PORT]
+ *               [--max-shards N] [--tls-cert F --tls-key F
+ *               [--tls-client-ca F]] [--metrics-listen HOST:PORT]
  *               [--log-level error|warn|info|debug] [-v] PATH...`
+ *
+ * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
+ * hurrays://); --tls-client-ca also requires every client to present a
+ * certificate issued by that CA (mutual TLS).  The Unix socket stays
+ * plain.
  *
  * Serves every .npy under each PATH (key: the path relative to PATH,
  * without ".npy"; a PATH that is a file gives its own name) and every
@@ -38,6 +44,7 @@
 
 #define SYNOPSIS                                                               \
   "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "         \
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] "                           \
   "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] [-v] "     \
   "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
@@ -212,7 +219,8 @@ int cli_serve(int argc, char **argv) {
   hr_metrics_config mcfg;
   hr_ev_metrics *mep = NULL;
   int log_level = HR_LOG_INFO;
-  char unix_addr[128];
+  hr_tls_config tls;
+  char unix_addr[128], why[512];
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -224,6 +232,7 @@ int cli_serve(int argc, char **argv) {
   const char **paths;
 
   memset(&sv, 0, sizeof sv);
+  memset(&tls, 0, sizeof tls);
   paths = calloc((size_t)argc, sizeof *paths);
   if (!paths)
     return CLI_EXIT_FAIL;
@@ -256,12 +265,16 @@ int cli_serve(int argc, char **argv) {
         return cli_usage("serve", SYNOPSIS,
                          "--max-shards takes a number from 1 to 65535");
       }
-    } else if ((!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key") ||
-                !strcmp(a, "--auth-token-file")) &&
-               i + 1 < argc) {
+    } else if (!strcmp(a, "--tls-cert") && i + 1 < argc) {
+      tls.cert_file = argv[++i];
+    } else if (!strcmp(a, "--tls-key") && i + 1 < argc) {
+      tls.key_file = argv[++i];
+    } else if (!strcmp(a, "--tls-client-ca") && i + 1 < argc) {
+      tls.ca_file = argv[++i];
+    } else if (!strcmp(a, "--auth-token-file") && i + 1 < argc) {
       cli_err("serve",
-              "%s is not supported in this build yet (TLS and "
-              "authentication come in a later release); serve without it",
+              "%s is not supported in this build yet (authentication "
+              "comes in a later release); serve without it",
               a);
       free(paths);
       return CLI_EXIT_USAGE;
@@ -286,6 +299,23 @@ int cli_serve(int argc, char **argv) {
   /* TCP is the default only when no transport was asked for. */
   if (!listen_addr && !unix_path)
     listen_addr = DEFAULT_LISTEN;
+  if ((tls.cert_file || tls.key_file || tls.ca_file) &&
+      (!tls.cert_file || !tls.key_file)) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS needs both --tls-cert and --tls-key");
+  }
+  if (tls.cert_file && !listen_addr) {
+    free(paths);
+    return cli_usage("serve", SYNOPSIS,
+                     "TLS is for the TCP listener: add --listen HOST:PORT");
+  }
+  if (tls.cert_file && hr_tls_config_check(&tls, 1, why, sizeof why) != 0) {
+    cli_err("serve", "%s (give PEM files: the certificate chain and its "
+            "private key)", why);
+    free(paths);
+    return CLI_EXIT_FAIL;
+  }
   /* Line-buffered: each log line leaves in one write(2), not two. */
   setvbuf(stderr, NULL, _IOLBF, 1 << 16);
   hr_metrics_config_default(&mcfg);
@@ -338,6 +368,8 @@ int cli_serve(int argc, char **argv) {
   hr_engine_config_default(&ecfg);
   if (max_shards)
     ecfg.session.max_shards = (uint16_t)max_shards;
+  if (tls.cert_file)
+    ecfg.tls_server = &tls;
   hr_metrics_attach(sv.metrics, &ecfg);
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
@@ -407,9 +439,12 @@ int cli_serve(int argc, char **argv) {
            hr_ev_metrics_port(mep));
   }
   fflush(stdout);
-  slog(&sv, HR_LOG_INFO, "start", "%zu tensor%s%s%s, PUT %s", sv.loaded,
+  slog(&sv, HR_LOG_INFO, "start", "%zu tensor%s%s%s, PUT %s%s", sv.loaded,
        sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
-       sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused");
+       sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused",
+       !tls.cert_file ? ""
+       : tls.ca_file  ? ", TLS with client certificates"
+                      : ", TLS");
   event_base_dispatch(sv.base);
 out:
   hr_ev_metrics_close(mep);

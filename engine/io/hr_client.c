@@ -218,6 +218,16 @@ int hr_client_connect(hr_client **out, const char *url,
     goto fail;
   hr_engine_config_default(&cfg);
   cfg.session = cl->o.settings;
+  if (cl->o.tls) {
+    /* Load it here first: the engine's failure has no message. */
+    rv = hr_tls_config_check(cl->o.tls, 0, cl->err.message,
+                             sizeof cl->err.message);
+    if (rv) {
+      cl->err.status = rv;
+      goto fail;
+    }
+    cfg.tls_client = cl->o.tls;
+  }
   cfg.worker_threads = 1;
   if (cl->o.timeout_ms > 0)
     cfg.drain_timeout = (uint64_t)cl->o.timeout_ms * 1000000u;
@@ -290,6 +300,14 @@ fail:
   hr__ploop_del(cl->loop);
   hr__mem_free(mem, cl);
   return rv;
+}
+
+int hr_client_tls_info(const hr_client *c, hr_tls_info *out) {
+  if (!c || !out)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!c->conn)
+    return HR_ERR_CLOSED;
+  return hr_conn_tls_info(c->conn, out);
 }
 
 static hr_session *live_session(hr_client *cl) {

@@ -53,6 +53,7 @@
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include "hr_sock.h"
+#include "hr_tls.h"
 
 #define STAGING_SIZE (64u * 1024u)
 #define IOV_BATCH 128
@@ -131,6 +132,7 @@ struct hr_conn {
   /* A Unix socket's peer (SO_PEERCRED when it connected). */
   int has_cred;
   hr_peer_cred cred;
+  hr__tls *tls; /* the TLS transport, or NULL: the plain socket */
   /* Logs and metrics: the peer's address, and whether on_conn saw it
    * open (so that a failed connect reports no close). */
   char peer[HR_SOCK_PEER_MAX];
@@ -148,6 +150,7 @@ struct hr_listener {
   int port;
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's file, or "" */
   hr_provider prov;
+  int tls; /* connections speak TLS (TCP with config.tls_server) */
 };
 
 typedef struct job {
@@ -198,6 +201,7 @@ struct hr_engine {
   uint8_t *staging;
   hr_registry *reg; /* server: sessions that connections may join */
   hr__engine_ext *ext; /* the in-process pair (hr_engine_ext.h) */
+  hr__tls_ctx *tls_srv, *tls_cli; /* TLS contexts (NULL: none yet) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -575,6 +579,20 @@ static void session_callbacks(hr_session_callbacks *cbs) {
 /* Connection I/O                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* The connection's transport: TLS (hr_tls.c) or the plain socket.  Both
+ * behave like recv() and sendmsg(). */
+static ssize_t conn_recv(hr_conn *c, void *buf, size_t len, int draining) {
+  if (c->tls)
+    return hr__tls_recv(c->tls, buf, len, draining);
+  return recv(c->fd, buf, len, 0);
+}
+
+static ssize_t conn_sendv(hr_conn *c, struct msghdr *mh) {
+  if (c->tls)
+    return hr__tls_sendv(c->tls, mh->msg_iov, (int)mh->msg_iovlen);
+  return sendmsg(c->fd, mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* Reads what the socket holds, up to the byte budget.  Returns 0 or a
  * fatal error; socket errors and EOF mark the connection for closing. */
 static int conn_read(hr_conn *c, hr_tstamp now) {
@@ -582,16 +600,20 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   size_t budget = e->cfg.io_budget;
   int rv;
 
-  while (budget > 0 && hr_session_want_read(c->s)) {
+  /* Bytes TLS already holds are read past the budget: no readiness of
+   * the socket would ever report them. */
+  while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
+         hr_session_want_read(c->s)) {
     void *dst;
     size_t want;
     ssize_t n;
 
     if (hr_session_recv_target(c->s, &dst, &want)) {
-      /* Bulk: straight into the tensor. */
-      if (want > budget)
+      /* Bulk: straight into the tensor (past the budget only what TLS
+       * holds: never a zero-length read, that would look like EOF). */
+      if (budget && want > budget)
         want = budget;
-      n = recv(c->fd, dst, want, 0);
+      n = conn_recv(c, dst, want, budget == 0);
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -604,7 +626,14 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       int64_t took;
 
       want = STAGING_SIZE;
-      n = recv(c->fd, e->staging, want, 0);
+      n = conn_recv(c, e->staging, want, budget == 0);
+      if (n > 0 && !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT &&
+          hr__tls_sniff(e->staging, (size_t)n)) {
+        c->want_close = 1;
+        conn_note(c, HR_ERR_IO,
+                  "the server speaks TLS: connect with hurrays://", 0);
+        return 0;
+      }
       if (n > 0) {
         c->rx_bytes += (uint64_t)n;
         if (c->tap_rx)
@@ -620,7 +649,13 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     if (n == 0) {
       c->peer_eof = 1;
       c->want_close = 1;
-      conn_note(c, HR_ERR_CLOSED, NULL, 0);
+      /* A TLS server drops a plain client without a word. */
+      conn_note(c, HR_ERR_CLOSED,
+                !c->tls && !c->rx_bytes && c->role == HR_ROLE_CLIENT
+                    ? "the server closed the connection without answering "
+                      "(a TLS server? then use hurrays://)"
+                    : NULL,
+                0);
       return 0;
     }
     if (n < 0) {
@@ -633,8 +668,9 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       return 0;
     }
     budget -= (size_t)n < budget ? (size_t)n : budget;
-    /* A short read means the socket is empty: skip the EAGAIN call. */
-    if ((size_t)n < want)
+    /* A short read means the socket is empty: skip the EAGAIN call (not
+     * with TLS, which returns one record at a time). */
+    if ((size_t)n < want && !c->tls)
       break;
   }
   return 0;
@@ -666,7 +702,7 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)n;
     do {
-      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      w = conn_sendv(c, &mh);
     } while (w < 0 && errno == EINTR);
     if (w < 0) {
       hr_session_consumed(c->s, 0, now);
@@ -712,7 +748,7 @@ static int conn_events(hr_conn *c) {
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
-    return ev;
+    return c->tls ? hr__tls_events(c->tls, ev) : ev;
   case CS_LINGER:
     if (c->pre_len)
       ev |= HR_POLL_OUT;
@@ -742,6 +778,8 @@ static void conn_close_socket(hr_conn *c) {
       e->ops.watch(e->loop_data, c->fd, 0, &c->cookie);
     c->watching = 0;
     fdmap_set(e, c->fd, NULL);
+    hr__tls_del(c->tls);
+    c->tls = NULL;
     close(c->fd);
     c->fd = -1;
   }
@@ -770,6 +808,8 @@ static void conn_start_linger(hr_conn *c, hr_tstamp now) {
   }
   c->linger_until = now + LINGER_NS;
   if (!c->pre_len) {
+    if (c->tls)
+      hr__tls_close_notify(c->tls);
     shutdown(c->fd, SHUT_WR);
     c->shut_wr = 1;
   }
@@ -904,6 +944,8 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
     conn_event(c, HR_CONN_OPENED);
     revents &= ~HR_POLL_IN; /* nothing to read yet */
   }
+  if (c->tls)
+    revents = hr__tls_revents(c->tls, revents);
   if (revents & HR_POLL_IN) {
     rv = conn_read(c, now);
     if (rv)
@@ -1081,6 +1123,10 @@ static void settle(hr_engine *e) {
          * drops both once its streams finished and the GOAWAY is out). */
         if ((!r && !w) || c->peer_eof)
           c->want_close = 1;
+        /* A session that gave up (a timeout) before the TLS handshake
+         * finished has nothing it could still send. */
+        if (!r && c->tls && !hr__tls_ready(c->tls))
+          c->want_close = 1;
       }
       if (c->want_close) {
         conn_teardown(c, now);
@@ -1198,6 +1244,14 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   if (rv)
     goto fail;
   hr__sock_tune(fd, e->cfg.socket_buffer);
+  if (l->tls) {
+    rv = hr__tls_new(&c->tls, e->tls_srv, fd, NULL, c->message,
+                     sizeof c->message);
+    if (rv) {
+      fdmap_set(e, fd, NULL);
+      goto fail;
+    }
+  }
   /* Before the first read: the HELLO hook may ask for them. */
   conn_peer(c);
   list_push(&e->conns, c);
@@ -1241,7 +1295,12 @@ static void listener_io(hr_listener *l, hr_tstamp now) {
       continue;
     }
     if (e->nserver >= e->cfg.max_connections) {
-      reject(e, fd, now);
+      /* A TLS client could not read a plain ERROR: it just sees the
+       * close. */
+      if (l->tls)
+        close(fd);
+      else
+        reject(e, fd, now);
       continue;
     }
     rv = conn_new_server(e, l, fd, now);
@@ -1384,6 +1443,12 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   if (e->cfg.drain_timeout == 0)
     e->cfg.drain_timeout = 30ull * 1000000000ull;
   rv = copy_settings(e);
+  if (rv == 0 && e->cfg.tls_server)
+    rv = hr__tls_ctx_new(&e->tls_srv, 1, e->cfg.tls_server, &e->mem, NULL, 0);
+  if (rv == 0 && e->cfg.tls_client)
+    rv = hr__tls_ctx_new(&e->tls_cli, 0, e->cfg.tls_client, &e->mem, NULL, 0);
+  /* The config's TLS pointers are only read here. */
+  e->cfg.tls_server = e->cfg.tls_client = NULL;
   if (rv)
     goto fail;
   e->pool_threads = e->cfg.worker_threads;
@@ -1415,6 +1480,8 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   *out = e;
   return 0;
 fail:
+  hr__tls_ctx_del(e->tls_srv);
+  hr__tls_ctx_del(e->tls_cli);
   hr_registry_del(e->reg);
   if (e->wake_fd >= 0)
     close(e->wake_fd);
@@ -1565,6 +1632,8 @@ int hr_engine_del(hr_engine *e) {
     e->ops.timer(e->loop_data, -1);
   hr__pool_del(e->pool);
   hr_registry_del(e->reg);
+  hr__tls_ctx_del(e->tls_srv);
+  hr__tls_ctx_del(e->tls_cli);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);
@@ -1628,6 +1697,7 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   l->fd = fd;
   l->port = hr__sock_local_port(fd);
   memcpy(l->path, a.path, sizeof l->path);
+  l->tls = e->tls_srv && !a.path[0];
   rv = fdmap_set(e, fd, &l->o);
   if (rv == 0 && !e->accept_paused)
     rv = watch(e, fd, HR_POLL_IN, &l->watching, &l->cookie);
@@ -1664,11 +1734,22 @@ void hr_listener_close(hr_listener *l) {
 static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   int fd, in_progress = 0, rv;
 
+  if (a->tls && !e->tls_cli) {
+    /* "hurrays://" without tls_client: the system's trust store. */
+    rv = hr__tls_ctx_new(&e->tls_cli, 0, NULL, &e->mem, c->message,
+                         sizeof c->message);
+    if (rv)
+      return rv == HR_ERR_NOMEM ? rv : HR_ERR_IO;
+  }
   fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
   if (fd < 0)
     return fd;
   rv = fdmap_set(e, fd, &c->o);
+  if (rv == 0 && a->tls)
+    rv = hr__tls_new(&c->tls, e->tls_cli, fd, a->host, c->message,
+                     sizeof c->message);
   if (rv) {
+    fdmap_set(e, fd, NULL);
     close(fd);
     return rv;
   }
@@ -1677,6 +1758,8 @@ static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
   rv = watch(e, fd, HR_POLL_OUT, &c->watching, &c->cookie);
   if (rv) {
     fdmap_set(e, fd, NULL);
+    hr__tls_del(c->tls);
+    c->tls = NULL;
     close(fd);
     return rv;
   }
@@ -1828,6 +1911,14 @@ int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out) {
     return HR_ERR_UNSUPPORTED;
   *out = c->cred;
   return 0;
+}
+
+int hr_conn_tls_info(const hr_conn *c, hr_tls_info *out) {
+  if (!c || !out || c->state == CS_DEAD)
+    return HR_ERR_INVALID_ARGUMENT;
+  if (!c->tls)
+    return HR_ERR_UNSUPPORTED;
+  return hr__tls_info(c->tls, out);
 }
 
 /* ---- logs and metrics ---- */

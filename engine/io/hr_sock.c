@@ -37,9 +37,14 @@ int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out) {
   }
   p = text;
   if (strstr(p, "://")) {
-    if (!allow_scheme || strncmp(p, "hurray://", 9) != 0)
+    if (allow_scheme && strncmp(p, "hurray://", 9) == 0) {
+      p += 9;
+    } else if (allow_scheme && strncmp(p, "hurrays://", 10) == 0) {
+      p += 10;
+      out->tls = 1;
+    } else {
       return HR_ERR_INVALID_ARGUMENT;
-    p += 9;
+    }
   }
   if (*p == '[') {
     const char *close = strchr(p, ']');

@@ -20,18 +20,20 @@
 /* Longest Unix socket path accepted (sun_path holds it and a NUL). */
 #define HR_SOCK_PATH_MAX 107
 
-/* A parsed "HOST:PORT" or "[V6]:PORT" (optionally "hurray://" first), or
+/* A parsed "HOST:PORT" or "[V6]:PORT" (optionally "hurray://" or
+ * "hurrays://" first), or
  * "unix:PATH" (then `path` is non-empty and host/port are unused). */
 typedef struct hr__addr {
   char host[HR_SOCK_HOST_MAX]; /* without brackets, NUL-terminated */
   uint16_t port;
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's path, or "" */
+  int tls; /* "hurrays://": TLS over TCP */
 } hr__addr;
 
 /*
  * Parses `text`.  "unix:PATH" names a Unix domain socket (a non-empty PATH
  * of at most HR_SOCK_PATH_MAX bytes).  Otherwise a "hurray://" prefix is
- * skipped when `allow_scheme` is set; any other scheme, a missing or
+ * skipped when `allow_scheme` is set, and "hurrays://" sets `tls`; any other scheme, a missing or
  * non-numeric port, a port above 65535, an empty host or a trailing path
  * are rejected.  Returns 0 or HR_ERR_INVALID_ARGUMENT.
  */

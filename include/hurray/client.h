@@ -46,6 +46,11 @@ typedef struct hr_client_options {
   unsigned lanes; /* connections of the session (1; at most HR_MAX_LANES):
                      with more, a parallel GET's shards come over all of
                      them (hr_engine_connect_group()); taps see lane 0 */
+  /* ---- appended for TLS ---- */
+  /* For "hurrays://" URLs: the CA file, server name and client certificate
+   * (<hurray/engine.h> hr_tls_config; NULL: the system's trust store, no
+   * client certificate).  Read by hr_client_connect() only. */
+  const struct hr_tls_config *tls;
 } hr_client_options;
 
 /* Why a call failed. */
@@ -61,10 +66,13 @@ typedef struct hr_client_error {
 HR_EXTERN void hr_client_options_default(hr_client_options *o);
 
 /*
- * Connects to `url` ("hurray://HOST:PORT", "HOST:PORT" or "unix:PATH") and
- * waits for the HELLO exchange.  `opts` may be NULL (defaults); it is copied.
+ * Connects to `url` ("hurray://HOST:PORT", "HOST:PORT", "hurrays://HOST:PORT"
+ * for TLS, or "unix:PATH") and waits for the HELLO exchange (after the TLS
+ * handshake).  `opts` may be NULL (defaults); it is copied.
  * `err` (may be NULL) says why it failed.  Returns 0, HR_ERR_INVALID_
- * ARGUMENT (bad URL), HR_ERR_IO (refused, unreachable), HR_ERR_REMOTE (the
+ * ARGUMENT (bad URL, a TLS configuration that does not load: the message
+ * says why), HR_ERR_IO (refused, unreachable, the TLS handshake failed:
+ * the message says what failed, e.g. "certificate verify failed"), HR_ERR_REMOTE (the
  * server answered ERROR, e.g. RESOURCE_EXHAUSTED at its connection cap),
  * HR_ERR_PROTO (the server broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED,
  * HR_ERR_NOMEM.
@@ -148,6 +156,11 @@ HR_EXTERN unsigned hr_client_lanes(const hr_client *c);
 
 /* The server's HELLO (valid until hr_client_close()). */
 HR_EXTERN const hr_hello *hr_client_server_hello(const hr_client *c);
+
+/* The TLS state of the connection (lane 0), as hr_conn_tls_info().
+ * Returns 0, HR_ERR_UNSUPPORTED (not TLS), HR_ERR_CLOSED,
+ * HR_ERR_INVALID_ARGUMENT. */
+HR_EXTERN int hr_client_tls_info(const hr_client *c, hr_tls_info *out);
 
 /* Why the last call failed (status 0 after a success). */
 HR_EXTERN const hr_client_error *hr_client_last_error(const hr_client *c);

@@ -2,7 +2,7 @@
  * libhurray: the embeddable engine.
  *
  * An hr_engine drives hr_sessions (<hurray/session.h>) over real sockets
- * (TCP; Unix sockets and TLS later) on the host's event loop.  The host
+ * (TCP, TLS over TCP, Unix sockets) on the host's event loop.  The host
  * tells the engine which file descriptors are ready and when its single
  * timer fired; the engine tells the host which descriptors to watch and
  * when the timer is due — the shape of curl's multi_socket API.  The
@@ -97,6 +97,8 @@ HR_EXTERN int hr_engine_flush(hr_engine *e);
 
 #define HR_ENGINE_CONFIG_VERSION 1
 
+struct hr_tls_config; /* below, under "TLS" */
+
 typedef struct hr_engine_config {
   int version;                 /* HR_ENGINE_CONFIG_VERSION */
   hr_settings session;         /* defaults for every session (pointers inside
@@ -125,7 +127,15 @@ typedef struct hr_engine_config {
   void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
                       void *user_data);
   void *user_data; /* for on_wakeup, on_transfer, on_request, on_conn */
-  /* ---- appended in 0.1 (logs and metrics; NULL: none) ---- */
+  /* ---- appended for TLS (NULL: none; see "TLS" below) ---- */
+  /* Server: every TCP listener speaks TLS 1.3 with this certificate and
+   * key (Unix socket listeners stay plain). */
+  const struct hr_tls_config *tls_server;
+  /* Client: how "hurrays://" connections verify the server and which
+   * certificate they present (NULL: the system's trust store, no client
+   * certificate). */
+  const struct hr_tls_config *tls_client;
+  /* ---- appended for logs and metrics (NULL: none) ---- */
   /* Server: a request that moved no tensor bytes (LIST, PING, or a GET or
    * PUT refused before it became a stream), as
    * hr_session_callbacks.on_request reports it. */
@@ -152,7 +162,8 @@ HR_EXTERN void hr_engine_config_default(hr_engine_config *c);
  * Creates an engine bound to the host's loop.  `ops` and `cfg` are copied
  * (cfg may be NULL: defaults).  Creates the worker pool (its threads start
  * on first use) and watches its completion eventfd.  Returns 0,
- * HR_ERR_INVALID_ARGUMENT (ops without watch or timer, a bad version),
+ * HR_ERR_INVALID_ARGUMENT (ops without watch or timer, a bad version, a
+ * TLS configuration that does not load: hr_tls_config_check() says why),
  * HR_ERR_NOMEM, HR_ERR_IO (eventfd), or the error of ops->watch.
  */
 HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
@@ -213,6 +224,11 @@ HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
  * fails with HR_ERR_IO, and a file that is not a socket is left alone.
  * Unix sockets are a network transport for the wire rules (sync_mode 0,
  * device_index 0).
+ *
+ * On an engine with config.tls_server every TCP listener speaks TLS (see
+ * "TLS" below); a Unix socket listener stays plain.  Over max_connections
+ * a TLS connection is closed without the ERROR a plain one gets (a TLS
+ * client could not read it before a handshake).
  */
 /* The bound port (after port 0); -1 for a Unix socket. */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
@@ -233,11 +249,18 @@ HR_EXTERN void hr_listener_close(hr_listener *l);
 typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
 
 /*
- * Connects to "hurray://HOST:PORT" (or "HOST:PORT", or "unix:PATH" for a
- * Unix domain socket) non-blockingly.
+ * Connects to "hurray://HOST:PORT" (or "HOST:PORT", "hurrays://HOST:PORT"
+ * for TLS, or "unix:PATH" for a Unix domain socket) non-blockingly.  A TLS
+ * connection that fails its handshake (untrusted or misnamed server
+ * certificate, a server that refuses our certificate, a peer that does
+ * not speak TLS) closes with HR_ERR_IO and hr_conn_error()'s message
+ * saying what failed.
  * `settings` NULL: the engine's defaults.  Requests may be queued on the
  * connection's session right away; they are sent after the handshake.
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO, HR_ERR_NOMEM.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO, HR_ERR_NOMEM
+ * (a "hurrays://" URL on an engine without tls_client: the context is
+ * made on first use from the system's trust store; HR_ERR_IO if that
+ * fails).
  */
 HR_EXTERN int hr_engine_connect(hr_engine *e, const char *url,
                                 const hr_settings *settings, hr_conn_cb cb,
@@ -321,6 +344,86 @@ HR_EXTERN int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out);
 HR_EXTERN const char *hr_conn_peer(const hr_conn *c);
 /* HR_ROLE_SERVER (an accepted connection) or HR_ROLE_CLIENT; -1 for NULL. */
 HR_EXTERN int hr_conn_role(const hr_conn *c);
+
+/* ------------------------------------------------------------------------ */
+/* TLS                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * TLS 1.3 over TCP with OpenSSL (docs/protocol.md § 25.1).  A server
+ * engine with config.tls_server makes every TCP listener a TLS one; a
+ * client selects TLS per connection with the "hurrays://HOST:PORT" URL
+ * (every lane of hr_engine_connect_group() too) and verifies the server
+ * with config.tls_client.  Only TLS 1.3 is spoken.  The engine asks for
+ * kernel TLS (SSL_OP_ENABLE_KTLS) and falls back to userspace TLS where
+ * the kernel or the cipher does not have it; hr_conn_tls_info() says
+ * which was used.
+ *
+ * Files are PEM.  They are read by hr_engine_new() (and
+ * hr_tls_config_check()); the strings need not outlive that call.
+ *
+ * OpenSSL allocates through its own allocator, not the engine's hr_mem;
+ * everything it allocated for a connection is freed when the connection
+ * closes, and the contexts when the engine is deleted.
+ */
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
+
+typedef struct hr_tls_config {
+  /* Certificate chain (leaf first) and its private key.  Server: required
+   * (unless ssl_ctx).  Client: optional, presented to a server that asks
+   * for one (mutual TLS); give both or neither. */
+  const char *cert_file;
+  const char *key_file;
+  /* Trust anchors.  Client: the CAs that may have issued the server's
+   * certificate (NULL: the system's default store).  Server: when set,
+   * every client must present a certificate issued by one of them
+   * (mutual TLS); a client without one, or with another, fails the
+   * handshake. */
+  const char *ca_file;
+  /* Client: the name the server's certificate must carry (DNS name, or an
+   * IP address matched against IP SANs), also sent as SNI when it is a
+   * name (NULL: the URL's host). */
+  const char *server_name;
+  /* The host's own context instead of the files above (NULL: none).  The
+   * engine takes a reference (SSL_CTX_up_ref) and drops it in
+   * hr_engine_del(), so the host may free its own at any time after
+   * hr_engine_new().  The engine never changes the context; per
+   * connection it requires TLS 1.3, sets the host name to verify (client)
+   * and asks for kernel TLS.  Verification is the context's: a client
+   * context must have SSL_VERIFY_PEER set for the server's certificate
+   * and name to be checked. */
+  struct ssl_ctx_st *ssl_ctx;
+  int no_ktls; /* 1: never use kernel TLS */
+} hr_tls_config;
+
+/*
+ * Loads `cfg` the way hr_engine_new() will (`server`: as tls_server,
+ * else as tls_client) and discards the result: for a clear message before
+ * starting.  `why` (may be NULL) receives one line on failure (the file,
+ * and OpenSSL's reason, e.g. "the key does not match the certificate").
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (a file does not load, key mismatch,
+ * a server without certificate, a client with only one of cert/key),
+ * HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_tls_config_check(const hr_tls_config *cfg, int server,
+                                  char *why, size_t why_len);
+
+/* What a TLS connection negotiated. */
+typedef struct hr_tls_info {
+  char version[16];       /* "TLSv1.3" */
+  char cipher[64];        /* e.g. "TLS_AES_128_GCM_SHA256" */
+  int ktls_tx;            /* sends go through kernel TLS */
+  int ktls_rx;            /* receives go through kernel TLS */
+  int peer_cert;          /* the peer presented a certificate that verified */
+  char peer_subject[256]; /* its subject, one line ("" without one) */
+} hr_tls_info;
+
+/*
+ * The TLS state of a connection (lane 0's for a group) once its handshake
+ * finished.  Returns 0, HR_ERR_UNSUPPORTED (a plain connection),
+ * HR_ERR_STATE (the handshake has not finished), HR_ERR_INVALID_ARGUMENT.
+ */
+HR_EXTERN int hr_conn_tls_info(const hr_conn *c, hr_tls_info *out);
 
 /* A tap on the raw byte stream (debugging, `hurray get --dump-wire`):
  * `rx` sees every byte received, `tx` every byte sent, in order, on the

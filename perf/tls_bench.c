@@ -1,0 +1,455 @@
+/*
+ * tls_bench: a GET over TLS beside plain OpenSSL and beside plain TCP, in
+ * the same run (guides/performance.md: never compare with a table).
+ *
+ *  1. baseline: OpenSSL TLS 1.3 send/recv of N bytes over loopback, the
+ *     receiver SSL_read()ing straight into the final buffer, with the
+ *     cipher and kernel-TLS setting the engine uses;
+ *  2. a hurray GET of an N-byte tensor over hurrays:// (server on a
+ *     libevent loop, the blocking client into a caller's buffer);
+ *  3. the same GET over plain TCP.
+ * Prints GB/s of each and the ratios (targets: TLS GET >= 0.85 x the
+ * OpenSSL baseline, >= 0.5 x the plain GET), and whether kernel TLS was
+ * used.  Certificates are made at run time (tests/tls/certs.c).  The
+ * server thread and tensor are shaped like engine_bench.c's.
+ *
+ *   tls_bench [--mib N] [--runs R] [--no-ktls]
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <hurray/client.h>
+#include <hurray/hr_event.h>
+#include <hurray/store.h>
+
+#include "certs.h"
+
+/* The engine's first preference (engine/io/hr_tls.c). */
+#define CIPHER "TLS_AES_128_GCM_SHA256"
+
+static uint64_t g_bytes = 1ull << 30;
+static int g_no_ktls;
+static certs g_certs;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds of the whole process (both ends run in it). */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "tls_bench: %s: %s\n", what, strerror(errno));
+  ERR_print_errors_fp(stderr);
+  exit(1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A hurray server on its own thread (libevent loop)                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct server {
+  pthread_t th;
+  struct event_base *base;
+  hr_engine *e;
+  hr_store *store;
+  int tls;
+  int port;
+  atomic_int stop;
+  atomic_int ready;
+} server;
+
+static void srv_closed(hr_engine *e, void *ud) {
+  (void)e;
+  event_base_loopbreak(((server *)ud)->base);
+}
+
+static void srv_wakeup(hr_engine *e, void *ud) {
+  server *s = ud;
+  if (atomic_load(&s->stop))
+    hr_engine_close(e, srv_closed, s);
+}
+
+static void *srv_main(void *arg) {
+  server *s = arg;
+  hr_engine_config cfg;
+  hr_tls_config tc;
+  hr_provider prov;
+  hr_listener *l;
+
+  s->base = event_base_new();
+  hr_engine_config_default(&cfg);
+  cfg.on_wakeup = srv_wakeup;
+  cfg.user_data = s;
+  memset(&tc, 0, sizeof tc);
+  tc.cert_file = g_certs.server_cert;
+  tc.key_file = g_certs.server_key;
+  tc.no_ktls = g_no_ktls;
+  if (s->tls)
+    cfg.tls_server = &tc;
+  if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
+    die("hr_ev_attach");
+  hr_store_provider(s->store, &prov);
+  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
+    die("listen");
+  s->port = hr_listener_port(l);
+  atomic_store(&s->ready, 1);
+  event_base_dispatch(s->base);
+  hr_engine_del(s->e);
+  event_base_free(s->base);
+  return NULL;
+}
+
+static void srv_start(server *s, hr_store *store, int tls) {
+  memset(s, 0, sizeof *s);
+  s->store = store;
+  s->tls = tls;
+  pthread_create(&s->th, NULL, srv_main, s);
+  while (!atomic_load(&s->ready))
+    usleep(1000);
+}
+
+static void srv_stop(server *s) {
+  atomic_store(&s->stop, 1);
+  hr_engine_wakeup(s->e);
+  pthread_join(s->th, NULL);
+}
+
+static hr_tensor *big_tensor(uint64_t bytes) {
+  hr_descriptor d;
+  hr_tensor *t;
+  uint64_t *p, i;
+
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = bytes;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = bytes;
+  d.buffers[0].alignment_log2 = 6;
+  if (hr_tensor_alloc(&t, &d, 12, NULL) != 0)
+    die("hr_tensor_alloc");
+  p = hr_tensor_buffer(t, 0);
+  for (i = 0; i < bytes / 8; i++)
+    p[i] = i * 0x9E3779B97F4A7C15ull;
+  return t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1. plain OpenSSL                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int listen_any(int *port) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 64) ||
+      getsockname(fd, (struct sockaddr *)&sa, &len))
+    die("listen");
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+static int connect_to(int port) {
+  struct sockaddr_in sa;
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
+    die("connect");
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+/* A context set up like the engine's: TLS 1.3, its cipher, kTLS asked. */
+static SSL_CTX *ossl_ctx(int is_server) {
+  SSL_CTX *ctx = SSL_CTX_new(is_server ? TLS_server_method() : TLS_client_method());
+
+  if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
+      !SSL_CTX_set_ciphersuites(ctx, CIPHER))
+    die("SSL_CTX_new");
+  if (!g_no_ktls)
+    SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
+  if (is_server) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, g_certs.server_cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, g_certs.server_key,
+                                    SSL_FILETYPE_PEM) != 1)
+      die("server certificate");
+    SSL_CTX_set_num_tickets(ctx, 0);
+  } else {
+    if (SSL_CTX_load_verify_locations(ctx, g_certs.ca, NULL) != 1)
+      die("CA");
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+  }
+  return ctx;
+}
+
+typedef struct ossl_sender {
+  int lfd;
+  SSL_CTX *ctx;
+  const uint8_t *src;
+  uint64_t n;
+  int ktls_tx;
+} ossl_sender;
+
+static void *ossl_send_main(void *arg) {
+  ossl_sender *r = arg;
+  int fd = accept(r->lfd, NULL, NULL), one = 1;
+  SSL *ssl = SSL_new(r->ctx);
+  uint64_t off = 0;
+  char go;
+
+  /* Like the engine's sockets (hr__sock_tune): records must not wait
+   * for Nagle. */
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+  SSL_set_fd(ssl, fd);
+  if (SSL_accept(ssl) != 1)
+    die("SSL_accept");
+  r->ktls_tx = BIO_get_ktls_send(SSL_get_wbio(ssl)) ? 1 : 0;
+  if (SSL_read(ssl, &go, 1) != 1)
+    die("go");
+  while (off < r->n) {
+    size_t k = r->n - off > (8u << 20) ? (8u << 20) : (size_t)(r->n - off);
+    size_t w = 0;
+    if (SSL_write_ex(ssl, r->src + off, k, &w) != 1)
+      die("SSL_write");
+    off += w;
+  }
+  SSL_shutdown(ssl);
+  SSL_free(ssl);
+  close(fd);
+  return NULL;
+}
+
+/* SSL_write -> SSL_read straight into the final buffer. */
+static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
+                        int *ktls_tx, int *ktls_rx, char *cipher,
+                        size_t cipher_len) {
+  ossl_sender r;
+  SSL_CTX *cctx = ossl_ctx(0);
+  SSL *ssl;
+  pthread_t th;
+  int port, fd;
+  uint64_t off = 0;
+  double t0, t1;
+
+  r.lfd = listen_any(&port);
+  r.ctx = ossl_ctx(1);
+  r.src = src;
+  r.n = n;
+  pthread_create(&th, NULL, ossl_send_main, &r);
+  fd = connect_to(port);
+  ssl = SSL_new(cctx);
+  SSL_set_fd(ssl, fd);
+  SSL_set1_host(ssl, "127.0.0.1");
+  /* The engine's read side (hr_tls.c): read-ahead in a 256 KiB buffer
+   * once the handshake is done, unless the kernel receives. */
+  SSL_set_default_read_buffer_len(ssl, 256u << 10);
+  if (SSL_connect(ssl) != 1)
+    die("SSL_connect");
+  *ktls_rx = BIO_get_ktls_recv(SSL_get_rbio(ssl)) ? 1 : 0;
+  if (!*ktls_rx)
+    SSL_set_read_ahead(ssl, 1);
+  snprintf(cipher, cipher_len, "%s",
+           SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)));
+  t0 = now_s();
+  if (SSL_write(ssl, "g", 1) != 1)
+    die("go");
+  while (off < n) {
+    size_t k = 0;
+    if (SSL_read_ex(ssl, dst + off, n - off, &k) != 1)
+      die("SSL_read");
+    off += k;
+  }
+  t1 = now_s();
+  pthread_join(th, NULL);
+  *ktls_tx = r.ktls_tx;
+  SSL_free(ssl);
+  SSL_CTX_free(cctx);
+  SSL_CTX_free(r.ctx);
+  close(fd);
+  close(r.lfd);
+  if (memcmp(src, dst, n) != 0) {
+    fprintf(stderr, "openssl: bytes differ\n");
+    exit(1);
+  }
+  return (double)n / (t1 - t0) / 1e9;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2, 3. hurray GETs                                                         */
+/* ------------------------------------------------------------------------ */
+
+static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
+                         uint64_t n, hr_tls_info *ti) {
+  hr_client_options co;
+  hr_tls_config tc;
+  hr_client_error err;
+  hr_client *c;
+  hr_get_opts o;
+  hr_get_dest dest;
+  hr_tensor *t;
+  hr_transfer_record rec;
+  char url[64];
+  double secs;
+
+  hr_client_options_default(&co);
+  memset(&tc, 0, sizeof tc);
+  tc.ca_file = g_certs.ca;
+  tc.no_ktls = g_no_ktls;
+  co.tls = &tc;
+  co.timeout_ms = 120000;
+  snprintf(url, sizeof url, "%s://127.0.0.1:%d", tls ? "hurrays" : "hurray",
+           port);
+  if (hr_client_connect(&c, url, &co, NULL, &err) != 0) {
+    fprintf(stderr, "connect %s: %s\n", url, err.message);
+    exit(1);
+  }
+  if (tls && hr_client_tls_info(c, ti) != 0)
+    die("hr_client_tls_info");
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"big";
+  o.key_len = 3;
+  o.max_shards = 1;
+  memset(&dest, 0, sizeof dest);
+  dest.buffer = dst;
+  dest.capacity = n;
+  o.dest = &dest;
+  if (hr_client_get(c, &o, &t, &rec) != 0) {
+    fprintf(stderr, "GET failed: %s\n", hr_client_last_error(c)->message);
+    exit(1);
+  }
+  secs = (double)(rec.finished - rec.started) / 1e9;
+  if (hr_tensor_buffer(t, 0) != dst ||
+      memcmp(dst, hr_tensor_buffer(ref, 0), n) != 0) {
+    fprintf(stderr, "hurray: bytes differ or not in place\n");
+    exit(1);
+  }
+  hr_tensor_unref(t);
+  hr_client_close(c);
+  return (double)n / secs / 1e9;
+}
+
+int main(int argc, char **argv) {
+  hr_store *store;
+  hr_tensor *t;
+  uint8_t *dst;
+  server tls_srv, tcp_srv;
+  hr_tls_info ti;
+  char cipher[64];
+  double best_o = 0, best_t = 0, best_p = 0, c0, cpu[3] = {0, 0, 0};
+  int i, runs = 3, ktx = 0, krx = 0;
+
+  for (i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+      g_bytes = strtoull(argv[++i], NULL, 10) << 20;
+    else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+      runs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-ktls"))
+      g_no_ktls = 1;
+    else {
+      fprintf(stderr, "usage: tls_bench [--mib N] [--runs R] [--no-ktls]\n");
+      return 2;
+    }
+  }
+  if (g_bytes == 0 || runs < 1)
+    return 2;
+  if (certs_make(&g_certs))
+    die("certificates");
+  t = big_tensor(g_bytes);
+  dst = mmap(NULL, g_bytes, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (dst == MAP_FAILED)
+    die("mmap");
+  madvise(dst, g_bytes, MADV_HUGEPAGE);
+  memset(dst, 0, g_bytes); /* fault the destination in once for all */
+  hr_store_new(&store, NULL, NULL);
+  hr_store_put(store, "big", 3, t, 0);
+  srv_start(&tls_srv, store, 1);
+  srv_start(&tcp_srv, store, 0);
+  printf("tls_bench: %.0f MiB over loopback into the final buffer%s\n",
+         (double)g_bytes / (1 << 20), g_no_ktls ? " (kTLS off)" : "");
+  for (i = 0; i < runs; i++) {
+    double o, tl, p;
+    memset(dst, 0, 4096);
+    c0 = cpu_s();
+    o = ossl_bulk(hr_tensor_buffer(t, 0), dst, g_bytes, &ktx, &krx, cipher,
+                  sizeof cipher);
+    cpu[0] += cpu_s() - c0;
+    memset(dst, 0, 4096);
+    c0 = cpu_s();
+    tl = hurray_get(tls_srv.port, 1, t, dst, g_bytes, &ti);
+    cpu[1] += cpu_s() - c0;
+    memset(dst, 0, 4096);
+    c0 = cpu_s();
+    p = hurray_get(tcp_srv.port, 0, t, dst, g_bytes, NULL);
+    cpu[2] += cpu_s() - c0;
+    printf("  run %d: openssl %.2f GB/s  hurray TLS GET %.2f GB/s  "
+           "hurray TCP GET %.2f GB/s  TLS/openssl %.2f  TLS/TCP %.2f\n",
+           i + 1, o, tl, p, tl / o, tl / p);
+    if (o > best_o)
+      best_o = o;
+    if (tl > best_t)
+      best_t = tl;
+    if (p > best_p)
+      best_p = p;
+  }
+  printf("  cipher: openssl %s (kTLS tx %d rx %d), hurray %s %s (kTLS tx %d "
+         "rx %d)\n",
+         cipher, ktx, krx, ti.version, ti.cipher, ti.ktls_tx, ti.ktls_rx);
+  if (strcmp(cipher, ti.cipher) != 0)
+    printf("  WARNING: the ciphers differ; the comparison is unfair\n");
+  printf("  best: openssl %.2f GB/s, hurray TLS %.2f GB/s, hurray TCP %.2f "
+         "GB/s\n",
+         best_o, best_t, best_p);
+  printf("  TLS GET / openssl %.2f (target >= 0.85), TLS GET / TCP GET %.2f "
+         "(target >= 0.50)\n",
+         best_t / best_o, best_t / best_p);
+  /* CPU time per GiB, both ends together (memcmp checks included): the
+   * steadier figure on a loaded machine. */
+  printf("  CPU s per GiB, both ends: openssl %.2f, hurray TLS %.2f, hurray "
+         "TCP %.2f\n",
+         cpu[0] / runs / ((double)g_bytes / (1 << 30)),
+         cpu[1] / runs / ((double)g_bytes / (1 << 30)),
+         cpu[2] / runs / ((double)g_bytes / (1 << 30)));
+  srv_stop(&tls_srv);
+  srv_stop(&tcp_srv);
+  hr_store_del(store);
+  hr_tensor_unref(t);
+  munmap(dst, g_bytes);
+  certs_remove(&g_certs);
+  return 0;
+}
