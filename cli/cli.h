@@ -56,6 +56,7 @@ typedef struct cli_conn_opts {
   /* --tls-ca, --tls-cert, --tls-key (NULL: not given); only for
    * hurrays:// URLs. */
   const char *tls_ca, *tls_cert, *tls_key;
+  const char *fabric;      /* --fabric PROVIDER ("auto"), or NULL */
 } cli_conn_opts;
 
 typedef struct cli_conn {
@@ -79,6 +80,10 @@ int cli_disconnect(cli_conn *cc, const char *cmd);
 void cli_progress_total(cli_conn *cc, uint64_t total, int upload);
 /* Clears the progress bar line if one was drawn. */
 void cli_progress_done(cli_conn *cc);
+
+/* The local address a fabric endpoint should use to reach `url`'s host:
+ * "127.0.0.1" for a loopback host, else NULL (the provider's default). */
+const char *cli_fabric_node(const char *url);
 
 /* "1.5 GiB" etc. */
 void cli_human_bytes(uint64_t n, char *out, size_t cap);

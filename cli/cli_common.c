@@ -235,6 +235,20 @@ static void on_rx(const void *bytes, size_t len, void *ud) {
     cc->dump_failed = 1;
 }
 
+const char *cli_fabric_node(const char *url) {
+  const char *h = url;
+  if (!h)
+    return NULL;
+  if (!strncmp(h, "hurray://", 9))
+    h += 9;
+  else if (!strncmp(h, "hurrays://", 10))
+    h += 10;
+  if (!strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) ||
+      !strncmp(h, "localhost", 10))
+    return "127.0.0.1";
+  return NULL;
+}
+
 int cli_tls_opt(int argc, char **argv, int *i, cli_conn_opts *o) {
   const char *a = argv[*i];
 
@@ -278,6 +292,10 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
     opts.timeout_ms = o->timeout_ms;
   opts.lanes = o->lanes;
   opts.user_data = cc;
+  if (o->fabric) {
+    opts.fabric_provider = o->fabric;
+    opts.fabric_node = cli_fabric_node(o->url);
+  }
   if (o->dump_wire) {
     cc->dump = fopen(o->dump_wire, "wb");
     if (!cc->dump) {

@@ -3,7 +3,8 @@
  *             [--parallel N] [--connections C]
  *             [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT]
  *             [-o OUT.npy] [--stats] [--dump-wire FILE] [--timeout S]
- *             [--tls-ca F] [--tls-cert F --tls-key F] URL KEY`
+ *             [--tls-ca F] [--tls-cert F --tls-key F] [--fabric PROVIDER]
+ *             URL KEY`
  *
  * URL is hurray://HOST:PORT, hurrays://HOST:PORT (TLS: --tls-ca names the
  * CA that issued the server's certificate, the system's store otherwise;
@@ -21,7 +22,10 @@
  * transcode kernels.  A composite is written member by member as
  * OUT.0.npy, OUT.1.npy, ... (nested members as OUT.1.0.npy).  Without -o
  * a one-line summary is printed.  --stats prints one JSON line on stderr
- * at the end.
+ * at the end: "data_plane" says what carried the bytes ("rdma" or
+ * "frames") and "fallback" why the RDMA data plane was not used or
+ * failed.  --fabric PROVIDER (or "auto") opens a libfabric endpoint, so
+ * that a server started with --fabric sends over the RDMA data plane.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -39,7 +43,8 @@
 #define SYNOPSIS                                                               \
   "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
-  "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS " URL KEY"
+  "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
+  " [--fabric PROVIDER] URL KEY"
 
 #define EXT_MAX (1 + 4 * HR_MAX_RANK)
 
@@ -59,6 +64,7 @@ typedef struct get_args {
   uint64_t slice_dim, slice_rank, slice_count;
   const char *out;
   int stats;
+  const char *fabric; /* --fabric PROVIDER */
   const char *dump;
   int64_t timeout_ms;
   const char *url;
@@ -482,6 +488,8 @@ int cli_get(int argc, char **argv) {
       a.out = argv[++i];
     } else if (!strcmp(s, "--stats")) {
       a.stats = 1;
+    } else if (!strcmp(s, "--fabric") && more) {
+      a.fabric = argv[++i];
     } else if (!strcmp(s, "--dump-wire") && more) {
       a.dump = argv[++i];
     } else if (!strcmp(s, "--timeout") && more) {
@@ -517,6 +525,7 @@ int cli_get(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  co.fabric = a.fabric;
   if (cli_connect(&cc, &co))
     return CLI_EXIT_FAIL;
 

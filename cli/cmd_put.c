@@ -1,10 +1,14 @@
 /*
- * `hurray put [--replace] [--timeout S] [--tls-ca F] [--tls-cert F
- * --tls-key F] URL KEY FILE.npy`: sends a .npy (mapped, not copied) as
- * TENSOR_PUT; --replace overwrites an existing key.  The --tls-* options
- * go with hurrays:// URLs (see cmd_get.c).
+ * `hurray put [--replace] [--stats] [--fabric PROVIDER] [--timeout S]
+ * [--tls-ca F] [--tls-cert F --tls-key F] URL KEY FILE.npy`: sends a .npy
+ * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing key.
+ * The --tls-* options go with hurrays:// URLs (see cmd_get.c).  --fabric
+ * sends over the RDMA data plane when the server has one too; --stats
+ * prints one JSON line on stderr (data_plane, fallback, bytes, seconds).
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -12,11 +16,45 @@
 
 #include "cli.h"
 
-#define SYNOPSIS "[--replace] " CLI_TLS_SYNOPSIS " URL KEY FILE.npy"
+#define SYNOPSIS                                                               \
+  "[--replace] [--stats] [--fabric PROVIDER] " CLI_TLS_SYNOPSIS               \
+  " URL KEY FILE.npy"
+
+static void print_stats(const char *key, const hr_transfer_record *rec) {
+  cJSON *o = cJSON_CreateObject();
+  double secs = rec->finished > rec->started
+                    ? (double)(rec->finished - rec->started) / 1e9
+                    : 0.0;
+  char *line;
+
+  if (!o)
+    return;
+  cJSON_AddStringToObject(o, "key", key);
+  cJSON_AddStringToObject(o, "data_plane",
+                          rec->data_plane == HR_PLANE_RDMA  ? "rdma"
+                          : rec->data_plane == HR_PLANE_SHM ? "shm"
+                                                            : "frames");
+  if (rec->fallback[0])
+    cJSON_AddStringToObject(o, "fallback", rec->fallback);
+  else
+    cJSON_AddNullToObject(o, "fallback");
+  cJSON_AddNumberToObject(o, "bytes", (double)rec->bytes);
+  cJSON_AddNumberToObject(o, "seconds", secs);
+  cJSON_AddNumberToObject(o, "gb_per_s",
+                          secs > 0 ? (double)rec->bytes / secs / 1e9 : 0.0);
+  if (rec->status)
+    cJSON_AddStringToObject(o, "error", hr_wire_error_name(rec->wire_error));
+  line = cJSON_PrintUnformatted(o);
+  if (line) {
+    fprintf(stderr, "%s\n", line);
+    free(line);
+  }
+  cJSON_Delete(o);
+}
 
 int cli_put(int argc, char **argv) {
-  const char *pos[3];
-  int i, npos = 0, replace = 0, rv, status;
+  const char *pos[3], *fabric = NULL;
+  int i, npos = 0, replace = 0, stats = 0, rv, status;
   int64_t timeout_ms = 0;
   hr_transfer_record rec;
   hr_tensor *t;
@@ -33,6 +71,10 @@ int cli_put(int argc, char **argv) {
       return 0;
     } else if (!strcmp(s, "--replace")) {
       replace = 1;
+    } else if (!strcmp(s, "--stats")) {
+      stats = 1;
+    } else if (!strcmp(s, "--fabric") && i + 1 < argc) {
+      fabric = argv[++i];
     } else if (!strcmp(s, "--timeout") && i + 1 < argc) {
       uint64_t secs;
       if (cli_parse_u64(argv[++i], &secs) || secs > 86400)
@@ -63,6 +105,7 @@ int cli_put(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.expect_bytes = hr_tensor_bytes(t);
   co.timeout_ms = timeout_ms;
+  co.fabric = fabric;
   if (cli_connect(&cc, &co)) {
     hr_tensor_unref(t);
     return CLI_EXIT_FAIL;
@@ -93,6 +136,8 @@ int cli_put(int argc, char **argv) {
            (unsigned long long)hr_tensor_bytes(t));
     status = 0;
   }
+  if (stats)
+    print_stats(pos[1], &rec);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "put");
   return status ? status : rv;

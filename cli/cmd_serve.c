@@ -1,7 +1,8 @@
 /*
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
  *               [--max-shards N] [--tls-cert F --tls-key F
- *               [--tls-client-ca F]] [--metrics-listen HOST:PORT]
+ *               [--tls-client-ca F]] [--fabric PROVIDER]
+ *               [--metrics-listen HOST:PORT]
  *               [--log-level error|warn|info|debug] [-v] PATH...`
  *
  * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
@@ -16,7 +17,10 @@
  * --unix PATH also listens on a Unix domain socket at PATH; given alone
  * (without --listen) it is the only listener.  Runs on a libevent loop through the hr_ev binding.  SIGTERM or SIGINT
  * drains gracefully (active streams finish, new ones are refused) and
- * exits 0; a second signal exits at once with 1.
+ * exits 0; a second signal exits at once with 1.  --fabric PROVIDER
+ * ("tcp;ofi_rxm", "shm", "verbs;ofi_rxm", ... or "auto") opens a libfabric
+ * endpoint on the listening interface: clients that also have one receive
+ * tensors (and send PUTs) over the RDMA data plane.
  *
  * Logs: one JSON object per line on stderr (<hurray/metrics.h>): a line
  * per request at info (failures at warn), connections at debug, and the
@@ -44,7 +48,7 @@
 
 #define SYNOPSIS                                                               \
   "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "         \
-  "[--tls-cert F --tls-key F [--tls-client-ca F]] "                           \
+  "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] "        \
   "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] [-v] "     \
   "PATH..."
 #define DEFAULT_LISTEN "127.0.0.1:7474"
@@ -215,12 +219,13 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL, *metrics_addr = NULL;
+  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL,
+             *metrics_addr = NULL;
   hr_metrics_config mcfg;
   hr_ev_metrics *mep = NULL;
   int log_level = HR_LOG_INFO;
   hr_tls_config tls;
-  char unix_addr[128], why[512];
+  char unix_addr[128], why[512], fabric_node[64] = "";
   hr_store_config scfg;
   hr_engine_config ecfg;
   hr_provider prov;
@@ -248,6 +253,8 @@ int cli_serve(int argc, char **argv) {
       unix_path = argv[++i];
     } else if (!strcmp(a, "--allow-put")) {
       allow_put = 1;
+    } else if (!strcmp(a, "--fabric") && i + 1 < argc) {
+      fabric = argv[++i];
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
       log_level = HR_LOG_DEBUG;
     } else if (!strcmp(a, "--log-level") && i + 1 < argc) {
@@ -370,10 +377,27 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.max_shards = (uint16_t)max_shards;
   if (tls.cert_file)
     ecfg.tls_server = &tls;
+  if (fabric) {
+    /* The fabric endpoint on the listening interface (a wildcard address
+     * leaves the choice to the provider). */
+    const char *colon = listen_addr ? strrchr(listen_addr, ':') : NULL;
+    size_t hl = colon ? (size_t)(colon - listen_addr) : 0;
+    if (hl && hl < sizeof fabric_node && listen_addr[0] != '[') {
+      memcpy(fabric_node, listen_addr, hl);
+      fabric_node[hl] = 0;
+    }
+    ecfg.fabric_provider = fabric;
+    ecfg.fabric_node = fabric_node[0] && strcmp(fabric_node, "0.0.0.0")
+                           ? fabric_node
+                           : NULL;
+  }
   hr_metrics_attach(sv.metrics, &ecfg);
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
-    cli_err("serve", "cannot start the engine: %s", hr_strerror(rv));
+    cli_err("serve", "cannot start the engine: %s%s", hr_strerror(rv),
+            fabric ? " (is the --fabric provider available? see "
+                     "`fi_info -l`)"
+                   : "");
     status = CLI_EXIT_FAIL;
     goto out;
   }

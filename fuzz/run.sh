@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fuzz/run.sh [seconds]: builds the libFuzzer targets (clang, in their own
-# build folder), seeds their corpora from the test vectors and runs each
-# target for its share of `seconds` (default 60 in all, split evenly).
+# build folder), seeds their corpora from the test vectors and the corpus
+# committed under tests/fuzz_corpus/<target>/, and runs each target for its
+# share of `seconds` (default 60 in all, split evenly).
 # Exits non-zero on any crash, leak, timeout, UB or broken invariant; the
 # reproducer is left in the artifacts folder it names.
 #
@@ -18,7 +19,7 @@ fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HR_FUZZ_BUILD_DIR:-$root/build/fuzz}
 vectors=${HURRAY_VECTORS_DIR:-$root/../shared/vectors}
-targets=(fuzz_codec fuzz_reader)
+targets=(fuzz_codec fuzz_reader fuzz_server_session fuzz_client_session)
 
 CC=${CC:-clang} cmake -S "$root" -B "$build" -G Ninja -DHR_FUZZ=ON \
   -DHR_BUILD_TESTS=OFF -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF \
@@ -35,12 +36,15 @@ else
     exit 1
   fi
   echo "fuzz/run.sh: no test vectors in $vectors: fuzzing without seeds" >&2
-  mkdir -p "$seeds/codec" "$seeds/reader"
+  for t in "${targets[@]}"; do mkdir -p "$seeds/${t#fuzz_}"; done
 fi
 
 # Each target gets an equal share, rounded up, so the total is >= $total.
 each=$(( (total + ${#targets[@]} - 1) / ${#targets[@]} ))
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+# libinfinipath (loaded through libfabric) would drop a backtrace file
+# into the working folder at every crash: the log has the stack already.
+export IPATH_NO_BACKTRACE=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 logs=$build/fuzz-logs
 mkdir -p "$logs"
@@ -50,11 +54,16 @@ for t in "${targets[@]}"; do
   artifacts=$build/fuzz-artifacts/$t
   mkdir -p "$corpus" "$artifacts"
   echo "== $t: ${each}s (log: $logs/$t.log)"
-  # The first folder collects new inputs; the seeds are read only.
+  # The first folder collects new inputs; the seeds and the committed
+  # corpus are read only.
+  committed=()
+  if [ -d "$root/tests/fuzz_corpus/$t" ]; then
+    committed=("$root/tests/fuzz_corpus/$t")
+  fi
   if "$build/fuzz/$t" -max_total_time="$each" -max_len=65536 \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" "$corpus" "$seeds/${t#fuzz_}" \
-      >"$logs/$t.log" 2>&1; then
+      "${committed[@]}" >"$logs/$t.log" 2>&1; then
     grep -E '^(Done|stat::(new_units_added|peak_rss_mb))' "$logs/$t.log" ||
       true
   else

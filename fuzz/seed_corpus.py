@@ -4,9 +4,14 @@
     seed_corpus.py VECTORS_DIR OUT_DIR
 
 writes OUT_DIR/codec/ (one file per message of every vector: the input of
-fuzz_codec) and OUT_DIR/reader/ (one file per vector: the whole byte stream
-behind the fuzz_reader prefix, set up like the vector's sequence).  Only the
-Python standard library is used.  Exits 1 when the folder holds no vectors.
+fuzz_codec), OUT_DIR/reader/ (one file per vector: the whole byte stream
+behind the fuzz_reader prefix, set up like the vector's sequence), and
+OUT_DIR/server_session/ and OUT_DIR/client_session/: whole conversations in
+the command format of fuzz/fuzz_session.h, built from the vectors' messages
+(a CLIENT_HELLO then requests, PUTs, LISTs, PINGs and CANCELs for the
+server; the requests issued, then a SERVER_HELLO and the answers for the
+client).  Only the Python standard library is used.  Exits 1 when the
+folder holds no vectors.
 """
 import glob
 import json
@@ -68,6 +73,204 @@ def reader_prefix(vector, msgs):
     return bytes(out)
 
 
+# ---- whole-session conversations (fuzz/fuzz_session.h) -------------------
+
+# Driver mode bits, and the commands.
+S_MANUAL, S_ZERO_COPY, S_DEFER_WORK, S_DEL_EARLY, S_SMALL = 1, 2, 4, 8, 16
+SRV_DEFER_GET, SRV_REGISTRY, SRV_NO_PUT = 32, 64, 128
+CLI_LOOSE, CLI_AUTH = 32, 64
+MSG_CLIENT_HELLO, MSG_SERVER_HELLO, MSG_REQUEST, MSG_PUT = 1, 2, 3, 7
+MSG_CANCEL, MSG_PING, MSG_LIST_REQUEST = 10, 14, 17
+# Modes each conversation is written in: plain; zero-copy receive with
+# deferred work and small frames; deferred GET answers with manual output.
+SERVER_MODES = [0, S_ZERO_COPY | S_DEFER_WORK | S_SMALL,
+                SRV_DEFER_GET | S_DEFER_WORK | S_DEL_EARLY]
+CLIENT_MODES = [0, S_ZERO_COPY | S_SMALL | CLI_LOOSE]
+
+
+def feed(data, chunk=None):
+    """Commands feeding `data`, in pieces of at most `chunk` bytes."""
+    out, pos = bytearray(), 0
+    while pos < len(data):
+        n = len(data) - pos
+        if chunk:
+            n = min(n, chunk)
+        for op in (3, 2, 1, 0):
+            unit = 1 << (4 * op)
+            if n >= unit:
+                k = min(n // unit, 32)
+                out.append(op << 5 | (k - 1))
+                out += data[pos:pos + k * unit]
+                pos += k * unit
+                break
+    return bytes(out)
+
+
+def tick(log2ns):
+    return bytes([4 << 5 | log2ns])
+
+
+def restream(msg, sid):
+    return msg[:4] + struct.pack("<I", sid) + msg[8:]
+
+
+def messages(docs, topic, kind, types=None):
+    """(name, bytes) of the single-message vectors of `topic`."""
+    out = []
+    for v in docs.get(topic, []):
+        if v["kind"] != kind or v.get("sequence"):
+            continue
+        data = bytes.fromhex(v["hex"])
+        if len(data) >= 12 and (types is None or data[0] in types):
+            out.append((v["name"], data))
+    return out
+
+
+def server_conversations(docs):
+    hellos = messages(docs, "hello", "valid", {MSG_CLIENT_HELLO})
+    bad_hellos = messages(docs, "hello", "invalid", {MSG_CLIENT_HELLO})
+    hello = dict(hellos).get("hello_client_minimal", hellos[0][1])
+    reqs = [m for t in ("request", "layout_profiles", "list", "put")
+            for m in messages(docs, t, "valid",
+                              {MSG_REQUEST, MSG_LIST_REQUEST, MSG_PUT})]
+    bad = [m for t in ("request", "layout_profiles", "list", "put", "header",
+                       "ping", "error_goaway")
+           for m in messages(docs, t, "invalid")]
+    ping = dict(messages(docs, "ping", "valid")).get("ping")
+    convs = []
+    for name, h in hellos + bad_hellos:
+        convs.append(("hello-" + name, feed(h)))
+    for name, m in reqs:
+        convs.append(("one-" + name, feed(hello + restream(m, 1))))
+        # The same, one byte at a time, with a CANCEL racing the answer.
+        cancel = struct.pack("<BxxxII", MSG_CANCEL, 1, 0)
+        convs.append(("cancel-" + name,
+                      feed(hello + restream(m, 1), 1) + feed(cancel)))
+    for name, m in bad:
+        convs.append(("bad-" + name, feed(hello + restream(m, 1))))
+    for v in docs.get("put", []):
+        seq = v.get("sequence")
+        if seq and seq.get("direction") == "c2s":
+            convs.append(("put-" + v["name"],
+                          feed(hello + bytes.fromhex(v["hex"]), 7)))
+    # Everything at once: each request on its own stream, a PING, then
+    # the clock past the read, idle and handshake timeouts.
+    allreq = hello + b"".join(restream(m, 1 + 16 * i)
+                              for i, (_, m) in enumerate(reqs))
+    if ping:
+        allreq += ping
+    convs.append(("all", feed(allreq) + tick(30) + tick(31) + tick(31)))
+    convs.append(("timeout", feed(hello[:20]) + tick(29) + tick(31)))
+    out = []
+    for name, body in convs:
+        for i, mode in enumerate(SERVER_MODES):
+            # Deferred GETs are answered at the end (action 4).
+            tail = bytes([7 << 5 | 4]) if mode & SRV_DEFER_GET else b""
+            out.append(("%s-m%d" % (name, i), bytes([mode]) + body + tail))
+    return out
+
+
+def u8(x):
+    return min(int(x), 255)
+
+
+def get_action(req, dest_sel=0):
+    """The client target's GET command reproducing a vector's request."""
+    key = req["tensor_key"].encode("utf-8")[:255]
+    out = bytearray([7 << 5 | dest_sel << 3 | 0, len(key)]) + key
+    flags = int(req.get("request_flags", 0))
+    out += bytes([flags & 255, u8(req.get("max_shards", 1))])
+    layouts = req.get("preferred_layouts", [])[:4]
+    out.append(len(layouts))
+    for e in layouts:
+        ext = bytes.fromhex(e.get("ext_metadata", ""))[:15]
+        out += bytes([int(e["tag"]), len(ext)]) + ext
+    out += bytes([u8(req.get("min_alignment_log2", 0)),
+                  u8(req.get("preferred_device", 0))])
+    if flags & 4:
+        region = req.get("region") or {}
+        offs, shape = region.get("offset", []), region.get("shape", [])
+        rank = min(len(offs), 4)
+        out.append(rank)
+        for k in range(rank):
+            out += bytes([u8(offs[k]), u8(shape[k])])
+    return bytes(out)
+
+
+def client_conversations(docs):
+    shellos = messages(docs, "hello", "valid", {MSG_SERVER_HELLO})
+    shellos += messages(docs, "layout_profiles", "valid", {MSG_SERVER_HELLO})
+    hello = dict(shellos).get("hello_server_full", shellos[0][1])
+    minimal_get = get_action({"tensor_key": "t"})
+    convs = []
+    for name, h in shellos:
+        convs.append(("hello-" + name, minimal_get + feed(h)))
+    for topic in ("data_frames", "descriptor_layouts", "composite", "shards",
+                  "layout_profiles"):
+        for v in docs.get(topic, []):
+            seq = v.get("sequence")
+            if not seq or seq.get("direction") != "s2c":
+                continue
+            data = bytes.fromhex(v["hex"])
+            base = int(seq.get("base_stream", 1))
+            msgs = split(data)
+            # The client's first GET gets stream 1: rebase the answer.
+            body = b"".join(
+                restream(m, struct.unpack_from("<I", m, 4)[0] - base + 1)
+                if len(m) >= 12 and struct.unpack_from("<I", m, 4)[0] >= base
+                else m for m in msgs)
+            act = get_action(seq["request"])
+            convs.append(("get-" + v["name"], act + feed(hello + body)))
+            convs.append(("dest-" + v["name"],
+                          get_action(seq["request"], 2) + feed(hello) +
+                          feed(body, 5)))
+    # Single answers to a GET (descriptors, errors, GOAWAY) on stream 1.
+    for topic, types in (("descriptor_layouts", None),
+                         ("descriptor_buffers_sync", None),
+                         ("descriptor_limits", None),
+                         ("error_goaway", None), ("header", None),
+                         ("ping", None), ("rdma", None)):
+        for kind in ("valid", "invalid"):
+            for name, m in messages(docs, topic, kind, types):
+                sid = struct.unpack_from("<I", m, 4)[0]
+                convs.append(("msg-" + name, minimal_get +
+                              feed(hello + restream(m, 1 if sid else 0))))
+    # LIST, PUT and PING answers.
+    list_action = bytes([7 << 5 | 2, 0, 0, 100])
+    for kind in ("valid", "invalid"):
+        for name, m in messages(docs, "list", kind, {18}):
+            convs.append(("list-" + name,
+                          list_action + feed(hello + restream(m, 1))))
+    ack = dict(messages(docs, "header", "valid")).get("header_put_ack")
+    put_action = bytes([7 << 5 | 1, 1]) + b"w" + bytes([1, 0])
+    if ack:
+        convs.append(("put-ack", put_action + feed(hello) + tick(10) +
+                      feed(restream(ack, 1))))
+    pong = dict(messages(docs, "ping", "valid")).get("pong")
+    if pong:
+        # PING needs the handshake done; the PONG's opaque data will not
+        # match (it is ignored), so the PING ends at teardown.
+        convs.append(("ping", feed(hello) + bytes([7 << 5 | 3]) + feed(pong)))
+    # Requests of every kind, a CANCEL, then the keepalive and timeouts.
+    mix = (minimal_get + put_action + list_action + bytes([7 << 5 | 3]) +
+           bytes([7 << 5 | 4, 0]) + feed(hello) + tick(31) + tick(31))
+    convs.append(("mix", mix))
+    out = []
+    for name, body in convs:
+        for i, mode in enumerate(CLIENT_MODES):
+            out.append(("%s-m%d" % (name, i), bytes([mode]) + body))
+    return out
+
+
+def write_all(out_dir, sub, items):
+    d = os.path.join(out_dir, sub)
+    os.makedirs(d, exist_ok=True)
+    for name, data in items:
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    return len(items)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.stderr.write(__doc__)
@@ -79,10 +282,12 @@ def main():
     os.makedirs(reader_dir, exist_ok=True)
     files = sorted(glob.glob(os.path.join(vectors_dir, "*.json")))
     n_codec = n_reader = 0
+    docs = {}
     for path in files:
         topic = os.path.splitext(os.path.basename(path))[0]
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
+        docs[topic] = doc.get("vectors", [])
         for vector in doc.get("vectors", []):
             data = bytes.fromhex(vector["hex"])
             msgs = split(data)
@@ -95,8 +300,15 @@ def main():
             with open(os.path.join(reader_dir, name), "wb") as f:
                 f.write(reader_prefix(vector, msgs) + data)
             n_reader += 1
-    print("seeded %d codec and %d reader inputs from %d files in %s"
-          % (n_codec, n_reader, len(files), vectors_dir))
+    n_server = n_client = 0
+    if files:
+        n_server = write_all(out_dir, "server_session",
+                             server_conversations(docs))
+        n_client = write_all(out_dir, "client_session",
+                             client_conversations(docs))
+    print("seeded %d codec, %d reader, %d server and %d client session "
+          "inputs from %d files in %s"
+          % (n_codec, n_reader, n_server, n_client, len(files), vectors_dir))
     return 0 if files else 1
 
 

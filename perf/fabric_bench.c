@@ -16,11 +16,16 @@
  *     DATA_END), messages wire-encoded over a socketpair; timed from
  *     hr_rdma_new() (source registration) to the sender's COMPLETE, so the
  *     handshake and the registrations are included;
- *  3. hurray, tagged: the same without the destination registration.
+ *  3. hurray, tagged: the same without the destination registration;
+ *  4. hurray, engine GET: a server process (store, engine with the same
+ *     provider, libevent loop) and the blocking hr_client: the whole region
+ *     as one tensor over the TCP control connection and the RDMA data
+ *     plane into an application buffer, after one untimed GET that sets
+ *     the connection up; timed around hr_client_get(), checked byte for
+ *     byte.
  *
- * The engine's TCP control connection is not used (the engine is not
- * integrated with the data plane yet): the control messages go over a
- * socketpair, which the output says.  The destination registration is
+ * In 2 and 3 the control messages go over a socketpair, which the output
+ * says.  The destination registration is
  * forced (both peers are given RDMA_GPUDIRECT although these providers
  * reach no device memory) so that the RMA-write path runs on host memory.
  *
@@ -48,7 +53,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
+#include <hurray/client.h>
+#include <hurray/engine.h>
 #include <hurray/fabric.h>
+#include <hurray/hr_event.h>
+#include <hurray/store.h>
 
 #define MAX_ITERS 16
 
@@ -566,6 +577,8 @@ static void print_runs(const double *r, int n) {
   printf(")");
 }
 
+static double engine_get(const char *prov, const uint8_t *src, double *runs);
+
 static int bench(const char *prov) {
   /* Is the provider here at all? */
   hr_fabric_config c;
@@ -656,8 +669,144 @@ static int bench(const char *prov) {
          (unsigned long long)st.remote_deregs,
          (unsigned long long)st.progress_calls,
          (unsigned long long)st.completions);
+  /* 4. the engine: a GET over its TCP control connection and the data
+   * plane, tagged (no destination registration: these providers reach no
+   * device memory, so the sessions never advertise RDMA_GPUDIRECT). */
+  double eruns[MAX_ITERS];
+  double eg = engine_get(prov, src, eruns);
+  printf("hurray engine GET (1 TCP conn):    %6.2f GB/s, %.2f of best raw",
+         eg, eg / raw_best);
+  print_runs(eruns, opt_iters);
+  printf("\n");
   munmap(src, opt_size);
   return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. a GET through the engine                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The server process: a store holding the region as one tensor, an engine
+ * with a fabric of `prov` on a libevent loop; it reports its port and runs
+ * until it is killed. */
+static void engine_server(int ctl, const char *prov, const uint8_t *src) {
+  hr_store_config sc;
+  hr_store *store;
+  hr_tensor *t;
+  hr_descriptor d;
+  hr_engine_config ec;
+  hr_engine *e;
+  hr_provider pv;
+  hr_listener *l;
+  struct event_base *base;
+  int port;
+
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = opt_size;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = opt_size;
+  if (hr_tensor_alloc(&t, &d, 12, NULL))
+    die("engine server", "no memory for the tensor");
+  memcpy(hr_tensor_buffer(t, 0), src, opt_size);
+  hr_store_config_default(&sc);
+  if (hr_store_new(&store, &sc, NULL) ||
+      hr_store_put(store, "t", 1, t, HR_PUT_REPLACE))
+    die("engine server", "store");
+  hr_tensor_unref(t);
+  base = event_base_new();
+  hr_engine_config_default(&ec);
+  ec.fabric_provider = prov;
+  ec.fabric_node = "127.0.0.1";
+  if (!base || hr_ev_attach(&e, base, &ec, NULL))
+    die("engine server", "cannot start the engine with the fabric");
+  hr_store_provider(store, &pv);
+  if (hr_engine_listen(e, "127.0.0.1:0", &pv, &l))
+    die("engine server", "listen");
+  port = hr_listener_port(l);
+  if (write(ctl, &port, sizeof port) != (ssize_t)sizeof port)
+    die("engine server", "control");
+  event_base_dispatch(base);
+}
+
+/* The client: the blocking hr_client with a fabric of `prov`; one GET to
+ * set the connection up, then opt_iters timed GETs of the whole region
+ * into one application buffer (faulted in beforehand), each checked. */
+static double engine_client(int port, const char *prov, const uint8_t *src,
+                            double *runs) {
+  hr_client_options o;
+  hr_client_error err;
+  hr_client *c;
+  hr_get_opts g;
+  hr_get_dest dest;
+  hr_transfer_record rec;
+  char url[64];
+  uint8_t *buf;
+
+  buf = mmap(NULL, opt_size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED)
+    die("engine client", "no memory");
+  memset(buf, 0, opt_size);
+  hr_client_options_default(&o);
+  o.fabric_provider = prov;
+  o.fabric_node = "127.0.0.1";
+  o.timeout_ms = 300000;
+  snprintf(url, sizeof url, "127.0.0.1:%d", port);
+  if (hr_client_connect(&c, url, &o, NULL, &err))
+    die("engine client", err.message);
+  memset(&g, 0, sizeof g);
+  g.key = (const uint8_t *)"t";
+  g.key_len = 1;
+  g.max_shards = 1;
+  memset(&dest, 0, sizeof dest);
+  dest.buffer = buf;
+  dest.capacity = opt_size;
+  g.dest = &dest;
+  for (int i = -1; i < opt_iters; i++) {
+    hr_tensor *t = NULL;
+    memset(buf, 0, 4096);
+    double t0 = now_s();
+    if (hr_client_get(c, &g, &t, &rec))
+      die("engine client", hr_client_last_error(c)->message);
+    double t1 = now_s();
+    if (rec.data_plane != HR_PLANE_RDMA)
+      die("engine client", rec.fallback[0] ? rec.fallback : "sent as frames");
+    if (memcmp(buf, src, opt_size))
+      die("engine client", "the bytes differ");
+    hr_tensor_unref(t);
+    if (i >= 0)
+      runs[i] = (double)opt_size / (t1 - t0) / 1e9;
+  }
+  hr_client_close(c);
+  munmap(buf, opt_size);
+  return best_of(runs, opt_iters);
+}
+
+static double engine_get(const char *prov, const uint8_t *src, double *runs) {
+  int sv[2], port = 0, status;
+  pid_t pid;
+
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv))
+    die("socketpair", strerror(errno));
+  fflush(stdout);
+  pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    engine_server(sv[1], prov, src);
+    _exit(0);
+  }
+  close(sv[1]);
+  if (read(sv[0], &port, sizeof port) != (ssize_t)sizeof port)
+    die("engine", "the server did not start");
+  double b = engine_client(port, prov, src, runs);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  close(sv[0]);
+  return b;
 }
 
 int main(int argc, char **argv) {
@@ -689,10 +838,11 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   printf("fabric_bench: raw libfabric RMA writes vs. libhurray's RDMA data "
          "plane, loopback, two processes.\n"
-         "The data plane runs without the engine's TCP control connection "
-         "(not integrated yet):\nits control messages are wire-encoded over "
-         "a socketpair.  The destination registration is\nforced on host "
-         "memory to run the RMA-write path.  GB/s = 1e9 bytes/s.\n");
+         "RMA write / tagged: the data plane alone, its control messages "
+         "wire-encoded over a socketpair\n(the destination registration "
+         "forced on host memory for the RMA-write path).\nengine GET: a "
+         "whole GET through two engines (TCP control connection + data "
+         "plane).  GB/s = 1e9 bytes/s.\n");
   for (int i = 0; i < np; i++)
     bench(provs[i]);
   return 0;

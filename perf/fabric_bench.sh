@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs fabric_bench (raw libfabric RMA writes against libhurray's RDMA data
-# plane, tcp;ofi_rxm and shm, loopback) and, beside it, UCX's
+# plane and a whole GET through two engines over it, tcp;ofi_rxm and shm,
+# loopback, with the ratios to raw) and, beside it, UCX's
 # ucx_perftest ucp_put_bw over UCX_TLS=tcp and UCX_TLS=sm with the same
 # 1 GiB in 4 MiB puts, when ucx-utils is installed (Debian: ucx-utils);
 # without it that part is skipped.  ucx_perftest runs in its loopback mode

@@ -10,7 +10,7 @@ if [ "$what" = test ]; then
   pkgs+=(clang libclang-rt-14-dev llvm libcmocka-dev iproute2 iperf3
         libvulkan-dev mesa-vulkan-drivers libze-dev libamdhip64-dev
         libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libpsm2-dev
-        libpsm-infinipath1-dev ucx-utils)
+        libpsm-infinipath1-dev ucx-utils valgrind)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

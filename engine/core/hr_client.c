@@ -487,6 +487,9 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
     }
   }
   rv = request_queue(s, st, &m);
+  /* The RDMA data plane may have to ask again (§ 25.2: one retry). */
+  if (rv == 0)
+    rv = hr__rdma_get_keep(s, st, o);
 out:
   if (rv && st) {
     /* Nothing was sent: the stream vanishes without a callback. */
@@ -595,23 +598,27 @@ out:
   return rv;
 }
 
+int hr__cli_put_acked(hr_session *s, hr_stream *st) {
+  if (st->tx.cur < st->tx.nparts)
+    return hr__stream_error(s, st->id, HR_WIRE_PROTOCOL_VIOLATION,
+                            "PUT_ACK before the PUT was complete");
+  st->cb_done = 1;
+  st->rec.finished = s->now;
+  st->rec.status = 0;
+  hr__report_transfer(s, &st->rec);
+  if (st->put_cb) {
+    hr__cb_enter(s);
+    st->put_cb(s, st->id, &st->rec, st->cb_ud);
+    hr__cb_leave(s);
+  }
+  hr__stream_end(s, st);
+  return 0;
+}
+
 static int cli_put_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   switch (m->hdr.type) {
   case HR_MSG_TENSOR_PUT_ACK:
-    if (st->tx.cur < st->tx.nparts)
-      return hr__stream_error(s, st->id, HR_WIRE_PROTOCOL_VIOLATION,
-                              "PUT_ACK before the PUT was complete");
-    st->cb_done = 1;
-    st->rec.finished = s->now;
-    st->rec.status = 0;
-    hr__report_transfer(s, &st->rec);
-    if (st->put_cb) {
-      hr__cb_enter(s);
-      st->put_cb(s, st->id, &st->rec, st->cb_ud);
-      hr__cb_leave(s);
-    }
-    hr__stream_end(s, st);
-    return 0;
+    return hr__cli_put_acked(s, st);
   case HR_MSG_ERROR:
     return on_peer_error(s, st, m);
   default:

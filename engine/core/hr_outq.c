@@ -42,6 +42,8 @@ static void item_append(hr_session *s, hr_oitem *it) {
 }
 
 static void item_free(hr_session *s, hr_oitem *it) {
+  if (it->ping)
+    it->ping->item = NULL;
   hr_tensor_unref(it->hold);
   hr__mem_free(&s->mem, it->heap);
   if (s->nspare_items < HR_SPARE_MAX) {

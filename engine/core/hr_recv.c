@@ -410,6 +410,9 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
       rc = begin_shard(s, rv, d, xp, m->hdr.stream_id, ws);
     else
       rc = begin_node(s, rv, d);
+    /* The RDMA data plane fills the landing memory (hr_rdma_glue.c). */
+    if (rc == 0 && xp->data_plane == HR_PLANE_RDMA)
+      return hr__rdma_rx_begin(s, st, m->hdr.stream_id, d, xp);
     break;
   }
   case HR_MSG_TENSOR_DATA_END:

@@ -9,7 +9,9 @@
  * profile matches only when its metadata parses and its rank is the
  * tensor's.  A sparse target must exist whole in memory, so it falls
  * through when it would exceed transcode_mem_limit; dense targets stream
- * chunk by chunk and never do.  Nothing satisfiable: the stored layout.
+ * chunk by chunk and never do, but a dense target whose padding (PANEL,
+ * TILED) would exceed the tensor's own bytes (or 64 KiB) falls through
+ * too.  Nothing satisfiable: the stored layout.
  *
  * PERMUTED requested as a plain tag lets us choose the order: for a
  * tensor stored ROW_MAJOR or COLUMN_MAJOR we choose the order its bytes
@@ -97,6 +99,26 @@ static int can_xc(const hr_session *s, const hr_request *req, uint8_t elem,
 /* ---- transcoding plans --------------------------------------------------- */
 
 #ifdef HR_HAVE_TRANSCODE
+/* Padding a transcoded dense target may add (PANEL's last panel, TILED's
+ * edge tiles): at most the logical bytes of the box, or this much for a
+ * small tensor.  Without a bound a 75-byte request for PANEL mr 2^32 - 1
+ * of an 8 x 8 tensor asks for 100 GB of zeros: the answer would stream
+ * for hours (found by fuzz/fuzz_server_session). */
+#define HR_PAD_FREE ((uint64_t)64 << 10)
+
+static int padding_ok(const hr_descriptor *d, const uint64_t *box_shape,
+                      uint64_t out_size) {
+  uint64_t elems = 1, bits, logical;
+  for (unsigned k = 0; k < d->rank; k++)
+    if (!hr__mul_u64(elems, box_shape ? box_shape[k] : d->shape[k], &elems))
+      return 0;
+  if (!hr__mul_u64(elems, hr_elem_bits(d->element_type), &bits))
+    return 0;
+  logical = bits / 8 + (bits % 8 != 0);
+  return out_size <= logical ||
+         out_size - logical <= (logical > HR_PAD_FREE ? logical : HR_PAD_FREE);
+}
+
 /* Creates a plan for `t` (restricted to box, NULL: whole) into `c`.
  * Returns 0, HR_ERR_LIMIT (memory limit: fall through), HR_ERR_UNSUPPORTED
  * (cannot), HR_ERR_PROTO (the source is bad: answer with st), NOMEM. */
@@ -147,6 +169,11 @@ static int make_plan(hr_session *s, hr_tensor *t, const choice *c,
       hr_xc_plan_del(*out);
       *out = NULL;
     }
+  } else if (!c->native &&
+             !padding_ok(d, box_shape, hr_xc_plan_out_size(*out))) {
+    hr_xc_plan_del(*out);
+    *out = NULL;
+    rv = HR_ERR_LIMIT;
   }
   return rv;
 }

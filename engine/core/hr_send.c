@@ -338,6 +338,8 @@ int hr__tx_ready(const hr_stream *st) {
   const hr_tx *tx = &st->tx;
   if (tx->failed || tx->cur >= tx->nparts)
     return tx->cur >= tx->nparts && !tx->failed;
+  if (tx->phase == HR_TXP_RDMA)
+    return 0; /* the data plane moves it; its events go on */
   if (tx->phase != HR_TXP_DATA)
     return 1;
   const hr_part *p = &tx->parts[tx->cur];
@@ -350,7 +352,12 @@ int hr__tx_ready(const hr_stream *st) {
   return tx->win_count && tx->win[tx->win_head].done;
 }
 
+/* Queues the part's descriptor.  Returns 1 when the RDMA data plane
+ * carries the part (its handshake started), 0 for frames, or fatal. */
 static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
+  int rdma = hr__rdma_tx_prepare(s, st, p);
+  if (rdma < 0)
+    return rdma;
   hr_msg m;
   memset(&m, 0, sizeof m);
   m.hdr.stream_id = st->id;
@@ -366,7 +373,10 @@ static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
     m.u.tensor.desc = p->desc;
     m.u.tensor.xport = p->xp;
   }
-  return hr__out_msg(s, &m, 0);
+  int rv = hr__out_msg(s, &m, 0);
+  if (rv == 0 && rdma)
+    rv = hr__rdma_tx_start(s, st);
+  return rv ? rv : rdma;
 }
 
 int hr__tx_send_head(hr_session *s, hr_stream *st) {
@@ -374,8 +384,12 @@ int hr__tx_send_head(hr_session *s, hr_stream *st) {
   if (tx->cur >= tx->nparts || tx->phase != HR_TXP_DESC)
     return 0;
   int rv = send_desc(s, st, &tx->parts[tx->cur]);
-  if (rv)
+  if (rv < 0)
     return rv;
+  if (rv == 1) {
+    tx->phase = HR_TXP_RDMA;
+    return 0;
+  }
   tx->phase = HR_TXP_DATA;
   tx->buf = 0;
   tx->off = 0;
@@ -399,9 +413,13 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
     }
     switch (tx->phase) {
     case HR_TXP_DESC:
-      if ((rv = send_desc(s, st, p)) != 0)
+      if ((rv = send_desc(s, st, p)) < 0)
         return rv;
       msgs++;
+      if (rv == 1) {
+        tx->phase = HR_TXP_RDMA;
+        return 0;
+      }
       tx->phase = HR_TXP_DATA;
       tx->buf = 0;
       tx->off = 0;
@@ -484,6 +502,8 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
         return 0;
       }
       break;
+    case HR_TXP_RDMA:
+      return 0;
     default:
       return HR_ERR_INTERNAL;
     }

@@ -404,14 +404,18 @@ static int put_commit(hr_session *s, hr_stream *st) {
   st->put_accepted = 0;
   if (rv)
     return hr__fatal(s, HR_ERR_CALLBACK_FAILURE);
+  if (wire > HR_WIRE_ERROR_LAST)
+    wire = HR_WIRE_INTERNAL;
+  /* Over RDMA the handshake sends the answer. */
+  int by_rdma = hr__rdma_put_answer(s, st, wire, "PUT refused at commit");
+  if (by_rdma < 0)
+    return hr__fatal(s, by_rdma);
   if (wire) {
-    if (wire > HR_WIRE_ERROR_LAST)
-      wire = HR_WIRE_INTERNAL;
-    rv = hr__out_error(s, st->id, wire, "PUT refused at commit");
+    rv = by_rdma ? 0 : hr__out_error(s, st->id, wire, "PUT refused at commit");
     rec_finish(s, st, hr__status_for_wire(wire), wire, 1,
                "PUT refused at commit");
   } else {
-    rv = hr__out_empty(s, HR_MSG_TENSOR_PUT_ACK, st->id);
+    rv = by_rdma ? 0 : hr__out_empty(s, HR_MSG_TENSOR_PUT_ACK, st->id);
     rec_finish(s, st, 0, 0, 0, NULL);
   }
   hr__stream_end(s, st);

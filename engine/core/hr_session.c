@@ -415,6 +415,7 @@ void hr__stream_end(hr_session *s, hr_stream *st) {
   hr__ready_remove(s, st);
   tab_remove(s, st);
   hr__work_detach_stream(st);
+  hr__rdma_stream_end(s, st);
   stream_release(s, st);
   st->zlink = s->zombies;
   s->zombies = st;
@@ -576,7 +577,7 @@ static void fail_all(hr_session *s, int status, uint32_t wire, int sent,
       p->cb(s, HR_ERR_CLOSED, 0, p->ud);
       hr__cb_leave(s);
     }
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
   }
   /* Shards of other lanes' transfers that were to come on this one. */
   hr__group_lane_down(s);
@@ -691,7 +692,7 @@ static int send_hello(hr_session *s, uint16_t minor) {
   h->device_count = s->set.devices ? s->set.device_count : 1;
   h->memory_classes = std_memory;
   h->memory_class_count = 1;
-  uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX];
+  uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX + 1024];
   size_t n = 0;
   int w;
   uint16_t count = 0;
@@ -731,6 +732,14 @@ static int send_hello(hr_session *s, uint16_t minor) {
       count++;
     }
   }
+  /* Extensions of the data planes (FABRIC_ADDRESS), already encoded. */
+  uint16_t xlen = 0, xcount = 0;
+  const uint8_t *x = hr__rdma_hello_ext(s, &xlen, &xcount);
+  if (x && xlen <= sizeof ext - n) {
+    memcpy(ext + n, x, xlen);
+    n += xlen;
+    count = (uint16_t)(count + xcount);
+  }
   h->ext_count = count;
   h->ext_raw = ext;
   h->ext_raw_len = n;
@@ -746,7 +755,9 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
   if (!copy)
     return HR_ERR_NOMEM;
   hr_wire_put_header(copy, hdr->type, hdr->stream_id, hdr->payload_length);
-  memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
+  /* An empty payload comes as NULL: memcpy() must not see it. */
+  if (hdr->payload_length > 0)
+    memcpy(copy + HR_HEADER_SIZE, payload, hdr->payload_length);
   hr_msg m;
   int rv = hr_wire_decode_payload(hdr, copy + HR_HEADER_SIZE, &s->wctx, &m, ws);
   if (rv) {
@@ -763,6 +774,9 @@ static int keep_peer_hello(hr_session *s, const hr_msg_header *hdr,
 static int established(hr_session *s) {
   hr__session_set_state(s, HR_CS_ESTABLISHED);
   s->peer_max = s->peer.max_message_size;
+  int rv = hr__rdma_established(s);
+  if (rv)
+    return hr__fatal(s, rv);
   if (s->cbs.on_established) {
     hr__cb_enter(s);
     s->cbs.on_established(s, &s->peer, s->ud);
@@ -944,6 +958,11 @@ static int stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   hr_session *o = st->s;
   if (s->grp && s->lane >= 0 && s->lane < 64)
     st->lane_mask |= (uint64_t)1 << s->lane;
+  int rv = hr__rdma_stream_msg(o, st, m);
+  if (rv < 0)
+    return hr__fatal(o, rv);
+  if (rv)
+    return 0;
   return o->role == HR_ROLE_SERVER ? hr__srv_on_stream_msg(o, st, m)
                                    : hr__cli_on_stream_msg(o, st, m);
 }
@@ -1286,6 +1305,14 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
   return t;
 }
 
+void hr__ping_free(hr_session *s, hr_ping *p) {
+  /* A PING still queued (a connection error keeps the partly written head
+   * of the queue) must not stamp freed memory when it is pulled. */
+  if (p->item)
+    p->item->ping = NULL;
+  hr__mem_free(&s->mem, p);
+}
+
 int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
   hr_ping *p = hr__mem_calloc(&s->mem, 1, sizeof *p);
   if (!p)
@@ -1304,6 +1331,7 @@ int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
     return rv;
   }
   s->qtail->ping = p;
+  p->item = s->qtail;
   p->next = s->pings;
   s->pings = p;
   return 0;
@@ -1312,7 +1340,8 @@ int hr__ping_send(hr_session *s, hr_ping_cb cb, void *ud, int keepalive) {
 void hr__cli_pong(hr_session *s, uint64_t opaque) {
   for (hr_ping **pp = &s->pings; *pp; pp = &(*pp)->next) {
     hr_ping *p = *pp;
-    if (p->opaque != opaque)
+    /* A PONG for a PING that has not left yet answers nothing we sent. */
+    if (p->opaque != opaque || !p->stamped)
       continue;
     *pp = p->next;
     if (p->cb) {
@@ -1321,7 +1350,7 @@ void hr__cli_pong(hr_session *s, uint64_t opaque) {
       p->cb(s, 0, rtt, p->ud);
       hr__cb_leave(s);
     }
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
     return;
   }
   /* An unsolicited PONG is ignored. */
@@ -1554,6 +1583,13 @@ int hr__session_create(hr_session **out, int role, const hr_settings *settings,
   if (role == HR_ROLE_CLIENT)
     can = 0;
   s->our_caps = caps & can;
+  /* The RDMA data plane adds what its fabric justifies (either role). */
+  int fcaps = hr__rdma_session_init(s, in);
+  if (fcaps < 0) {
+    session_free(s);
+    return fcaps;
+  }
+  s->our_caps |= (uint32_t)fcaps;
   hr_reader_settings rs;
   memset(&rs, 0, sizeof rs);
   rs.max_payload = HR_PREHELLO_MAX_PAYLOAD;
@@ -1588,9 +1624,10 @@ static void session_free(hr_session *s) {
   while (s->pings) {
     hr_ping *p = s->pings;
     s->pings = p->next;
-    hr__mem_free(&s->mem, p);
+    hr__ping_free(s, p);
   }
   hr_reader_del(s->rd);
+  hr__rdma_session_free(s);
   hr__mem_free(&s->mem, s->tab);
   hr__mem_free(&s->mem, s->peer_store);
   hr__mem_free(&s->mem, s->devices_copy);

@@ -100,7 +100,8 @@ typedef struct hr_tx {
   int failed;          /* a work item failed: stream error queued */
 } hr_tx;
 
-enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE };
+enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE,
+       HR_TXP_RDMA /* the RDMA data plane moves the part (hr_rdma_glue.c) */ };
 
 /* How a part's bytes are produced. */
 enum {
@@ -280,6 +281,9 @@ typedef struct hr_ping {
   int keepalive; /* sent by the session itself */
   hr_ping_cb cb;
   void *ud;
+  struct hr_oitem *item; /* the queued PING that points back at us (NULL
+                            once it is gone): whichever of the two goes
+                            first clears the other's pointer */
 } hr_ping;
 
 /* ---- id history: which ids were opened (bounded) ------------------------ */
@@ -453,9 +457,14 @@ struct hr_session {
   size_t works_inflight;  /* hr_work items not yet reported */
   int deleted;            /* hr_session_del ran; freed with the last work */
   uint32_t closing_error; /* code of the connection ERROR we sent */
+  /* The RDMA data plane (hr_rdma_glue.c; NULL: none configured). */
+  struct hr_rdma_glue *rdma;
 };
 
 /* ---- hr_outq.c ---------------------------------------------------------- */
+
+/* Frees a PING record, detaching it from its queued message first. */
+void hr__ping_free(hr_session *s, hr_ping *p);
 
 /* Queues a whole encoded control message (connection-level or a stream's
  * single answer).  `ctrl` counts it against the flood limit.  Returns 0 or
@@ -621,5 +630,42 @@ static inline void hr__cb_leave(hr_session *s) {
 int hr__fatal(hr_session *s, int rv);
 /* Sets a record's error text from a C string (NULL: empty). */
 void hr__set_msg(char *dst, size_t cap, const char *src, size_t len);
+
+/* ---- hr_rdma_glue.c: the RDMA data plane (fabric/) ----------------------
+ * Small hooks; every one is a no-op (0) on a session without a fabric and
+ * in builds without fabric/. */
+
+/* hr_session_new: copies the fabric settings; returns the capabilities
+ * the fabric adds to our HELLO, or a negative error. */
+int hr__rdma_session_init(hr_session *s, const hr_settings *in);
+/* Session freed. */
+void hr__rdma_session_free(hr_session *s);
+/* The HELLO's extra extensions. */
+const uint8_t *hr__rdma_hello_ext(const hr_session *s, uint16_t *len,
+                                  uint16_t *count);
+/* Both HELLOs are in: the connection's RDMA state.  Returns 0 or fatal. */
+int hr__rdma_established(hr_session *s);
+/* A stream message for owner `s`: 1 when the data plane took it, 0 when
+ * the session handles it, or a fatal error. */
+int hr__rdma_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
+/* The stream ends: its handshakes are dropped without messages. */
+void hr__rdma_stream_end(hr_session *s, hr_stream *st);
+/* Sender, before part `p`'s descriptor goes: 1 when the part goes over
+ * RDMA (p->xp.data_plane set), 0 for frames (a reason may be in the
+ * record), or fatal.  hr__rdma_tx_start() after the descriptor. */
+int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p);
+int hr__rdma_tx_start(hr_session *s, hr_stream *st);
+/* Receiver: a descriptor with data_plane RDMA began a tensor on `sid`.
+ * Returns 0 or fatal. */
+int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
+                      const hr_descriptor *d, const hr_transport_fields *xp);
+/* Server PUT commit: 1 when the handshake sent the answer (ACK or
+ * ERROR), 0 when the session must, or fatal. */
+int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
+                        const char *text);
+/* Client GET: keeps what a retry needs. */
+int hr__rdma_get_keep(hr_session *s, hr_stream *st, const hr_get_opts *o);
+/* Client PUT: the acknowledgement arrived (also through the data plane). */
+int hr__cli_put_acked(hr_session *s, hr_stream *st);
 
 #endif /* HR_SESSION_INT_H */

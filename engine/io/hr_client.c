@@ -229,12 +229,21 @@ int hr_client_connect(hr_client **out, const char *url,
     cfg.tls_client = cl->o.tls;
   }
   cfg.worker_threads = 1;
+  cfg.fabric_provider = cl->o.fabric_provider;
+  cfg.fabric_node = cl->o.fabric_node;
+  cfg.fabric_caps = cl->o.fabric_caps;
   if (cl->o.timeout_ms > 0)
     cfg.drain_timeout = (uint64_t)cl->o.timeout_ms * 1000000u;
   hr__ploop_ops(&ops);
   rv = hr_engine_new(&cl->e, &ops, cl->loop, &cfg, mem);
-  if (rv)
+  if (rv) {
+    char m[300];
+    snprintf(m, sizeof m, "cannot start the engine%s: %s",
+             cfg.fabric_provider ? " (opening the RDMA fabric)" : "",
+             hr_strerror(rv));
+    set_err(cl, rv, 0, 0, m);
     goto fail;
+  }
   hr__ploop_set_engine(cl->loop, cl->e);
   rv = hr_engine_connect_group(cl->e, url, cl->o.lanes ? cl->o.lanes : 1,
                                NULL, conn_cb, cl, &cl->conn);

@@ -49,6 +49,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HR_HAVE_FABRIC
+#include <hurray/fabric.h>
+#endif
+
 #include "hr_engine_ext.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
@@ -63,7 +67,7 @@
 #define ACCEPT_PAUSE_NS (100000000ull)
 #define SETTLE_PASSES 4
 
-enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE };
+enum obj_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_WAKE, OBJ_FABRIC };
 
 /* What an fd slot points at: every watched object starts with this. */
 typedef struct obj {
@@ -202,6 +206,15 @@ struct hr_engine {
   hr_registry *reg; /* server: sessions that connections may join */
   hr__engine_ext *ext; /* the in-process pair (hr_engine_ext.h) */
   hr__tls_ctx *tls_srv, *tls_cli; /* TLS contexts (NULL: none yet) */
+  /* The RDMA data plane: the fabric, whether the engine opened it, its
+   * completion fd's watch, and the FABRIC_ADDRESS HELLO extension. */
+  struct hr_fabric *fabric;
+  int own_fabric;
+  obj fab_obj;
+  int fab_fd;
+  void *fab_cookie;
+  int fab_watching;
+  uint8_t fab_ext[600];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -922,9 +935,15 @@ static void linger_io(hr_conn *c, int revents, hr_tstamp now) {
 /* Notes the peer's credentials of a Unix socket (nothing for TCP). */
 static void conn_peer(hr_conn *c) {
   hr_peer_cred *p = &c->cred;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
 
   c->has_cred = hr__sock_peer_cred(c->fd, &p->pid, &p->uid, &p->gid) == 0;
   hr__sock_peer_name(c->fd, c->peer, sizeof c->peer);
+  /* The RDMA data plane checks the peer's FABRIC_ADDRESS against it. */
+  if (c->e->fabric && getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0 &&
+      (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+    hr_session_set_peer_addr(c->s, &ss, sl);
 }
 
 /* Readiness of a live connection. */
@@ -962,13 +981,35 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
 /* Settle: the end of every entry point                                      */
 /* ------------------------------------------------------------------------ */
 
+/* Runs the fabric when it is due (completions, pieces waiting for room):
+ * its events may give sessions output.  Returns 1 when it ran. */
+static int fabric_due(hr_engine *e, hr_tstamp now) {
+#ifdef HR_HAVE_FABRIC
+  if (e->fabric && hr_fabric_get_expiry(e->fabric) <= now) {
+    hr_fabric_progress(e->fabric, now);
+    return 1;
+  }
+#else
+  (void)e;
+  (void)now;
+#endif
+  return 0;
+}
+
 static void update_timer(hr_engine *e, hr_tstamp now) {
-  hr_tstamp next = HR_TSTAMP_NEVER, t;
+  hr_tstamp next = HR_TSTAMP_NEVER, t, fab = HR_TSTAMP_NEVER;
   hr_conn *c;
   int64_t ms;
 
   if (e->settle_pending)
     next = now;
+#ifdef HR_HAVE_FABRIC
+  if (e->fabric) {
+    fab = hr_fabric_get_expiry(e->fabric);
+    if (fab < next)
+      next = fab;
+  }
+#endif
   for (c = e->conns; c; c = c->next) {
     t = hr_session_get_expiry(c->s);
     if (t < next)
@@ -985,7 +1026,10 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
     return;
   if (next == HR_TSTAMP_NEVER) {
     ms = -1;
-  } else if (next <= now) {
+  } else if (next <= now || (next == fab && next - now < 1000000u)) {
+    /* A fabric without a wait fd polls every few microseconds while a
+     * transfer runs: a millisecond timer would cap its bandwidth, so the
+     * next loop turn polls instead. */
     ms = 0;
   } else {
     uint64_t d = (next - now + 999999u) / 1000000u;
@@ -1140,6 +1184,8 @@ static void settle(hr_engine *e) {
         busy = 1;
       }
     }
+    if (fabric_due(e, now_of(e)))
+      busy = 1;
     if (!busy)
       break;
   }
@@ -1413,6 +1459,101 @@ static int copy_settings(hr_engine *e) {
   return 0;
 }
 
+/* The RDMA data plane: opens (or takes) the fabric, puts it into the
+ * sessions' settings with the FABRIC_ADDRESS extension, and watches its
+ * completion fd. */
+static int fabric_open(hr_engine *e) {
+  e->fab_fd = -1;
+#ifdef HR_HAVE_FABRIC
+  hr_settings *s = &e->cfg.session;
+  struct hr_fabric *f = e->cfg.fabric;
+  uint8_t addr[520];
+  int64_t n;
+  int rv;
+
+  if (!f && !(e->cfg.fabric_provider && e->cfg.fabric_provider[0]))
+    return 0;
+  if (!f) {
+    hr_fabric_config fc;
+    char why[256] = "";
+    hr_fabric_config_default(&fc);
+    if (strcmp(e->cfg.fabric_provider, "auto") != 0)
+      fc.provider = e->cfg.fabric_provider;
+    fc.node = e->cfg.fabric_node;
+    rv = hr_fabric_new(&f, &fc, &e->mem, why, sizeof why);
+    if (rv)
+      return rv;
+    e->own_fabric = 1;
+  }
+  e->fabric = f;
+  n = hr_fabric_address(f, addr, sizeof addr);
+  if (n > 0)
+    n = hr_ext_put(e->fab_ext, sizeof e->fab_ext, HR_EXT_FABRIC_ADDRESS, addr,
+                   (uint16_t)n);
+  if (n <= 0) {
+    rv = HR_ERR_INTERNAL;
+    goto fail;
+  }
+  s->fabric_ops = hr_fabric_get_ops();
+  s->fabric_ctx = f;
+  s->fabric_caps =
+      e->cfg.fabric_caps ? e->cfg.fabric_caps : hr_fabric_capabilities(f);
+  s->hello_ext = e->fab_ext;
+  s->hello_ext_len = (uint16_t)n;
+  s->hello_ext_count = 1;
+  e->fab_fd = hr_fabric_fd(f);
+  if (e->fab_fd >= 0) {
+    e->fab_obj.kind = OBJ_FABRIC;
+    rv = fdmap_set(e, e->fab_fd, &e->fab_obj);
+    if (rv == 0)
+      rv = watch(e, e->fab_fd, HR_POLL_IN, &e->fab_watching, &e->fab_cookie);
+    if (rv) {
+      fdmap_set(e, e->fab_fd, NULL);
+      goto fail;
+    }
+  }
+  return 0;
+fail:
+  if (e->own_fabric)
+    hr_fabric_del(f);
+  e->fabric = NULL;
+  e->own_fabric = 0;
+  e->fab_fd = -1;
+  return rv;
+#else
+  if (e->cfg.fabric || (e->cfg.fabric_provider && e->cfg.fabric_provider[0]))
+    return HR_ERR_UNSUPPORTED;
+  return 0;
+#endif
+}
+
+/* Engine stop: every session (and with it every handshake) is gone; the
+ * operations they started end, then the fabric closes. */
+static void fabric_close(hr_engine *e) {
+#ifdef HR_HAVE_FABRIC
+  if (!e->fabric)
+    return;
+  if (e->fab_watching)
+    e->ops.watch(e->loop_data, e->fab_fd, 0, &e->fab_cookie);
+  if (e->fab_fd >= 0)
+    fdmap_set(e, e->fab_fd, NULL);
+  if (e->own_fabric) {
+    for (int i = 0; i < 1000 && hr_fabric_busy(e->fabric); i++)
+      hr_fabric_progress(e->fabric, now_of(e));
+    if (hr_fabric_busy(e->fabric))
+      hr_fabric_shutdown(e->fabric);
+    hr_fabric_del(e->fabric);
+  }
+  e->fabric = NULL;
+#else
+  (void)e;
+#endif
+}
+
+struct hr_fabric *hr_engine_fabric(const hr_engine *e) {
+  return e ? e->fabric : NULL;
+}
+
 int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
                   const hr_engine_config *cfg, const hr_mem *mem) {
   hr_engine *e;
@@ -1477,6 +1618,11 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   rv = e->ops.watch(e->loop_data, e->wake_fd, HR_POLL_IN, &e->wake_cookie);
   if (rv)
     goto fail;
+  rv = fabric_open(e);
+  if (rv) {
+    e->ops.watch(e->loop_data, e->wake_fd, 0, &e->wake_cookie);
+    goto fail;
+  }
   *out = e;
   return 0;
 fail:
@@ -1511,6 +1657,9 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
   switch (o->kind) {
   case OBJ_LISTENER: listener_io((hr_listener *)o, now); break;
   case OBJ_WAKE: wake_io(e, now); break;
+#ifdef HR_HAVE_FABRIC
+  case OBJ_FABRIC: hr_fabric_progress(e->fabric, now); break;
+#endif
   case OBJ_CONN: {
     hr_conn *c = (hr_conn *)o;
     if (c->state == CS_LINGER)
@@ -1542,6 +1691,7 @@ int hr_engine_on_timeout(hr_engine *e) {
   e->timer_at = HR_TSTAMP_NEVER; /* the host's one-shot timer fired */
   e->depth++;
   now = now_of(e);
+  fabric_due(e, now);
   for (c = e->conns; c; c = c->next) {
     if (c->state != CS_OPEN && c->state != CS_CONNECTING)
       continue;
@@ -1627,6 +1777,7 @@ int hr_engine_del(hr_engine *e) {
     e->listeners = l->next;
     listener_free(e, l);
   }
+  fabric_close(e);
   e->ops.watch(e->loop_data, e->wake_fd, 0, &e->wake_cookie);
   if (e->timer_at != HR_TSTAMP_NEVER)
     e->ops.timer(e->loop_data, -1);
@@ -1800,9 +1951,22 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c->cb = cb;
   c->ud = user_data;
   session_callbacks(&cbs);
-  rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
-                      settings ? settings : &e->cfg.session, &cbs, NULL, c,
-                      now_of(e), &e->mem);
+  if (settings && e->fabric) {
+    /* The engine's fabric serves sessions with the caller's settings too. */
+    hr_settings own = *settings;
+    own.fabric_ops = e->cfg.session.fabric_ops;
+    own.fabric_ctx = e->cfg.session.fabric_ctx;
+    own.fabric_caps = e->cfg.session.fabric_caps;
+    own.hello_ext = e->cfg.session.hello_ext;
+    own.hello_ext_len = e->cfg.session.hello_ext_len;
+    own.hello_ext_count = e->cfg.session.hello_ext_count;
+    rv = hr_session_new(&c->s, HR_ROLE_CLIENT, &own, &cbs, NULL, c, now_of(e),
+                        &e->mem);
+  } else {
+    rv = hr_session_new(&c->s, HR_ROLE_CLIENT,
+                        settings ? settings : &e->cfg.session, &cbs, NULL, c,
+                        now_of(e), &e->mem);
+  }
   if (rv == 0 && lanes > 1) {
     c->lanes_wanted = lanes;
     rv = hr_group_new(&c->grp, c->s);

@@ -533,6 +533,14 @@ void hr_metrics_record(hr_metrics *m, const char *peer,
     jname(&b, "plane", plane_names[plane]);
     jkey(&b, "bytes");
     jnum(&b, rec->bytes, 1);
+    if (rec->fallback[0]) {
+      size_t n = strnlen(rec->fallback, sizeof rec->fallback);
+      jkey(&b, "fallback");
+      if (hr_utf8_valid((const uint8_t *)rec->fallback, n))
+        jstr(&b, rec->fallback, n);
+      else
+        jstr(&b, "", 0);
+    }
     if (rec->shards > 1) {
       jkey(&b, "shard");
       jnum(&b, rec->shard_index, 1);

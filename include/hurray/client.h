@@ -51,6 +51,14 @@ typedef struct hr_client_options {
    * (<hurray/engine.h> hr_tls_config; NULL: the system's trust store, no
    * client certificate).  Read by hr_client_connect() only. */
   const struct hr_tls_config *tls;
+  /* The RDMA data plane (hr_engine_config): a libfabric provider name or
+   * "auto" (NULL: frames only), its local address, and the capability
+   * flags to advertise (0: what the fabric justifies).  Read during
+   * hr_client_connect() only.  Connecting fails with the fabric's error
+   * (HR_ERR_UNSUPPORTED: no such provider) when it cannot be opened. */
+  const char *fabric_provider;
+  const char *fabric_node;
+  uint32_t fabric_caps;
 } hr_client_options;
 
 /* Why a call failed. */

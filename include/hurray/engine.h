@@ -135,6 +135,21 @@ typedef struct hr_engine_config {
    * certificate they present (NULL: the system's trust store, no client
    * certificate). */
   const struct hr_tls_config *tls_client;
+  /* ---- appended: the RDMA data plane (fabric/; all 0: frames only) ---- */
+  /* The fabric every session of this engine shares: the application's
+   * (it must outlive the engine; the engine never frees it) ... */
+  struct hr_fabric *fabric;
+  /* ... or, with fabric NULL, a provider name ("tcp;ofi_rxm", "shm",
+   * "verbs;ofi_rxm", ...; "auto": the best one, hr_fabric_config) for a
+   * fabric the engine opens in hr_engine_new() and closes in
+   * hr_engine_del(), with its endpoint on `fabric_node` (a local address
+   * such as "127.0.0.1"; NULL: the provider's default). */
+  const char *fabric_provider;
+  const char *fabric_node;
+  /* Capability flags the sessions advertise for it (0:
+   * hr_fabric_capabilities()).  Tests set HR_CAP_RDMA_GPUDIRECT to
+   * exercise destination registration with host memory. */
+  uint32_t fabric_caps;
   /* ---- appended for logs and metrics (NULL: none) ---- */
   /* Server: a request that moved no tensor bytes (LIST, PING, or a GET or
    * PUT refused before it became a stream), as
@@ -190,6 +205,13 @@ HR_EXTERN int hr_engine_del(hr_engine *e);
  * pool; exposed for hosts that hand work in from other threads): it then
  * calls config.on_wakeup and flushes every session. */
 HR_EXTERN void hr_engine_wakeup(hr_engine *e);
+
+/* The engine's fabric (configured or opened by it), or NULL.  With one,
+ * every session advertises RDMA_DATA_PLANE and FABRIC_ADDRESS, the fabric's
+ * completion fd joins the loop through hr_loop_ops and its expiry the
+ * engine's timer; transfers between two such peers use the RDMA data plane
+ * (docs/internals/fabric.md).  Valid until hr_engine_del(). */
+HR_EXTERN struct hr_fabric *hr_engine_fabric(const hr_engine *e);
 
 /* Connections alive (client and server, not counting sockets that only
  * linger to deliver a final ERROR). */

@@ -13,7 +13,8 @@
  * "ts" (UTC, RFC 3339 with milliseconds), "level" and "event"; a request
  * line adds "peer", "kind", "key" (or "key_hex" when the key is not
  * UTF-8), "stream", "layout", "transcoded", "plane", "bytes",
- * "duration_ms", "result", and when it failed "error", "error_sent" and
+ * "duration_ms", "result" ("fallback", "shard" and "shards" when they
+ * apply), and when it failed "error", "error_sent" and
  * "message".  docs/internals/operations.md lists every field and metric.
  *
  * Threads: an hr_metrics is not locked.  Every call on one registry must

@@ -85,7 +85,8 @@ typedef struct hr_settings {
   uint32_t capabilities;       /* HR_CAP_* we may advertise; masked by
                                   what this build does (TRANSCODING and
                                   REGION_REQUESTS only with the transcode
-                                  kernels; never RDMA/SHM yet) and, on a
+                                  kernels; RDMA comes from fabric_caps
+                                  below, never from here) and, on a
                                   server, by the provider (TENSOR_PUT needs
                                   on_put_begin and on_put_commit, LIST
                                   on_list).  A client advertises none. */
@@ -112,6 +113,32 @@ typedef struct hr_settings {
                                   (16 MiB) */
   uint16_t shards_per_lane;    /* server: ... and at most lanes x this
                                   (4) */
+  /* ---- appended: the RDMA data plane (fabric/, <hurray/fabric.h>) ---- */
+  /* The fabric the session moves tensors through (NULL: frames only).
+   * The session reaches it only through these ops (the engine passes
+   * hr_fabric_get_ops() and its hr_fabric; tests pass the fake fabric).
+   * Unlike the other pointers here, `fabric_ops` and `fabric_ctx` are not
+   * copied: they must outlive the session and every transfer it started
+   * (see hr_fabric_busy()).  Builds without fabric/ ignore them. */
+  const struct hr_fabric_ops *fabric_ops;
+  void *fabric_ctx;
+  /* What the fabric justifies in the HELLO: HR_CAP_RDMA_DATA_PLANE and
+   * maybe HR_CAP_RDMA_GPUDIRECT (hr_fabric_capabilities()).  Advertised
+   * by clients and servers alike when fabric_ops is set. */
+  uint32_t fabric_caps;
+  /* Extra HELLO extensions, encoded back to back as hr_ext_put() writes
+   * them (the engine puts FABRIC_ADDRESS here), `hello_ext_count` of them
+   * in `hello_ext_len` bytes (at most 1024).  Copied. */
+  const uint8_t *hello_ext;
+  uint16_t hello_ext_len;
+  uint16_t hello_ext_count;
+  /* Receiver (client GET, server PUT): register the landing buffers as an
+   * RDMA DESTINATION, so that the sender RMA-writes into them, where both
+   * HELLOs carry RDMA_GPUDIRECT (0: tagged messages into posted
+   * receives). */
+  int rdma_destination;
+  /* Source owner: tensors smaller than this go as frames (0: 64 KiB). */
+  uint64_t rdma_min_bytes;
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */
@@ -496,6 +523,16 @@ HR_EXTERN size_t hr_session_stream_count(const hr_session *s);
 /* The connection state's name ("AWAIT_HELLO", "ESTABLISHED", "DRAINING",
  * "CLOSED"), for logs.  Never NULL.  version-added: 0.1 */
 HR_EXTERN const char *hr_session_state_name(const hr_session *s);
+
+/*
+ * The control connection's peer address (a struct sockaddr of `len`
+ * bytes, copied), which the RDMA data plane compares with the peer's
+ * FABRIC_ADDRESS (an IP endpoint must be on the same host).  Call before
+ * the HELLOs complete; without it the fabric decides alone.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (NULL, len 0 or above 128), HR_ERR_STATE (the
+ * handshake already completed).  version-added: 0.1 */
+HR_EXTERN int hr_session_set_peer_addr(hr_session *s, const void *addr,
+                                       size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Sessions over several connections: lanes (docs/protocol.md § 14.5)       */

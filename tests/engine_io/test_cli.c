@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -414,6 +415,129 @@ static void test_dump_and_inspect(void **state) {
   assert_non_null(strstr(err, "UNKNOWN_MESSAGE_TYPE"));
 }
 
+/* Sends bytes [from, to) of `src` on PUT stream 1 in 32 KiB frames. */
+static void put_frames(int fd, const uint8_t *src, uint64_t from,
+                       uint64_t to) {
+  hr_msg m;
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_DATA;
+  m.hdr.stream_id = 1;
+  for (uint64_t off = from; off < to; off += m.u.data.data_len) {
+    m.u.data.offset = off;
+    m.u.data.data = src + off;
+    m.u.data.data_len = (uint32_t)(to - off < 32768 ? to - off : 32768);
+    assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
+  }
+}
+
+/* SIGTERM with a large GET and a half-sent PUT in flight: new
+ * connections are refused while they drain, the GET's bytes arrive
+ * byte-exact, the PUT completes with its ACK, and the server exits 0. */
+static void test_graceful_drain_exact(void **state) {
+  uint64_t shape[1] = {16u << 20}, put_n = 1u << 20;
+  size_t cap = 5u << 20;
+  uint8_t *buf = malloc(cap), *got = calloc(1, shape[0]);
+  hr_msg m;
+  int p, fd, fd2, st, saw_end = 0, saw_goaway = 0, refused = 0;
+
+  (void)state;
+  assert_non_null(buf);
+  assert_non_null(got);
+  hr_tensor *t = tl_dense(HR_ELEM_UINT8, 1, shape, 7);
+  hr_descriptor d = *hr_tensor_descriptor(t);
+  assert_int_equal(
+      hr_npy_save(tpath("drain2.npy"), &d, hr_tensor_buffer(t, 0), NULL, 0),
+      0);
+  pid_t pid = start_server(&p, "--allow-put", tpath("drain2.npy"), NULL);
+  /* The GET: only its descriptor is read before the signal. */
+  fd = tl_raw_connect(p);
+  tl_hello(&m, 0);
+  assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd, HR_MSG_SERVER_HELLO, 0, buf, cap, &m,
+                            5000));
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_REQUEST;
+  m.hdr.stream_id = 1;
+  m.u.request.key = (const uint8_t *)"drain2";
+  m.u.request.key_len = 6;
+  m.u.request.max_shards = 1;
+  assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd, HR_MSG_TENSOR_DESCRIPTOR, 1, buf, cap,
+                            &m, 5000));
+  assert_int_equal(m.u.tensor.xport.total_data_bytes, shape[0]);
+  /* The PUT: its descriptor and the first half of its bytes. */
+  fd2 = tl_raw_connect(p);
+  tl_hello(&m, 0);
+  assert_int_equal(tl_raw_send_msg(NULL, fd2, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd2, HR_MSG_SERVER_HELLO, 0, buf, cap, &m,
+                            5000));
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_PUT;
+  m.hdr.stream_id = 1;
+  m.u.put.key = (const uint8_t *)"fresh";
+  m.u.put.key_len = 5;
+  hr_descriptor *pd = &m.u.put.desc;
+  pd->descriptor_version = 1;
+  pd->element_type = HR_ELEM_UINT8;
+  pd->rank = 1;
+  pd->shape[0] = put_n;
+  pd->layout.tag = HR_LAYOUT_ROW_MAJOR;
+  pd->buffer_count = 1;
+  pd->buffers[0].size_bytes = put_n;
+  m.u.put.xport.total_data_bytes = put_n;
+  m.u.put.xport.total_shards = 1;
+  assert_int_equal(tl_raw_send_msg(NULL, fd2, &m), 0);
+  put_frames(fd2, hr_tensor_buffer(t, 0), 0, put_n / 2);
+
+  assert_int_equal(kill(pid, SIGTERM), 0);
+  /* New connections are refused while both transfers are still open. */
+  for (int i = 0; i < 500 && !refused; i++) {
+    int x = tl_raw_connect(p);
+    if (x < 0)
+      refused = 1;
+    else
+      close(x);
+    usleep(10000);
+  }
+  assert_true(refused);
+  /* The PUT finishes and is acknowledged. */
+  put_frames(fd2, hr_tensor_buffer(t, 0), put_n / 2, put_n);
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_TENSOR_DATA_END;
+  m.hdr.stream_id = 1;
+  assert_int_equal(tl_raw_send_msg(NULL, fd2, &m), 0);
+  assert_true(tl_raw_expect(NULL, fd2, HR_MSG_TENSOR_PUT_ACK, 1, buf, cap, &m,
+                            10000));
+  assert_true(tl_raw_wait_eof(NULL, fd2, 10000));
+  close(fd2);
+  /* The GET's bytes, placed by their offsets. */
+  for (;;) {
+    int64_t n = tl_raw_read_msg(NULL, fd, buf, cap, 10000);
+    if (n == 0)
+      break;
+    assert_true(n > 0);
+    assert_int_equal(hr_wire_decode(buf, (size_t)n, NULL, &m, NULL), 0);
+    if (m.hdr.type == HR_MSG_TENSOR_DATA) {
+      assert_true(m.u.data.offset + m.u.data.data_len <= shape[0]);
+      memcpy(got + m.u.data.offset, m.u.data.data, m.u.data.data_len);
+    } else if (m.hdr.type == HR_MSG_TENSOR_DATA_END) {
+      saw_end = 1;
+    } else if (m.hdr.type == HR_MSG_GOAWAY) {
+      saw_goaway = 1;
+    }
+  }
+  close(fd);
+  assert_true(saw_end);
+  assert_true(saw_goaway);
+  assert_memory_equal(got, hr_tensor_buffer(t, 0), shape[0]);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  hr_tensor_unref(t);
+  free(buf);
+  free(got);
+}
+
 /* SIGTERM while a GET is in flight: the GET completes, the server sends
  * GOAWAY, refuses new connections and exits 0. */
 static void test_graceful_drain(void **state) {
@@ -529,8 +653,65 @@ static void test_unix_socket(void **state) {
   hr_tensor_unref(ref);
 }
 
+#ifdef HR_TEST_FABRIC
+#include <hurray/fabric.h>
+
+/* serve --fabric and get --fabric --stats: the bytes come over the RDMA
+ * data plane and --stats says so; a get without --fabric gets frames. */
+static void test_fabric(void **state) {
+  hr_fabric *f = NULL;
+  hr_fabric_config fc;
+  (void)state;
+  hr_fabric_config_default(&fc);
+  fc.provider = "tcp;ofi_rxm";
+  fc.node = "127.0.0.1";
+  if (hr_fabric_new(&f, &fc, NULL, NULL, 0) != 0)
+    skip(); /* libfabric lacks the provider here */
+  hr_fabric_del(f);
+  uint64_t shape[2] = {64, 1024};
+  hr_tensor *ref = tl_dense(HR_ELEM_FLOAT32, 2, shape, 3), *got;
+  char dir[300], file[340], furl[64];
+  snprintf(dir, sizeof dir, "%s", tpath("fab"));
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(file, sizeof file, "%s/big.npy", dir);
+  assert_int_equal(hr_npy_save(file, hr_tensor_descriptor(ref),
+                               hr_tensor_buffer(ref, 0), NULL, 0),
+                   0);
+  int fport, st;
+  pid_t pid = start_server(&fport, "--fabric", "tcp;ofi_rxm", dir);
+  snprintf(furl, sizeof furl, "127.0.0.1:%d", fport);
+  assert_int_equal(run("get", "--fabric", "tcp;ofi_rxm", "--stats", "-o",
+                       tpath("f.npy"), furl, "big", NULL),
+                   0);
+  got = load(tpath("f.npy"));
+  assert_true(tl_same_elements(ref, NULL, got));
+  hr_tensor_unref(got);
+  cJSON *j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                      "rdma");
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "fallback")));
+  cJSON_Delete(j);
+  assert_int_equal(run("get", "--stats", furl, "big", NULL), 0);
+  j = stats_of(err);
+  assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                      "frames");
+  cJSON_Delete(j);
+  /* An unknown provider is one line and exit 1. */
+  assert_int_equal(
+      run("get", "--fabric", "no-such-provider", furl, "big", NULL), 1);
+  one_line(err);
+  kill(pid, SIGTERM);
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  hr_tensor_unref(ref);
+}
+#endif
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+#ifdef HR_TEST_FABRIC
+      cmocka_unit_test(test_fabric),
+#endif
       cmocka_unit_test(test_ls),
       cmocka_unit_test(test_get_plain_and_stats),
       cmocka_unit_test(test_get_layouts),
@@ -539,6 +720,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_dump_and_inspect),
       cmocka_unit_test(test_graceful_drain),
+      cmocka_unit_test(test_graceful_drain_exact),
       cmocka_unit_test(test_unix_socket),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

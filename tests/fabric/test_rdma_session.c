@@ -1,0 +1,519 @@
+/*
+ * The RDMA data plane through the sans-IO session, against the fake
+ * fabric: a client and a server session exchange bytes in memory while
+ * both fake endpoints progress, so that every transfer runs the real
+ * session code (hr_rdma_glue.c) and the real handshake.  Faults are
+ * injected at every step; each test checks the outcome the session
+ * reports (bytes, error, data plane and the record's fallback reason).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <hurray/fabric.h>
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+
+#include "fabric/hr_fab_fake.h"
+
+#define SIZE ((uint64_t)1 << 20)
+
+typedef struct pipe_ {
+  uint8_t *buf;
+  size_t len, cap;
+} pipe_;
+
+typedef struct world {
+  hr__fake_world *fw;
+  hr__fake_ep *ec, *es;
+  uint8_t ext_c[600], ext_s[600];
+  uint16_t ext_c_len, ext_s_len;
+  hr_session *c, *s;
+  hr_tstamp now;
+  pipe_ c2s, s2c;
+  int drop_ready;       /* RDMA_READY from the client vanishes */
+  hr_tensor *served;    /* what the server answers GETs with */
+  hr_tensor *committed; /* what the last PUT stored */
+  hr_transfer_record srv_rec;
+  int srv_recs;
+  /* Client completion. */
+  int done;
+  int status;
+  uint32_t sid;
+  hr_tensor *got;
+  hr_transfer_record rec;
+} world;
+
+static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = n;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = n;
+  d.buffers[0].device_tag = HR_DEV_CPU;
+  hr_tensor *t = NULL;
+  assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
+  uint8_t *p = hr_tensor_buffer(t, 0);
+  for (uint64_t i = 0; i < n; i++)
+    p[i] = (uint8_t)((i * 2654435761u) >> 13 ^ seed);
+  return t;
+}
+
+static int same(hr_tensor *a, hr_tensor *b) {
+  if (!a || !b)
+    return 0;
+  uint64_t n = hr_tensor_descriptor(a)->buffers[0].size_bytes;
+  if (hr_tensor_descriptor(b)->buffers[0].size_bytes != n)
+    return 0;
+  return memcmp(hr_tensor_buffer(a, 0), hr_tensor_buffer(b, 0), n) == 0;
+}
+
+/* ---- the server's provider --------------------------------------------- */
+
+static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
+  world *w = ud;
+  (void)s;
+  return hr_get_answer(g, w->served);
+}
+static int p_put_begin(hr_session *s, const hr_put_info *i, uint32_t *wire,
+                       void *ud) {
+  (void)s;
+  (void)i;
+  (void)wire;
+  (void)ud;
+  return 0;
+}
+static int p_put_commit(hr_session *s, const hr_put_info *i, hr_tensor *t,
+                        uint32_t *wire, void *ud) {
+  world *w = ud;
+  (void)s;
+  (void)i;
+  (void)wire;
+  hr_tensor_unref(w->committed);
+  w->committed = hr_tensor_ref(t);
+  return 0;
+}
+static void srv_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
+  world *w = hr_session_user_data(s);
+  (void)ud;
+  w->srv_rec = *r;
+  w->srv_recs++;
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
+static void settings_for(world *w, hr_settings *st, hr__fake_ep *ep,
+                         uint8_t *ext, uint16_t *ext_len, uint32_t caps) {
+  uint8_t addr[400];
+  int64_t n = hr__fake_address(ep, addr, sizeof addr);
+  assert_true(n > 0);
+  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
+  assert_true(e > 0);
+  *ext_len = (uint16_t)e;
+  hr_settings_default(st);
+  st->fabric_ops = hr__fake_ops();
+  st->fabric_ctx = ep;
+  st->fabric_caps = caps;
+  st->hello_ext = ext;
+  st->hello_ext_len = *ext_len;
+  st->hello_ext_count = 1;
+  (void)w;
+}
+
+static void pump(world *w);
+
+static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
+  world *w = calloc(1, sizeof *w);
+  assert_non_null(w);
+  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
+  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
+  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  hr_settings sc, ss;
+  settings_for(w, &sc, w->ec, w->ext_c, &w->ext_c_len, caps);
+  settings_for(w, &ss, w->es, w->ext_s, &w->ext_s_len, caps);
+  sc.rdma_destination = dest;
+  ss.rdma_destination = dest;
+  hr_provider prov;
+  memset(&prov, 0, sizeof prov);
+  prov.size = sizeof prov;
+  prov.user_data = w;
+  prov.on_get = p_get;
+  prov.on_put_begin = p_put_begin;
+  prov.on_put_commit = p_put_commit;
+  hr_session_callbacks cbs;
+  memset(&cbs, 0, sizeof cbs);
+  cbs.size = sizeof cbs;
+  cbs.on_transfer = srv_transfer;
+  w->now = 1000;
+  assert_int_equal(
+      hr_session_new(&w->c, HR_ROLE_CLIENT, &sc, NULL, NULL, w, w->now, NULL),
+      0);
+  assert_int_equal(
+      hr_session_new(&w->s, HR_ROLE_SERVER, &ss, &cbs, &prov, w, w->now, NULL),
+      0);
+  w->served = make_tensor(SIZE, 7);
+  hr__fake_faults_of(w->es)->peer_add = peer_refuse;
+  pump(w);
+  assert_non_null(hr_session_peer_hello(w->c));
+  return w;
+}
+
+static world *world_open(uint32_t caps, int dest) {
+  return world_open_x(caps, dest, 0);
+}
+
+static void world_close(world *w) {
+  hr_session_del(w->c);
+  hr_session_del(w->s);
+  /* What the fabric still runs ends now (the buffers' release). */
+  for (int i = 0; i < 100; i++) {
+    hr__fake_progress(w->ec);
+    hr__fake_progress(w->es);
+  }
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_ep_del(w->ec);
+  hr__fake_ep_del(w->es);
+  hr__fake_world_del(w->fw);
+  hr_tensor_unref(w->served);
+  hr_tensor_unref(w->committed);
+  hr_tensor_unref(w->got);
+  free(w->c2s.buf);
+  free(w->s2c.buf);
+  free(w);
+}
+
+/* Moves what `from` has to send into the pipe, then whole messages of the
+ * pipe into `to` (dropping RDMA_READY when asked). */
+static int move(world *w, hr_session *from, hr_session *to, pipe_ *p,
+                int drop_ready) {
+  hr_iov iov[16];
+  int moved = 0, n;
+  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+      if (p->len + iov[i].len > p->cap) {
+        p->cap = (p->len + iov[i].len) * 2;
+        p->buf = realloc(p->buf, p->cap);
+        assert_non_null(p->buf);
+      }
+      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
+      p->len += iov[i].len;
+      total += iov[i].len;
+    }
+    hr_session_consumed(from, total, w->now);
+    moved = 1;
+  }
+  size_t off = 0;
+  while (p->len - off >= HR_HEADER_SIZE) {
+    hr_msg_header h;
+    hr_wire_parse_header(p->buf + off, &h);
+    size_t whole = HR_HEADER_SIZE + h.payload_length;
+    if (p->len - off < whole)
+      break;
+    if (!(drop_ready && h.type == HR_MSG_RDMA_READY))
+      assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
+    off += whole;
+    moved = 1;
+  }
+  memmove(p->buf, p->buf + off, p->len - off);
+  p->len -= off;
+  return moved;
+}
+
+static void pump(world *w) {
+  for (int idle = 0, i = 0; idle < 3 && i < 100000; i++) {
+    w->now += 1000;
+    int a = move(w, w->c, w->s, &w->c2s, w->drop_ready);
+    int b = move(w, w->s, w->c, &w->s2c, 0);
+    int c = hr__fake_progress(w->ec) > 0;
+    int d = hr__fake_progress(w->es) > 0;
+    idle = a || b || c || d ? 0 : idle + 1;
+  }
+}
+
+static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
+                   const hr_transfer_record *rec, void *ud) {
+  world *w = ud;
+  (void)s;
+  w->done = 1;
+  w->sid = sid;
+  w->got = t;
+  w->rec = *rec;
+  w->status = rec->status;
+}
+
+static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
+                   void *ud) {
+  world *w = ud;
+  (void)s;
+  w->done = 1;
+  w->sid = sid;
+  w->rec = *rec;
+  w->status = rec->status;
+}
+
+static void get(world *w, uint32_t *sid) {
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.preferred_device = HR_DEV_CPU;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  pump(w);
+}
+
+static void put(world *w, hr_tensor *t) {
+  w->done = 0;
+  assert_int_equal(
+      hr_session_put(w->c, (const uint8_t *)"p", 1, 0, t, on_put, w, NULL), 0);
+  pump(w);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_get_tagged(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  get(w, NULL);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_string_equal(w->rec.fallback, "");
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->srv_rec.status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_true(st.sends > 0);
+  assert_int_equal(st.writes, 0);
+  world_close(w);
+}
+
+static void test_get_destination(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT, 1);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_true(st.writes > 0);
+  world_close(w);
+}
+
+static void test_put(void **state) {
+  (void)state;
+  for (int dest = 0; dest < 2; dest++) {
+    world *w = world_open(
+        HR_CAP_RDMA_DATA_PLANE | (dest ? HR_CAP_RDMA_GPUDIRECT : 0), dest);
+    hr_tensor *t = make_tensor(SIZE, 3);
+    put(w, t);
+    assert_true(w->done);
+    assert_int_equal(w->status, 0);
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_true(same(w->committed, t));
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    hr__fake_stats st;
+    hr__fake_get_stats(w->ec, &st);
+    assert_true(dest ? st.writes > 0 : st.sends > 0);
+    hr_tensor_unref(t);
+    world_close(w);
+  }
+}
+
+/* The source registration is refused: the server sends frames at once and
+ * says why in its record. */
+static void test_source_refused(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  hr__fake_faults_of(w->es)->reg_source = 1;
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  assert_true(w->srv_rec.fallback[0] != 0);
+  world_close(w);
+}
+
+/* Faults after the descriptor went: the stream fails with ERROR, the
+ * client retries once on the same connection, which now uses frames, and
+ * the record of the retry says why. */
+static void retry_case(hr__fake_ep *(*which)(world *), int field, uint32_t caps,
+                       int dest, const char *want) {
+  world *w = world_open(caps, dest);
+  hr__fake_faults *f = hr__fake_faults_of(which(w));
+  switch (field) {
+  case 0: f->recv_start = 1; break;
+  case 1: f->send_error = 1; break;
+  case 2: f->recv_error = 1; break;
+  case 3: f->peer_gone_after = 4096; break;
+  case 4: f->write_error = 1; break;
+  default: fail();
+  }
+  uint32_t sid = 0;
+  get(w, &sid);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_true(w->sid != sid); /* completed as the retry */
+  if (!strstr(w->rec.fallback, want))
+    fail_msg("fallback \"%s\" lacks \"%s\"", w->rec.fallback, want);
+  /* A second GET on the connection: frames, or tagged after a failed
+   * destination write. */
+  hr_tensor_unref(w->got);
+  w->got = NULL;
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  world_close(w);
+}
+
+static hr__fake_ep *cli_ep(world *w) {
+  return w->ec;
+}
+static hr__fake_ep *srv_ep(world *w) {
+  return w->es;
+}
+
+static void test_receiver_refuses(void **state) {
+  (void)state;
+  retry_case(cli_ep, 0, HR_CAP_RDMA_DATA_PLANE, 0, "frames");
+}
+static void test_send_error(void **state) {
+  (void)state;
+  retry_case(srv_ep, 1, HR_CAP_RDMA_DATA_PLANE, 0, "frames");
+}
+static void test_recv_error(void **state) {
+  (void)state;
+  retry_case(cli_ep, 2, HR_CAP_RDMA_DATA_PLANE, 0,
+             "receiving the tagged messages failed");
+}
+static void test_peer_gone(void **state) {
+  (void)state;
+  retry_case(srv_ep, 3, HR_CAP_RDMA_DATA_PLANE, 0, "transfer failed");
+}
+static void test_write_error(void **state) {
+  (void)state;
+  retry_case(srv_ep, 4, HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT, 1,
+             "GPUDIRECT_UNAVAILABLE");
+}
+
+/* RDMA_READY never arrives: the server waits; the client's CANCEL ends the
+ * handshake with CANCELLED on both sides and no registration is left. */
+static void test_ready_never_sent(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  w->drop_ready = 1;
+  uint32_t sid = 0;
+  get(w, &sid);
+  assert_false(w->done);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 1); /* the SOURCE, waiting */
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_equal(w->status, HR_ERR_REMOTE);
+  assert_int_equal(w->rec.wire_error, HR_WIRE_CANCELLED);
+  assert_null(w->got);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(w->srv_rec.wire_error, HR_WIRE_CANCELLED);
+  world_close(w);
+}
+
+/* A PUT the server cannot receive over RDMA is retried as frames. */
+static void test_put_refused(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  hr__fake_faults_of(w->es)->recv_start = 1;
+  hr_tensor *t = make_tensor(SIZE, 5);
+  put(w, t);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->committed, t));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_non_null(strstr(w->rec.fallback, "RDMA_SETUP_FAILED"));
+  hr_tensor_unref(t);
+  world_close(w);
+}
+
+/* The server refuses the client's FABRIC_ADDRESS: its answers go as
+ * frames, with the reason in its record. */
+static void test_peer_refused(void **state) {
+  (void)state;
+  world *w = world_open_x(HR_CAP_RDMA_DATA_PLANE, 0, 1);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  assert_true(w->srv_rec.fallback[0] != 0);
+  world_close(w);
+}
+
+/* The connection goes away in the middle: every handshake ends without
+ * messages and the fabric lets go of every registration. */
+static void test_terminate(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  w->drop_ready = 1;
+  get(w, NULL);
+  assert_false(w->done);
+  hr_session_terminate(w->c, w->now);
+  hr_session_terminate(w->s, w->now);
+  assert_true(w->done);
+  assert_int_equal(w->status, HR_ERR_CLOSED);
+  world_close(w);
+}
+
+/* A small tensor goes as frames by design, without a fallback reason. */
+static void test_small(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  hr_tensor_unref(w->served);
+  w->served = make_tensor(1000, 9);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, w->served));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_string_equal(w->rec.fallback, "");
+  world_close(w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_get_tagged),
+      cmocka_unit_test(test_get_destination),
+      cmocka_unit_test(test_put),
+      cmocka_unit_test(test_source_refused),
+      cmocka_unit_test(test_receiver_refuses),
+      cmocka_unit_test(test_send_error),
+      cmocka_unit_test(test_recv_error),
+      cmocka_unit_test(test_peer_gone),
+      cmocka_unit_test(test_write_error),
+      cmocka_unit_test(test_ready_never_sent),
+      cmocka_unit_test(test_put_refused),
+      cmocka_unit_test(test_peer_refused),
+      cmocka_unit_test(test_terminate),
+      cmocka_unit_test(test_small),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
