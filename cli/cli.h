@@ -53,6 +53,8 @@ typedef struct cli_conn_opts {
   int progress;          /* draw a progress bar (stderr is a tty) */
   int64_t timeout_ms;
   unsigned lanes;          /* connections of the session (0: one) */
+  const uint8_t *devices;  /* CLIENT_HELLO devices (NULL: CPU only) */
+  uint16_t device_count;
   /* --tls-ca, --tls-cert, --tls-key (NULL: not given); only for
    * hurrays:// URLs. */
   const char *tls_ca, *tls_cert, *tls_key;

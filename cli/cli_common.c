@@ -292,6 +292,10 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
     opts.timeout_ms = o->timeout_ms;
   opts.lanes = o->lanes;
   opts.user_data = cc;
+  if (o->devices) {
+    opts.settings.devices = o->devices;
+    opts.settings.device_count = o->device_count;
+  }
   if (o->fabric) {
     opts.fabric_provider = o->fabric;
     opts.fabric_node = cli_fabric_node(o->url);

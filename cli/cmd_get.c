@@ -26,6 +26,13 @@
  * "frames") and "fallback" why the RDMA data plane was not used or
  * failed.  --fabric PROVIDER (or "auto") opens a libfabric endpoint, so
  * that a server started with --fabric sends over the RDMA data plane.
+ *
+ * --device cuda|rocm|level_zero|vulkan|sim receives into that device's
+ * memory (through pinned staging, copied as the frames arrive: backends
+ * cuda, hip, ze, vulkan, sim), asking the server for that placement and
+ * advertising the device and the CPU; -o then copies the result back to
+ * the host to write it.  --device cpu (the default) receives in host
+ * memory.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -36,12 +43,13 @@
 #include <unistd.h>
 
 #include <hurray/files.h>
+#include <hurray/gpu.h>
 #include <hurray/transcode.h>
 
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--layout NAME]... [--allow-transcode] [--device cpu] [--parallel N] "      \
+  "[--layout NAME]... [--allow-transcode] [--device NAME] [--parallel N] "     \
   "[--connections C] [--region OFF,...:SHAPE,... | --slice DIM:RANK/COUNT] "   \
   "[-o OUT.npy] [--stats] [--dump-wire FILE] " CLI_TLS_SYNOPSIS              \
   " [--fabric PROVIDER] URL KEY"
@@ -141,9 +149,29 @@ static int parse_layout(get_args *a, const char *name) {
   return 0;
 }
 
+/* The device backend that lands a --device tag (NULL: none). */
+static const char *device_backend(int tag) {
+  switch (tag) {
+  case HR_DEV_CUDA:
+    return "cuda";
+  case HR_DEV_ROCM:
+    return "hip";
+  case HR_DEV_LEVEL_ZERO:
+    return "ze";
+  case HR_DEV_VULKAN:
+    return "vulkan";
+  case HR_GPU_DEV_SIM:
+    return "sim";
+  default:
+    return NULL;
+  }
+}
+
 static int parse_device(const char *name) {
   int t;
 
+  if (!strcmp(name, "sim"))
+    return HR_GPU_DEV_SIM;
   for (t = 0; t <= HR_DEV_LAST; t++) {
     const char *n = hr_device_name((uint8_t)t);
     size_t i;
@@ -425,6 +453,42 @@ static void print_stats(const get_args *a, const hr_transfer_record *rec,
   cJSON_Delete(o);
 }
 
+/* Copies a device tensor back to host memory (D2H) for writing. */
+static int device_to_host(hr_gpu *g, hr_tensor *dt, hr_tensor **out) {
+  hr_descriptor d = *hr_tensor_descriptor(dt);
+  hr_gpu_stream *s = NULL;
+  unsigned k;
+  int rv;
+
+  for (k = 0; k < d.buffer_count; k++) {
+    d.buffers[k].device_tag = HR_DEV_CPU;
+    d.buffers[k].sync_mode = HR_SYNC_PRODUCER_SYNCED;
+  }
+  rv = hr_tensor_alloc(out, &d, 6, NULL);
+  if (rv == 0)
+    rv = hr_gpu_stream_new(g, &s);
+  if (rv == 0 && hr_tensor_gpu_event(dt))
+    rv = hr_gpu_stream_wait_event(s, hr_tensor_gpu_event(dt));
+  for (k = 0; k < d.buffer_count && rv == 0; k++) {
+    hr_gpu_buf *h = NULL;
+    uint64_t n = d.buffers[k].size_bytes;
+    if (n == 0)
+      continue;
+    rv = hr_gpu_buf_wrap_host(g, hr_tensor_buffer(*out, k), n, &h);
+    if (rv == 0)
+      rv = hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(dt, k), 0, n);
+    if (rv == 0)
+      rv = hr_gpu_stream_sync(s);
+    hr_gpu_buf_del(h);
+  }
+  hr_gpu_stream_del(s);
+  if (rv) {
+    hr_tensor_unref(*out);
+    *out = NULL;
+  }
+  return rv;
+}
+
 /* ------------------------------------------------------------------------ */
 
 int cli_get(int argc, char **argv) {
@@ -437,6 +501,8 @@ int cli_get(int argc, char **argv) {
   probe pr;
   int i, rv, status = 0, converted = 0, npos = 0;
   size_t key_len;
+  hr_gpu *gpu = NULL;
+  uint8_t devs[2];
 
   memset(&a, 0, sizeof a);
   memset(&co, 0, sizeof co);
@@ -461,7 +527,12 @@ int cli_get(int argc, char **argv) {
       if (a.device < 0)
         return cli_usage("get", SYNOPSIS,
                          "unknown device \"%s\" (cpu, cuda, "
-                         "rocm, ...)",
+                         "rocm, level_zero, vulkan, sim)",
+                         argv[i]);
+      if (a.device != HR_DEV_CPU && !device_backend(a.device))
+        return cli_usage("get", SYNOPSIS,
+                         "no backend receives on %s (cpu, cuda, rocm, "
+                         "level_zero, vulkan, sim)",
                          argv[i]);
     } else if (!strcmp(s, "--parallel") && more) {
       if (cli_parse_u64(argv[++i], &a.parallel) || a.parallel < 1 ||
@@ -525,9 +596,33 @@ int cli_get(int argc, char **argv) {
   co.progress = isatty(STDERR_FILENO);
   co.timeout_ms = a.timeout_ms;
   co.lanes = (unsigned)a.connections;
+  if (a.device != HR_DEV_CPU) {
+    hr_gpu_config gc;
+    hr_gpu_probe_info why;
+    hr_gpu_config_default(&gc);
+    gc.backend = device_backend(a.device);
+    rv = hr_gpu_open(&gpu, &gc, NULL, &why);
+    if (rv) {
+      cli_err("get", "cannot open the %s device: %s (%s)", gc.backend,
+              why.reason[0] ? why.reason : hr_strerror(rv),
+              "receive on the host with --device cpu");
+      return CLI_EXIT_FAIL;
+    }
+    if (a.parallel) {
+      hr_gpu_del(gpu);
+      return cli_usage("get", SYNOPSIS,
+                       "--device receives one stream: drop --parallel");
+    }
+    devs[0] = (uint8_t)a.device;
+    devs[1] = HR_DEV_CPU;
+    co.devices = devs;
+    co.device_count = 2;
+  }
   co.fabric = a.fabric;
-  if (cli_connect(&cc, &co))
+  if (cli_connect(&cc, &co)) {
+    hr_gpu_del(gpu);
     return CLI_EXIT_FAIL;
+  }
 
   /* The progress bar wants the size, --stats the stored layout: ask
    * LIST when the server has it. */
@@ -560,6 +655,19 @@ int cli_get(int argc, char **argv) {
     go.region_offset = a.region_offset;
     go.region_shape = a.region_shape;
   }
+  go.device = gpu;
+  go.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  if (gpu) {
+    /* The bytes come in host frames either way: ask for the device's
+     * placement only from a server that has it (rule 3 would refuse it
+     * otherwise), else for the CPU's, and land on the device here. */
+    const hr_hello *h = hr_client_server_hello(cc.client);
+    uint16_t k;
+    go.preferred_device = HR_DEV_CPU;
+    for (k = 0; h && k < h->device_count; k++)
+      if (h->devices[k] == a.device)
+        go.preferred_device = (uint8_t)a.device;
+  }
   memset(&rec, 0, sizeof rec);
   if (a.slice)
     rv = hr_client_get_slice(cc.client, go.key, go.key_len,
@@ -577,7 +685,21 @@ int cli_get(int argc, char **argv) {
       print_stats(&a, &rec, NULL, 0, &pr, hr_client_lanes(cc.client),
                   cc.client);
     cli_disconnect(&cc, "get");
+    hr_gpu_del(gpu);
     return status;
+  }
+  if (gpu && hr_tensor_on_device(t)) {
+    hr_tensor *h = NULL;
+    rv = device_to_host(gpu, t, &h);
+    hr_tensor_unref(t);
+    t = h;
+    if (rv) {
+      cli_err("get", "cannot copy the result back from the device: %s",
+              hr_strerror(rv));
+      cli_disconnect(&cc, "get");
+      hr_gpu_del(gpu);
+      return CLI_EXIT_FAIL;
+    }
   }
   if (a.out) {
     status = write_tensor(a.out, t, &converted);
@@ -599,5 +721,6 @@ int cli_get(int argc, char **argv) {
                 cc.client);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "get");
+  hr_gpu_del(gpu);
   return status ? status : rv;
 }

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "(default 127.0.0.1:7474);\n"
           "        JSON log lines on stderr, Prometheus metrics at "
           "http://HOST:PORT/metrics\n"
-          "  get [--layout NAME]... [--allow-transcode] [--device cpu] "
+          "  get [--layout NAME]... [--allow-transcode] [--device NAME] "
           "[--parallel N]\n"
           "      [--region OFF,...:SHAPE,...] [-o OUT.npy] [--stats] "
           "[--dump-wire FILE] URL KEY\n"

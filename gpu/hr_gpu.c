@@ -356,6 +356,8 @@ void *hr_gpu_buf_host_ptr(const hr_gpu_buf *b) {
   return b ? b->m.host_ptr : NULL;
 }
 uint64_t hr_gpu_buf_size(const hr_gpu_buf *b) { return b ? b->m.size : 0; }
+hr_gpu *hr_gpu_buf_device(const hr_gpu_buf *b) { return b ? b->g : NULL; }
+hr_gpu *hr_gpu_event_device(const hr_gpu_event *e) { return e ? e->g : NULL; }
 int hr_gpu_buf_kind(const hr_gpu_buf *b) {
   return b ? b->m.kind : HR_ERR_INVALID_ARGUMENT;
 }

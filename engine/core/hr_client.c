@@ -100,6 +100,10 @@ static void get_complete(hr_session *s, hr_stream *st, hr_tensor *t) {
   st->rec.partial_count = 0;
 }
 
+void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t) {
+  get_complete(s, st, t);
+}
+
 static void set_rec_error(hr_stream *st, int status, uint32_t wire, int sent,
                           const char *msg, size_t len) {
   st->rec.status = status;
@@ -281,7 +285,9 @@ static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
         d->buffers[k].memory_class != HR_MEM_STANDARD)
       return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                               "device or memory class never advertised");
-  if (!can_land(s, dev))
+  /* A GET into a device lands any placement there (the bytes come in
+   * host frames either way). */
+  if (!can_land(s, dev) && !st->rv.dev)
     return hr__stream_error(s, sid, HR_WIRE_DEVICE_UNAVAILABLE,
                             "this client receives CPU buffers only");
   if (d->layout.tag != HR_LAYOUT_COMPOSITE &&
@@ -353,6 +359,8 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
         hr__tensor_set_release(t, st->cg.dest.release, st->cg.dest.release_ctx);
         st->cg.dest.release = NULL;
       }
+      if (st->rv.dev && t)
+        return hr__devrx_finish(s, st, t);
       get_complete(s, st, t);
       hr__stream_end(s, st);
     }
@@ -377,7 +385,11 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
         (o->region_rank && (!o->region_offset || !o->region_shape)))) ||
       o->min_alignment_log2 > HR_MAX_ALIGNMENT_LOG2 ||
       o->preferred_device == HR_DEV_INVALID ||
-      (o->dest && o->dest->buffer == NULL && o->dest->capacity))
+      (o->dest && o->dest->buffer == NULL && o->dest->capacity) ||
+      (o->device &&
+       (o->dest || (o->flags & HR_REQ_PARALLEL_OK) ||
+        (o->device_sync != HR_SYNC_PRODUCER_SYNCED &&
+         o->device_sync != HR_SYNC_EVENT))))
     return HR_ERR_INVALID_ARGUMENT;
   for (uint16_t i = 0; i < o->layout_count; i++)
     if (o->layouts[i].tag == HR_LAYOUT_INVALID ||
@@ -465,6 +477,9 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
     st->rv.app_cap = o->dest->capacity;
   }
   st->rv.min_align = o->min_alignment_log2;
+  if (o->device && (rv = hr__devrx_new(s, &st->rv, o->device,
+                                       o->device_sync)) != 0)
+    goto out;
   hr_msg m;
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_REQUEST;

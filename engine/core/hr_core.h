@@ -6,6 +6,7 @@
 #ifndef HR_CORE_H
 #define HR_CORE_H
 
+#include <hurray/gpu.h>
 #include <hurray/session.h>
 #include <hurray/tensor.h>
 #include <hurray/wire.h>

@@ -56,6 +56,7 @@ void hr__recv_free(hr_session *s, hr_recv *rv) {
   for (size_t i = 0; i < rv->ndone; i++)
     hr_tensor_unref(rv->done_list[i]);
   hr__mem_free(&s->mem, rv->done_list);
+  hr__devrx_free(s, rv->dev);
   memset(rv, 0, sizeof *rv);
 }
 
@@ -63,6 +64,8 @@ void hr__recv_free(hr_session *s, hr_recv *rv) {
  * buffer when there is one, else allocated. */
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
+  if (rv->dev)
+    return hr__devrx_dest(s, rv, d, out);
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */

@@ -364,20 +364,41 @@ static int we_advertise(const hr_session *s, uint8_t dev) {
   return 0;
 }
 
-/* Whether a device backend can place a response on `dev` right now.
- * This build serves host memory only; a GPU backend plugs in here and
- * answers 1, or 0 when it is transiently out of memory. */
-static int device_can_place(const hr_session *s, uint8_t dev) {
-  (void)s;
-  return dev == HR_DEV_CPU;
+/* Whether the response can be placed on `dev` now.  Over the network a
+ * device placement is a label: the bytes travel in host frames,
+ * producer-synced, and the client lands them on its device (wire-v1
+ * § 7.2).  We place on a device when we advertise it and the tensor lives
+ * there (hr_tensor_wrap_device with that device_tag); a host tensor asked
+ * for on a device counts as "advertised but unavailable" (rule 4), so the
+ * client decides whether CPU will do. */
+static int tensor_on_dev(hr_tensor *t, uint8_t dev) {
+  const hr_descriptor *d = hr_tensor_descriptor(t);
+  size_t n = hr_tensor_member_count(t);
+  for (size_t i = 0; i < n; i++)
+    if (!tensor_on_dev(hr_tensor_member(t, i), dev))
+      return 0;
+  if (d->layout.tag == HR_LAYOUT_COMPOSITE)
+    return 1;
+  if (!hr_tensor_on_device(t))
+    return 0;
+  for (unsigned k = 0; k < d->buffer_count; k++)
+    if (d->buffers[k].device_tag != dev)
+      return 0;
+  return 1;
 }
 
-static int select_device(hr_session *s, const hr_request *req, uint8_t *dev,
-                         char *fallback, size_t fcap, uint32_t *wire, char *msg,
-                         size_t msgcap) {
+static int device_can_place(const hr_session *s, hr_tensor *t, uint8_t dev) {
+  if (dev == HR_DEV_CPU)
+    return 1;
+  return we_advertise(s, dev) && tensor_on_dev(t, dev);
+}
+
+static int select_device(hr_session *s, const hr_request *req, hr_tensor *t,
+                         uint8_t *dev, char *fallback, size_t fcap,
+                         uint32_t *wire, char *msg, size_t msgcap) {
   uint8_t pd = req->preferred_device;
   /* Rule 1: advertised and placeable now. */
-  if (we_advertise(s, pd) && device_can_place(s, pd)) {
+  if (we_advertise(s, pd) && device_can_place(s, t, pd)) {
     *dev = pd;
     return 0;
   }
@@ -390,7 +411,7 @@ static int select_device(hr_session *s, const hr_request *req, uint8_t *dev,
   /* Rule 4: advertised but unavailable now: CPU only if the client
    * advertised CPU, and only when we can serve CPU ourselves. */
   if (we_advertise(s, pd) && s->client_has_cpu && we_advertise(s, 0) &&
-      device_can_place(s, HR_DEV_CPU)) {
+      device_can_place(s, t, HR_DEV_CPU)) {
     *dev = HR_DEV_CPU;
     const char *name = hr_device_name(pd);
     char b[128];
@@ -622,9 +643,31 @@ static int box_part(hr_session *s, const hr_request *req, hr_tensor *t,
     return HR_ERR_NOMEM;
   p->t = hr_tensor_ref(t);
   p->transcoded = !c->native;
-  uint64_t start, len;
-  if ((c->native || c->relabel) &&
-      (whole || slab_of(d, c, off, shape, &start, &len))) {
+  uint64_t start = 0, len = 0;
+  if (hr_tensor_on_device(t)) {
+    /* Device memory leaves through staging chunks, as stored: a slab of
+     * it, or all of it (transcoding would need the device's kernels). */
+    if (!(c->native || c->relabel) ||
+        !(whole || slab_of(d, c, off, shape, &start, &len))) {
+      *wire = c->native ? HR_WIRE_INVALID_REGION : HR_WIRE_TRANSCODE_FAILED;
+      hr__set_msg(msg, msgcap, "a device tensor is served as stored", 35);
+      return 1;
+    }
+    p->desc = *d;
+    if (!whole) {
+      for (unsigned k = 0; k < d->rank; k++)
+        p->desc.shape[k] = shape[k];
+      p->desc.buffers[0].size_bytes = len;
+    }
+    if (c->relabel) {
+      p->desc.layout.tag = HR_LAYOUT_PERMUTED;
+      p->desc.layout.ext = NULL;
+      p->desc.layout.ext_len = 0;
+      memcpy(p->desc.params.order, c->params.order, sizeof c->params.order);
+    }
+    hr__part_device(p, t, whole, start, len);
+  } else if ((c->native || c->relabel) &&
+             (whole || slab_of(d, c, off, shape, &start, &len))) {
     p->desc = *d;
     if (whole) {
       for (unsigned k = 0; k < d->buffer_count; k++) {
@@ -761,10 +804,13 @@ static int composite_parts(hr_session *s, const hr_request *req, hr_tensor *t,
   return 0;
 }
 
+/* Host memory, or device memory the engine can stage (a tensor made by
+ * hr_tensor_wrap_device); a host tensor whose descriptor names a device
+ * is not servable. */
 static int tensor_on_cpu(hr_tensor *t) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
   for (unsigned k = 0; k < d->buffer_count; k++)
-    if (d->buffers[k].device_tag != HR_DEV_CPU)
+    if (d->buffers[k].device_tag != HR_DEV_CPU && !hr_tensor_on_device(t))
       return 0;
   size_t n = hr_tensor_member_count(t);
   for (size_t i = 0; i < n; i++)
@@ -794,7 +840,7 @@ int hr__select_answer(hr_session *s, const hr_request *req, hr_tensor *t,
     hr__set_msg(msg, msgcap, "the tensor is not in host memory", 32);
     return 1;
   }
-  if (select_device(s, req, &plan->device, plan->fallback,
+  if (select_device(s, req, t, &plan->device, plan->fallback,
                     sizeof plan->fallback, wire, msg, msgcap))
     return 1;
   int composite = d->layout.tag == HR_LAYOUT_COMPOSITE;

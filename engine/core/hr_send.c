@@ -18,17 +18,29 @@
  * members would otherwise fill the queue in one turn). */
 #define HR_TURN_MAX_MSGS 64
 
+/* One chunk's producer: a transcode job run on a worker, or a device-to-
+ * host staging copy (HR_XM_STAGE) enqueued on the session's stream of the
+ * device and completed by the device itself (hr_work.start). */
 struct hr_xwork {
   hr_work w;
   hr_session *s;
   hr_stream *st;   /* NULL once the stream is gone */
   hr_chunk *chunk; /* its slot in the stream's window (when attached) */
-  hr_xjob *xj;     /* reference */
+  hr_xjob *xj;     /* reference (transcodes) */
   hr_tensor *mem;  /* reference to the output memory */
   uint8_t *out;
   uint64_t begin, len;
   int whole; /* sparse: fill every buffer of xj->whole */
   int rc;
+  /* Staging copies: src + [soff, soff + len) into dst (pinned), on `gs`
+   * after `ready`.  `src_t` keeps the source (and its event) alive. */
+  hr_tensor *src_t;
+  hr_gpu_buf *src, *dst;
+  uint64_t soff;
+  hr_gpu_stream *gs;
+  hr_gpu_event *ready;
+  void (*complete)(hr_work *w, void *ctx);
+  void *complete_ctx;
 };
 
 uint32_t hr__frame_cap(const hr_session *s) {
@@ -102,12 +114,31 @@ int hr__tx_add_tensor(hr_session *s, hr_tx *tx, hr_tensor *t) {
     }
     return 0;
   }
+  if (hr_tensor_on_device(t)) {
+    hr__part_device(p, t, 1, 0, 0);
+    return 0;
+  }
   for (unsigned k = 0; k < d->buffer_count; k++) {
     p->src[k] = hr_tensor_buffer(t, k);
     p->len[k] = d->buffers[k].size_bytes;
   }
   p->hold = hr_tensor_ref(t);
   return 0;
+}
+
+void hr__part_device(hr_part *p, hr_tensor *t, int whole, uint64_t start,
+                     uint64_t len) {
+  const hr_descriptor *d = hr_tensor_descriptor(t);
+  unsigned n = whole ? d->buffer_count : 1;
+  for (unsigned k = 0; k < n; k++) {
+    p->dsrc[k] = hr_tensor_gpu_buf(t, k);
+    p->doff[k] = whole ? 0 : start;
+    p->len[k] = whole ? d->buffers[k].size_bytes : len;
+    p->src[k] = NULL;
+  }
+  p->dready = hr_tensor_gpu_event(t);
+  p->hold = hr_tensor_ref(t);
+  p->xmode = HR_XM_STAGE;
 }
 
 void hr__xjob_unref(hr_xjob *xj) {
@@ -136,6 +167,7 @@ static void window_clear(hr_tx *tx) {
   }
   tx->win_head = tx->win_count = 0;
   tx->next_chunk = 0;
+  tx->next_buf = 0;
 }
 
 void hr__tx_free(hr_session *s, hr_tx *tx) {
@@ -154,6 +186,7 @@ void hr__tx_free(hr_session *s, hr_tx *tx) {
 void hr__work_detach_stream(hr_stream *st) {
   if (st->tx.win)
     window_clear(&st->tx);
+  hr__devrx_detach(&st->rv);
 }
 
 /* ---- work items ---------------------------------------------------------- */
@@ -188,27 +221,90 @@ static void xwork_done(hr_work *w) {
       hr__fatal(s, rv);
   }
   hr_tensor_unref(x->mem);
+  hr_tensor_unref(x->src_t);
   hr__xjob_unref(x->xj);
   hr__mem_free(&s->mem, x);
 }
 
-static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole) {
+/* ---- staging copies ------------------------------------------------------ */
+
+/* Enqueues the chunk's copy: after the producer's event (ADR-018 P2: the
+ * device orders it, the host never waits), device to pinned memory. */
+static int stage_enqueue(hr_xwork *x) {
+  int rv = 0;
+  if (x->ready)
+    rv = hr_gpu_stream_wait_event(x->gs, x->ready);
+  if (rv == 0 && x->len)
+    rv = hr_gpu_copy_async(x->gs, x->dst, 0, x->src, x->soff, x->len);
+  return rv;
+}
+
+/* The device reached the end of the copy (its completion thread). */
+static void stage_landed(void *arg) {
+  hr_xwork *x = arg;
+  x->complete(&x->w, x->complete_ctx);
+}
+
+static int stage_start(hr_work *w, void (*complete)(hr_work *, void *),
+                       void *ctx) {
+  hr_xwork *x = (hr_xwork *)w;
+  x->complete = complete;
+  x->complete_ctx = ctx;
+  int rv = stage_enqueue(x);
+  if (rv == 0)
+    rv = hr_gpu_launch_host_fn(x->gs, stage_landed, x);
+  if (rv)
+    x->rc = rv;
+  /* The copy is enqueued even when the host function could not be: `run`
+   * then waits for it, which is what the host does on a non-zero return. */
+  return rv;
+}
+
+/* For hosts without `start` (and inline runs): the same copy, then a wait
+ * for it on this thread through an event (never a device-wide sync). */
+static void stage_run(hr_work *w) {
+  hr_xwork *x = (hr_xwork *)w;
+  hr_gpu_event *e = NULL;
+  int rv = stage_enqueue(x);
+  if (rv == 0)
+    rv = hr_gpu_event_new(hr_gpu_stream_device(x->gs), 0, &e);
+  if (rv == 0)
+    rv = hr_gpu_event_record(e, x->gs);
+  if (rv == 0)
+    rv = hr_gpu_event_sync(e);
+  hr_gpu_event_del(e);
+  x->rc = rv;
+}
+
+static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole,
+                  hr_gpu_buf *dst, hr_gpu_stream *gs) {
   hr_part *p = &st->tx.parts[st->tx.cur];
   hr_xwork *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
   if (!x)
     return HR_ERR_NOMEM;
-  x->w.run = xwork_run;
   x->w.done = xwork_done;
   x->s = s;
   x->st = st;
   x->chunk = c;
-  x->xj = p->xj;
-  p->xj->refs++;
   x->mem = hr_tensor_ref(c->mem);
-  x->out = c->mem && !whole ? hr_tensor_buffer(c->mem, 0) : NULL;
   x->begin = c->begin;
   x->len = c->len;
-  x->whole = whole;
+  if (p->xmode == HR_XM_STAGE) {
+    x->w.run = stage_run;
+    x->w.start = stage_start;
+    x->src_t = hr_tensor_ref(p->hold);
+    x->src = p->dsrc[c->buf];
+    x->soff = p->doff[c->buf] + c->begin;
+    x->dst = dst;
+    x->gs = gs;
+    x->ready = p->dready;
+  } else {
+    x->w.run = xwork_run;
+    x->xj = p->xj;
+    p->xj->refs++;
+    x->out = c->mem && !whole ? hr_tensor_buffer(c->mem, 0) : NULL;
+    x->whole = whole;
+  }
   c->work = x;
   s->works_inflight++;
   if (s->cbs.submit_work) {
@@ -224,17 +320,50 @@ static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole) {
   return 0;
 }
 
-static int chunk_mem(hr_session *s, uint64_t len, hr_tensor **out) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = len;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = len;
-  return hr_tensor_alloc(out, &d, 6, &s->mem);
+/* Fills the window of a device part: chunks walk buffer after buffer. */
+static int pump_stage(hr_session *s, hr_stream *st, hr_part *p,
+                      uint64_t chunk) {
+  hr_tx *tx = &st->tx;
+  hr_gpu *g = hr_gpu_buf_device(p->dsrc[0]);
+  hr_gpu_stream *gs;
+  int rv = hr__chunk_stream(s, g, &gs);
+  if (rv) {
+    tx->failed = 1;
+    return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                            "no device stream for staging");
+  }
+  while (tx->win_count < tx->win_cap && !tx->failed) {
+    while (tx->next_buf < p->desc.buffer_count &&
+           tx->next_chunk >= p->len[tx->next_buf]) {
+      tx->next_buf++;
+      tx->next_chunk = 0;
+    }
+    if (tx->next_buf >= p->desc.buffer_count)
+      break;
+    uint64_t len = p->len[tx->next_buf] - tx->next_chunk;
+    if (len > chunk)
+      len = chunk;
+    hr_chunk *c = &tx->win[(tx->win_head + tx->win_count) % tx->win_cap];
+    memset(c, 0, sizeof *c);
+    c->buf = tx->next_buf;
+    c->begin = tx->next_chunk;
+    c->len = len;
+    hr_gpu_buf *dst = NULL;
+    rv = hr__chunk_get(s, g, chunk, len, &c->mem, &dst);
+    if (rv) {
+      tx->failed = 1;
+      return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                              "no pinned memory for a staging chunk");
+    }
+    tx->win_count++;
+    tx->next_chunk += len;
+    rv = submit(s, st, c, 0, dst, gs);
+    if (rv)
+      return rv;
+    if (st->ended)
+      return 0;
+  }
+  return 0;
 }
 
 int hr__tx_pump(hr_session *s, hr_stream *st) {
@@ -259,9 +388,11 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     memset(c, 0, sizeof *c);
     c->mem = hr_tensor_ref(p->xj->whole);
     tx->win_count = 1;
-    return submit(s, st, c, 1);
+    return submit(s, st, c, 1, NULL, NULL);
   }
   uint64_t chunk = s->set.transcode_chunk ? s->set.transcode_chunk : 1;
+  if (p->xmode == HR_XM_STAGE)
+    return pump_stage(s, st, p, chunk);
   if (p->xj->grain > 1 && chunk > p->xj->grain)
     chunk -= chunk % p->xj->grain;
   while (tx->win_count < tx->win_cap && tx->next_chunk < p->xj->out_size &&
@@ -273,7 +404,7 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     memset(c, 0, sizeof *c);
     c->begin = tx->next_chunk;
     c->len = len;
-    int rv = chunk_mem(s, len, &c->mem);
+    int rv = hr__chunk_get(s, NULL, chunk, len, &c->mem, NULL);
     if (rv) {
       /* Memory pressure refuses this transfer, not the connection. */
       tx->failed = 1;
@@ -282,7 +413,7 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     }
     tx->win_count++;
     tx->next_chunk += len;
-    rv = submit(s, st, c, 0);
+    rv = submit(s, st, c, 0, NULL, NULL);
     if (rv)
       return rv;
     /* An inline run may have ended the stream. */
@@ -300,6 +431,9 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     if (c->done && c->rc) {
       tx->failed = 1;
+      if (tx->parts[tx->cur].xmode == HR_XM_STAGE)
+        return hr__stream_error(s, st->id, HR_WIRE_INTERNAL,
+                                "staging from the device failed");
       return hr__stream_error(s, st->id, HR_WIRE_TRANSCODE_FAILED,
                               "transcoding failed");
     }
@@ -347,7 +481,7 @@ int hr__tx_ready(const hr_stream *st) {
     return 1;
   if (p->xmode == HR_XM_WHOLE)
     return 0;
-  if (tx->off >= p->xj->out_size)
+  if (tx->off >= part_buf_len(p, tx->buf))
     return 1;
   return tx->win_count && tx->win[tx->win_head].done;
 }
@@ -449,9 +583,11 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
       if (p->xmode == HR_XM_DIRECT) {
         src = p->src[tx->buf] + tx->off;
         hold = p->hold;
-      } else if (p->xmode == HR_XM_WINDOW && tx->win_count &&
-                 tx->win[tx->win_head].done) {
+      } else if ((p->xmode == HR_XM_WINDOW || p->xmode == HR_XM_STAGE) &&
+                 tx->win_count && tx->win[tx->win_head].done) {
         c = &tx->win[tx->win_head];
+        if (c->buf != tx->buf)
+          return HR_ERR_INTERNAL;
         src =
             (const uint8_t *)hr_tensor_buffer(c->mem, 0) + (tx->off - c->begin);
         hold = c->mem;

@@ -1035,6 +1035,8 @@ static int place(hr_session *s, const uint8_t *p, size_t n) {
     size_t c = run < n ? (size_t)run : n;
     memcpy(dst, p, c);
     st->rv.bytes += c;
+    if (st->rv.dev)
+      hr__devrx_landed(&st->rv, s->rc.buffer_index, off, c);
     p += c;
     n -= c;
     off += c;
@@ -1211,8 +1213,11 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
     s->msg_started = s->now;
     s->keepalive_out = 0;
   }
-  if (s->rc.st)
+  if (s->rc.st) {
     s->rc.st->rv.bytes += n;
+    if (s->rc.st->rv.dev)
+      hr__devrx_landed(&s->rc.st->rv, s->rc.buffer_index, s->rc.next, n);
+  }
   s->rc.next += n;
   s->rc.left -= n;
   int rv = 0;
@@ -1632,6 +1637,7 @@ static void session_free(hr_session *s) {
   hr__mem_free(&s->mem, s->peer_store);
   hr__mem_free(&s->mem, s->devices_copy);
   hr__mem_free(&s->mem, s->auth_copy);
+  hr__chunks_close(s);
   hr_mem mem = s->mem;
   hr__mem_free(&mem, s);
 }

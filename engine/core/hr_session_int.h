@@ -70,6 +70,12 @@ typedef struct hr_part {
   hr_xjob *xj;     /* transcoding job (reference; NULL: none) */
   int xmode;       /* HR_XM_*: how the data is produced */
   int transcoded;  /* the layout differs from the stored one */
+  /* HR_XM_STAGE: buffer k is dsrc[k] + [doff[k], doff[k] + len[k]) on a
+   * device, ready once `dready` (may be NULL) completes; `hold` keeps
+   * them alive. */
+  hr_gpu_buf *dsrc[HR_MAX_BUFFERS];
+  uint64_t doff[HR_MAX_BUFFERS];
+  hr_gpu_event *dready;
 } hr_part;
 
 /* One chunk of transcoded output in the stream's window. */
@@ -79,6 +85,7 @@ typedef struct hr_chunk {
   hr_xwork *work;      /* in flight (NULL once done) */
   int done;            /* produced */
   int rc;              /* result of the work */
+  unsigned buf;        /* buffer index (HR_XM_STAGE; 0 for transcodes) */
 } hr_chunk;
 
 /* The sending side of a stream. */
@@ -98,6 +105,7 @@ typedef struct hr_tx {
   uint32_t win_cap, win_head, win_count;
   uint64_t next_chunk; /* first byte not yet submitted */
   int failed;          /* a work item failed: stream error queued */
+  unsigned next_buf;   /* HR_XM_STAGE: buffer of next_chunk */
 } hr_tx;
 
 enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE,
@@ -107,7 +115,8 @@ enum { HR_TXP_DESC = 0, HR_TXP_DATA, HR_TXP_END, HR_TXP_DONE,
 enum {
   HR_XM_DIRECT = 0, /* straight from memory (src/len/hold) */
   HR_XM_WINDOW,     /* dense transcode: chunks through the window */
-  HR_XM_WHOLE       /* sparse transcode: one work item, then direct */
+  HR_XM_WHOLE,      /* sparse transcode: one work item, then direct */
+  HR_XM_STAGE       /* device memory: staged chunk by chunk to the host */
 };
 
 /* A transcoding job: the plan and what it reads.  Shared by the part and
@@ -178,7 +187,27 @@ typedef struct hr_recv {
   /* Permissive torn composites: completed plain tensors, in order. */
   hr_tensor **done_list;
   size_t ndone;
+  struct hr_devrx *dev; /* client GET into device memory (hr_devrx.c) */
 } hr_recv;
+
+/* ---- hr_devrx.c --------------------------------------------------------- */
+typedef struct hr_devrx hr_devrx;
+/* Makes rv land into device g's memory (sync: P1 or P2). */
+int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync);
+void hr__devrx_free(hr_session *s, hr_devrx *d);
+/* The landing tensor for `desc` (pinned).  HR_ERR_LIMIT, HR_ERR_NOMEM,
+ * HR_ERR_UNSUPPORTED (a composite, a second tensor). */
+int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
+                   hr_tensor **out);
+/* Bytes [off, off + n) of buffer bi landed. */
+void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n);
+/* Every byte landed (`landed` taken over): completes the GET now (P2) or
+ * once the copies are done (P1); ends the stream either way. */
+int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
+/* The stream goes: a pending P1 completion forgets it. */
+void hr__devrx_detach(hr_recv *rv);
+/* hr_client.c: calls the GET's completion with t (taken over). */
+void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
 
 /* A server GET (base stream or shard stream). */
 typedef struct hr_srvget_state {
@@ -457,9 +486,34 @@ struct hr_session {
   size_t works_inflight;  /* hr_work items not yet reported */
   int deleted;            /* hr_session_del ran; freed with the last work */
   uint32_t closing_error; /* code of the connection ERROR we sent */
+  struct hr_cpool *cpool; /* reusable chunk buffers (hr_chunks.c) */
   /* The RDMA data plane (hr_rdma_glue.c; NULL: none configured). */
   struct hr_rdma_glue *rdma;
 };
+
+/* Makes `p` send device tensor t (whole, or buffer 0's [start, start +
+ * len)) through staging chunks; takes a reference to t. */
+void hr__part_device(hr_part *p, hr_tensor *t, int whole, uint64_t start,
+                     uint64_t len);
+
+/* ---- hr_chunks.c ------------------------------------------------------- */
+
+/* A chunk buffer for `len` (<= `size`) bytes: host memory (g NULL) or
+ * pinned memory of device g, taken from the session's pool of `size`-byte
+ * blocks or newly allocated.  The tensor returned (one reference) gives
+ * the block back to the pool when its last reference goes (driving thread
+ * only: chunk tensors never leave the session).  *gbuf receives the
+ * block's hr_gpu_buf when g is set.  Returns 0, HR_ERR_NOMEM, or a device
+ * error. */
+int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
+                  hr_tensor **out, hr_gpu_buf **gbuf);
+/* The session's staging stream on device g (created on first use). */
+int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
+/* Blocks allocated / reused so far (tests, metrics). */
+void hr__chunk_stats(const hr_session *s, uint64_t *allocs, uint64_t *reuses);
+/* The session is being freed: frees idle blocks and the streams; blocks
+ * still out are freed when they come back. */
+void hr__chunks_close(hr_session *s);
 
 /* ---- hr_outq.c ---------------------------------------------------------- */
 

@@ -24,6 +24,12 @@ struct hr_tensor {
   hr_tensor **members; /* composite members (references held) */
   size_t member_count;
   unsigned depth; /* composite nesting depth (0: plain) */
+  /* Device tensors (hr_tensor_wrap_device): the buffers' device memory
+   * and the producer's completion event (borrowed; the release callback
+   * hands them back). */
+  hr_gpu_buf *gbuf[HR_MAX_BUFFERS];
+  hr_gpu_event *gready;
+  int on_device;
 };
 
 /* Copies `d` into t->desc, deep-copying the bytes its pointers reference
@@ -112,6 +118,58 @@ int hr_tensor_wrap(hr_tensor **out, const hr_descriptor *desc,
   t->release_ctx = release_ctx;
   *out = t;
   return 0;
+}
+
+int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
+                          hr_gpu_buf *const *bufs, hr_gpu_event *ready,
+                          hr_release_fn release, void *release_ctx,
+                          const hr_mem *mem) {
+  if (!out || !desc || !plain_args_ok(desc) || desc->buffer_count == 0 || !bufs)
+    return HR_ERR_INVALID_ARGUMENT;
+  void *host[HR_MAX_BUFFERS] = {0};
+  for (unsigned k = 0; k < desc->buffer_count; k++) {
+    if (!bufs[k] || hr_gpu_buf_size(bufs[k]) < desc->buffers[k].size_bytes)
+      return HR_ERR_INVALID_ARGUMENT;
+    /* One device per tensor: the staging stream belongs to it. */
+    if (hr_gpu_buf_device(bufs[k]) != hr_gpu_buf_device(bufs[0]))
+      return HR_ERR_INVALID_ARGUMENT;
+    host[k] = hr_gpu_buf_host_ptr(bufs[k]);
+  }
+  if (ready && hr_gpu_event_device(ready) != hr_gpu_buf_device(bufs[0]))
+    return HR_ERR_INVALID_ARGUMENT;
+  uint64_t bytes;
+  if (sum_sizes(desc, &bytes))
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_tensor *t = tensor_new(mem);
+  if (!t)
+    return HR_ERR_NOMEM;
+  if (copy_descriptor(t, desc)) {
+    tensor_free(t);
+    return HR_ERR_NOMEM;
+  }
+  for (unsigned k = 0; k < desc->buffer_count; k++) {
+    t->buf[k] = host[k];
+    t->gbuf[k] = bufs[k];
+  }
+  t->gready = ready;
+  t->on_device = 1;
+  t->bytes = bytes;
+  t->release = release;
+  t->release_ctx = release_ctx;
+  *out = t;
+  return 0;
+}
+
+hr_gpu_buf *hr_tensor_gpu_buf(const hr_tensor *t, unsigned k) {
+  return t && t->on_device && k < t->desc.buffer_count ? t->gbuf[k] : NULL;
+}
+
+hr_gpu_event *hr_tensor_gpu_event(const hr_tensor *t) {
+  return t && t->on_device ? t->gready : NULL;
+}
+
+int hr_tensor_on_device(const hr_tensor *t) {
+  return t && t->on_device;
 }
 
 int hr__tensor_placement(const hr_descriptor *d, unsigned min_alignment_log2,

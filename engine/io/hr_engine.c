@@ -316,6 +316,14 @@ static void job_run(hr__job *j) {
   jb->w->run(jb->w);
 }
 
+/* Any thread (a device's completion): the job goes on the completion list
+ * and the loop wakes through the eventfd. */
+static void job_complete(hr_work *w, void *ctx) {
+  job *jb = ctx;
+  (void)w;
+  hr__pool_post_done(jb->c->e->pool, &jb->base);
+}
+
 static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
   hr_conn *c = ud;
   hr_engine *e = c->e;
@@ -334,6 +342,16 @@ static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
   jb->base.run = job_run;
   jb->w = w;
   jb->c = c;
+  if (w->start) {
+    /* Device work: enqueued here, handed back by the device's completion
+     * (job_complete), which writes the eventfd; no thread waits for it. */
+    hr__pool_begin_async(e->pool);
+    if (w->start(w, job_complete, jb) == 0) {
+      c->work_inflight++;
+      return 0;
+    }
+    hr__pool_end_async(e->pool);
+  }
   rv = hr__pool_submit(e->pool, &jb->base);
   if (rv) {
     hr__mem_free(&e->mem, jb);

@@ -122,6 +122,30 @@ int hr__pool_submit(hr__pool *p, hr__job *j) {
   return 0;
 }
 
+void hr__pool_begin_async(hr__pool *p) {
+  p->pending++;
+}
+
+void hr__pool_end_async(hr__pool *p) {
+  p->pending--;
+}
+
+void hr__pool_post_done(hr__pool *p, hr__job *j) {
+  int was_empty;
+
+  pthread_mutex_lock(&p->lock);
+  j->next = NULL;
+  was_empty = p->done_head == NULL;
+  if (p->done_tail)
+    p->done_tail->next = j;
+  else
+    p->done_head = j;
+  p->done_tail = j;
+  if (was_empty)
+    notify(p->notify_fd);
+  pthread_mutex_unlock(&p->lock);
+}
+
 hr__job *hr__pool_take_done(hr__pool *p) {
   hr__job *list, *j;
 

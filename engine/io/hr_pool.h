@@ -37,6 +37,18 @@ int hr__pool_new(hr__pool **out, unsigned threads, int notify_fd,
  * (no thread could be started). */
 int hr__pool_submit(hr__pool *p, hr__job *j);
 
+/*
+ * Asynchronous jobs (device copies) run nowhere in the pool: the loop
+ * thread counts one with hr__pool_begin_async() before starting it, and
+ * whatever finishes it (a device's completion thread, any thread) hands it
+ * back with hr__pool_post_done(), which puts it on the completion list and
+ * writes `notify_fd` as a worker would.  Needs no pool thread.
+ */
+void hr__pool_begin_async(hr__pool *p);
+void hr__pool_post_done(hr__pool *p, hr__job *j);
+/* Uncounts a job whose start failed (it was never posted). */
+void hr__pool_end_async(hr__pool *p);
+
 /* Takes every finished job, oldest first (NULL: none).  Loop thread. */
 hr__job *hr__pool_take_done(hr__pool *p);
 

@@ -225,6 +225,9 @@ HR_EXTERN void *hr_gpu_buf_device_ptr(const hr_gpu_buf *b);
  * work writes the buffer is a race, exactly as on real hardware. */
 HR_EXTERN void *hr_gpu_buf_host_ptr(const hr_gpu_buf *b);
 HR_EXTERN uint64_t hr_gpu_buf_size(const hr_gpu_buf *b);
+/* The device a buffer / an event belongs to (NULL for NULL). */
+HR_EXTERN hr_gpu *hr_gpu_buf_device(const hr_gpu_buf *b);
+HR_EXTERN hr_gpu *hr_gpu_event_device(const hr_gpu_event *e);
 HR_EXTERN int hr_gpu_buf_kind(const hr_gpu_buf *b);
 /* The vendor object: the device pointer, or the VkBuffer (as a pointer-
  * sized integer) on Vulkan. */

@@ -348,6 +348,25 @@ typedef struct hr_get_opts {
   const uint64_t *region_offset;
   const uint64_t *region_shape;
   const hr_get_dest *dest; /* NULL: allocate */
+  /* Receive into device memory (NULL: host memory).  The bytes land in
+   * pinned host memory of `device` and are copied to device memory piece
+   * by piece (transcode_chunk bytes) as they arrive, each copy overlapping
+   * the receive of what follows.  The tensor delivered is a device tensor
+   * (hr_tensor_on_device; hr_tensor_gpu_buf gives its memory, its
+   * descriptor carries the device's device_tag and `device_sync`) that
+   * owns its device buffers: they are freed when it dies.  `device_sync`
+   * says when it is delivered (ADR-018):
+   *   HR_SYNC_PRODUCER_SYNCED (P1): once the device finished the copies;
+   *     use it at once.
+   *   HR_SYNC_EVENT (P2): as soon as the last byte arrived;
+   *     hr_tensor_gpu_event() is the event to wait on
+   *     (hr_gpu_stream_wait_event) on every stream that touches it.
+   * Any placement the server chose (the device's tag or CPU) lands on the
+   * device.  Not with `dest` or PARALLEL_OK (HR_ERR_INVALID_ARGUMENT); a
+   * composite answer fails with HR_ERR_UNSUPPORTED.  `device` must
+   * outlive the session. */
+  struct hr_gpu *device;
+  uint8_t device_sync;
 } hr_get_opts;
 
 /*
@@ -410,6 +429,18 @@ struct hr_work {
   void (*run)(hr_work *w);  /* on a worker thread; touches no session */
   void (*done)(hr_work *w); /* called by hr_session_work_done() */
   hr_work *next_;           /* free for the host's queue */
+  /* Asynchronous work (device copies), or NULL.  A host may call
+   * start(w, complete, ctx) on the driving thread instead of running `run`
+   * on a worker: start enqueues the work and returns 0 at once (non-zero:
+   * nothing was started; run `run` instead), and the work calls
+   * complete(w, ctx) exactly once, from any thread (typically the device
+   * driver's), when it has finished.  The host then reports
+   * hr_session_work_done() on the driving thread as for any work.  A host
+   * that ignores `start` runs `run`, which does the same work and waits
+   * for it on the calling thread.  The engine uses `start`: its loop
+   * sleeps until complete() writes its eventfd. */
+  int (*start)(hr_work *w, void (*complete)(hr_work *w, void *ctx),
+               void *ctx);
 };
 
 typedef struct hr_session_callbacks {

@@ -67,6 +67,43 @@ HR_EXTERN int hr_tensor_new_composite(hr_tensor **out,
                                       hr_tensor *const *members, size_t n,
                                       const hr_mem *mem, hr_wire_status *st);
 
+/* ---- device tensors ---------------------------------------------------- */
+
+typedef struct hr_gpu_buf hr_gpu_buf;     /* <hurray/gpu.h> */
+typedef struct hr_gpu_event hr_gpu_event; /* <hurray/gpu.h> */
+
+/*
+ * Wraps device memory: buffer k's bytes are hr_gpu_buf `bufs[k]` from
+ * offset 0 (at least desc->buffers[k].size_bytes long), all on one device.
+ * `ready` (may be NULL) is the producer's event (ADR-018 P2): the bytes are
+ * final once the point recorded in it completes; NULL means they are final
+ * now (P1).  The engine never waits for it on the host: it orders its
+ * staging copies after it on the device (stream-wait-event).
+ *
+ * Ownership: the buffers and the event stay the caller's; the tensor
+ * borrows them until `release(release_ctx)` runs (exactly once, when the
+ * last reference goes, possibly on the engine's loop thread), after which
+ * the library no longer touches them and no copy it enqueued is still
+ * pending.  Their device (hr_gpu) must outlive every engine or session the
+ * tensor was handed to.  The descriptor's device_tag is the caller's to
+ * set (normally the device's, hr_gpu_caps.device_tag); over a network the
+ * engine stages the bytes through pinned host memory and sends them
+ * producer-synced.  hr_tensor_buffer() returns the host mapping of each
+ * buffer where the device has one (pinned, unified), else NULL.
+ *
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL arguments, no buffer, a buffer
+ * too small, buffers or event of different devices, a composite), HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
+                                    hr_gpu_buf *const *bufs,
+                                    hr_gpu_event *ready, hr_release_fn release,
+                                    void *release_ctx, const hr_mem *mem);
+/* 1 for a tensor made by hr_tensor_wrap_device(), else 0.  NULL-safe. */
+HR_EXTERN int hr_tensor_on_device(const hr_tensor *t);
+/* Buffer k's device memory / the producer's event (borrowed), or NULL. */
+HR_EXTERN hr_gpu_buf *hr_tensor_gpu_buf(const hr_tensor *t, unsigned k);
+HR_EXTERN hr_gpu_event *hr_tensor_gpu_event(const hr_tensor *t);
+
 /* Takes a reference; returns `t`.  NULL-safe. */
 HR_EXTERN hr_tensor *hr_tensor_ref(hr_tensor *t);
 /* Drops a reference; the last one frees the tensor (and calls the release

@@ -294,6 +294,9 @@ static void repeated_coordinate(void **state) {
   pair_close(&p);
 }
 
+/* engine/core/hr_chunks.c (internal, reachable from the static library). */
+void hr__chunk_stats(const hr_session *s, uint64_t *allocs, uint64_t *reuses);
+
 /* Chunks go through hr_work, at most transcode_window per stream in
  * flight, and frames leave in order as they complete. */
 static int max_queued;
@@ -350,6 +353,14 @@ static void streamed_window(void **state) {
   same_logical(r2.t, rm);
   assert_true(max_queued >= 2);
   assert_true(max_queued <= 2 * 3);
+  /* Chunk buffers are recycled (hr_chunks.c): 2 x 26 chunks went through
+   * far fewer blocks. */
+  uint64_t allocs, reuses;
+  hr__chunk_stats(p.s, &allocs, &reuses);
+  print_message("chunk blocks: %llu allocated, %llu reused\n",
+                (unsigned long long)allocs, (unsigned long long)reuses);
+  assert_true(allocs + reuses >= 52);
+  assert_true(allocs <= 20);
   result_clear(&r1);
   result_clear(&r2);
   hr_tensor_unref(rm);

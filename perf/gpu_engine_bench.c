@@ -1,0 +1,325 @@
+/*
+ * gpu_engine_bench: device memory through the engine, against the copies
+ * it is made of, in the same run (issue 6).
+ *
+ *   D2H: a GET of a SIZE-byte device tensor to host memory (the server
+ *        stages it through pinned chunks, frames leave as copies land);
+ *   H2D: a GET of a SIZE-byte host tensor into device memory (frames land
+ *        in pinned memory, copied to the device piece by piece; P1);
+ * each beside
+ *   - one copy of SIZE bytes between device memory and pinned memory
+ *     (cuMemcpyAsync on cuMemHostAlloc memory on CUDA: cudaMemcpy of
+ *     pinned memory), and
+ *   - the same GET host to host (the loopback network's ceiling: the
+ *     engine cannot move bytes faster than its transport),
+ * printing GB/s and the ratios.  The pipeline's target is that the device
+ * GET reaches at least 0.85 of the slower of its two parts (the copy and
+ * the transport); the ratio to the copy alone is printed too.
+ *
+ *   gpu_engine_bench [--backend NAME] [--size BYTES[K|M|G]] [--iters N]
+ *                    [--target RATIO]
+ * Exit status: 0 when both ratios reach the target, 1 when one does not,
+ * 2 on an error, 77 when the backend is unavailable here.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hurray/client.h>
+#include <hurray/engine.h>
+#include <hurray/gpu.h>
+#include <hurray/store.h>
+
+#include "hr_ploop.h" /* engine/io: the library's private poll() loop */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rv) {
+  fprintf(stderr, "gpu_engine_bench: %s: %s\n", what, hr_strerror(rv));
+  exit(2);
+}
+
+#define CHECK(what, call)                                                      \
+  do {                                                                         \
+    int rv_ = (call);                                                          \
+    if (rv_ != 0)                                                              \
+      die(what, rv_);                                                          \
+  } while (0)
+
+static uint64_t parse_size(const char *s) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  switch (*end) {
+  case 'k':
+  case 'K': v <<= 10; break;
+  case 'm':
+  case 'M': v <<= 20; break;
+  case 'g':
+  case 'G': v <<= 30; break;
+  default: break;
+  }
+  return v;
+}
+
+/* ---- a server on its own thread ---------------------------------------- */
+
+/* The server runs on the library's private poll() loop (the one the
+ * blocking client uses), so the benchmark needs no libevent and builds
+ * from the sources alone (perf/gpu_check.sh's direct build). */
+typedef struct server {
+  pthread_t th;
+  hr__ploop *loop;
+  hr_engine *e;
+  hr_store *store;
+  int port;
+  atomic_int stop, ready;
+} server;
+
+static void *srv_main(void *arg) {
+  server *s = arg;
+  hr_engine_config cfg;
+  hr_loop_ops ops;
+  hr_provider prov;
+  hr_listener *l;
+
+  CHECK("loop", hr__ploop_new(&s->loop, NULL));
+  hr_engine_config_default(&cfg);
+  hr__ploop_ops(&ops);
+  CHECK("hr_engine_new", hr_engine_new(&s->e, &ops, s->loop, &cfg, NULL));
+  hr__ploop_set_engine(s->loop, s->e);
+  hr_store_provider(s->store, &prov);
+  CHECK("listen", hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l));
+  s->port = hr_listener_port(l);
+  atomic_store(&s->ready, 1);
+  while (!atomic_load(&s->stop))
+    hr__ploop_step(s->loop, 50);
+  hr_engine_close(s->e, NULL, NULL);
+  for (int i = 0; i < 100 && hr_engine_del(s->e) == HR_ERR_BUSY; i++)
+    hr__ploop_step(s->loop, 10);
+  hr__ploop_del(s->loop);
+  return NULL;
+}
+
+static void srv_start(server *s, hr_store *store) {
+  memset(s, 0, sizeof *s);
+  s->store = store;
+  pthread_create(&s->th, NULL, srv_main, s);
+  while (!atomic_load(&s->ready))
+    usleep(1000);
+}
+
+static void srv_stop(server *s) {
+  atomic_store(&s->stop, 1);
+  pthread_join(s->th, NULL);
+}
+
+/* ---- measurements ------------------------------------------------------- */
+
+static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = n;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = n;
+  d.buffers[0].device_tag = tag;
+  return d;
+}
+
+/* Best GB/s of `iters` copies dst <- src (after one warm-up). */
+static double copy_gbps(hr_gpu_stream *s, hr_gpu_buf *dst, hr_gpu_buf *src,
+                        uint64_t n, int iters) {
+  double best = 0;
+  for (int i = 0; i <= iters; i++) {
+    double t0 = now_s();
+    CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
+    CHECK("sync", hr_gpu_stream_sync(s));
+    double g = (double)n / (now_s() - t0) / 1e9;
+    if (i > 0 && g > best)
+      best = g;
+  }
+  return best;
+}
+
+/* Best GB/s of `iters` GETs of `key` (after one warm-up), on one
+ * connection; into host memory `dst` or into device g (then `verify`
+ * receives the first result's tensor). */
+static double get_gbps(int port, const char *key, uint64_t n, int iters,
+                       uint8_t *dst, hr_gpu *g, hr_tensor **verify) {
+  hr_client *c;
+  char url[64];
+  double best = 0;
+  snprintf(url, sizeof url, "127.0.0.1:%d", port);
+  CHECK("hr_client_connect", hr_client_connect(&c, url, NULL, NULL, NULL));
+  for (int i = 0; i <= iters; i++) {
+    hr_get_opts o;
+    hr_get_dest dest;
+    hr_tensor *t;
+    hr_transfer_record rec;
+    memset(&o, 0, sizeof o);
+    o.key = (const uint8_t *)key;
+    o.key_len = (uint16_t)strlen(key);
+    o.max_shards = 1;
+    if (g) {
+      o.device = g;
+      o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+    } else {
+      memset(&dest, 0, sizeof dest);
+      dest.buffer = dst;
+      dest.capacity = n;
+      o.dest = &dest;
+    }
+    int rv = hr_client_get(c, &o, &t, &rec);
+    if (rv) {
+      fprintf(stderr, "GET %s: %s\n", key, hr_client_last_error(c)->message);
+      exit(2);
+    }
+    double gb = (double)n / ((double)(rec.finished - rec.started) / 1e9) / 1e9;
+    if (i > 0 && gb > best)
+      best = gb;
+    if (verify && !*verify)
+      *verify = t;
+    else
+      hr_tensor_unref(t);
+  }
+  hr_client_close(c);
+  return best;
+}
+
+int main(int argc, char **argv) {
+  const char *backend = "cuda";
+  uint64_t n = 1ull << 30;
+  int iters = 3;
+  double target = 0.85;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+      backend = argv[++i];
+    else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+      n = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--target") && i + 1 < argc)
+      target = atof(argv[++i]);
+    else {
+      fprintf(stderr, "usage: gpu_engine_bench [--backend NAME] [--size N] "
+                      "[--iters N] [--target R]\n");
+      return 2;
+    }
+  }
+  if (n < 4096 || iters < 1)
+    return 2;
+
+  hr_gpu_config cfg;
+  hr_gpu_probe_info why;
+  hr_gpu *g;
+  hr_gpu_caps caps;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = backend;
+  int rv = hr_gpu_open(&g, &cfg, NULL, &why);
+  if (rv == HR_ERR_UNSUPPORTED) {
+    printf("SKIP: backend %s unavailable: %s\n", backend, why.reason);
+    return 77;
+  }
+  if (rv)
+    die("hr_gpu_open", rv);
+  CHECK("query", hr_gpu_query(g, &caps));
+  if (!(caps.flags & HR_GPU_CAP_PINNED)) {
+    printf("SKIP: %s has no pinned memory\n", backend);
+    hr_gpu_del(g);
+    return 77;
+  }
+  printf("device: %s (%s), %.2f GiB, %d timed runs each (best)\n", caps.name,
+         backend, (double)n / (1u << 30), iters);
+
+  hr_gpu_stream *s;
+  hr_gpu_buf *dev, *pin;
+  CHECK("stream", hr_gpu_stream_new(g, &s));
+  CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev));
+  CHECK("pinned memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_PINNED, n, &pin));
+  uint8_t *hp = hr_gpu_buf_host_ptr(pin);
+  for (uint64_t i = 0; i < n; i++)
+    hp[i] = (uint8_t)(i * 131 + (i >> 12));
+
+  /* The copies alone. */
+  double h2d_copy = copy_gbps(s, dev, pin, n, iters);
+  double d2h_copy = copy_gbps(s, pin, dev, n, iters);
+
+  /* A server holding the bytes in host memory and in device memory. */
+  hr_store *store;
+  hr_store_config sc;
+  hr_store_config_default(&sc);
+  sc.max_bytes = 0;
+  CHECK("store", hr_store_new(&store, &sc, NULL));
+  uint8_t *host = malloc(n), *dst = malloc(n);
+  if (!host || !dst)
+    die("malloc", HR_ERR_NOMEM);
+  memcpy(host, hp, n);
+  memset(dst, 0, n);
+  hr_descriptor hd = bytes_desc(n, HR_DEV_CPU);
+  hr_descriptor dd = bytes_desc(n, caps.device_tag);
+  hr_tensor *ht, *dt;
+  void *hb = host;
+  CHECK("wrap", hr_tensor_wrap(&ht, &hd, &hb, NULL, NULL, NULL));
+  CHECK("wrap_device",
+        hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL, NULL));
+  CHECK("put", hr_store_put(store, "host", 4, ht, HR_PUT_REPLACE));
+  CHECK("put", hr_store_put(store, "dev", 3, dt, HR_PUT_REPLACE));
+  hr_tensor_unref(ht);
+  hr_tensor_unref(dt);
+  server srv;
+  srv_start(&srv, store);
+
+  double net = get_gbps(srv.port, "host", n, iters, dst, NULL, NULL);
+  double d2h = get_gbps(srv.port, "dev", n, iters, dst, NULL, NULL);
+  int ok_d2h = memcmp(dst, host, n) == 0;
+  hr_tensor *landed = NULL;
+  double h2d = get_gbps(srv.port, "host", n, iters, NULL, g, &landed);
+  /* Verify the device result by copying it back. */
+  memset(hp, 0, n);
+  CHECK("copy back",
+        hr_gpu_copy_async(s, pin, 0, hr_tensor_gpu_buf(landed, 0), 0, n));
+  CHECK("sync", hr_gpu_stream_sync(s));
+  int ok_h2d = memcmp(hp, host, n) == 0;
+  hr_tensor_unref(landed);
+
+  srv_stop(&srv);
+  hr_store_del(store);
+  free(host);
+  free(dst);
+  hr_gpu_buf_del(pin);
+  hr_gpu_buf_del(dev);
+  hr_gpu_stream_del(s);
+  hr_gpu_del(g);
+
+  if (!ok_d2h || !ok_h2d) {
+    fprintf(stderr, "gpu_engine_bench: bytes differ (%s)\n",
+            !ok_d2h ? "device tensor GET" : "GET into device");
+    return 2;
+  }
+  double d2h_ceil = d2h_copy < net ? d2h_copy : net;
+  double h2d_ceil = h2d_copy < net ? h2d_copy : net;
+  printf("copy device->pinned (cudaMemcpy-like):  %7.2f GB/s\n", d2h_copy);
+  printf("copy pinned->device (cudaMemcpy-like):  %7.2f GB/s\n", h2d_copy);
+  printf("GET host->host over loopback:           %7.2f GB/s\n", net);
+  printf("GET of a device tensor (D2H staged):    %7.2f GB/s  ratio %.2f to "
+         "the copy, %.2f to min(copy, loopback)\n",
+         d2h, d2h / d2h_copy, d2h / d2h_ceil);
+  printf("GET into device memory (H2D staged):    %7.2f GB/s  ratio %.2f to "
+         "the copy, %.2f to min(copy, loopback)\n",
+         h2d, h2d / h2d_copy, h2d / h2d_ceil);
+  int pass = d2h / d2h_ceil >= target && h2d / h2d_ceil >= target;
+  printf("target: >= %.2f of min(copy, loopback): %s\n", target,
+         pass ? "met" : "NOT met");
+  return pass ? 0 : 1;
+}

@@ -1,0 +1,431 @@
+/*
+ * The engine and device memory, over loopback (issue 6, "On the network").
+ *
+ *  - Serving a device tensor: the engine stages it through pinned memory
+ *    after the producer's event; the client gets exactly the producer's
+ *    bytes.  A provider that lies (no event while its producer still
+ *    writes) is shown to deliver stale bytes: the ordering is what makes
+ *    the first case right, and the test would catch its loss.
+ *  - Device selection: a client asking for the device gets the device's
+ *    tag in the descriptor (the bytes still come in host frames).
+ *  - Receiving into device memory, P1 and P2; with P2 a consumer that
+ *    skips the event reads stale bytes on the simulated device.
+ *  - The loop never blocks: a PING is answered while slow staging runs
+ *    (server and client share one loop thread).
+ *
+ * Usage: test_gpu_engine [backend]  (default "sim"; 77 when unavailable).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <hurray/tensor.h>
+
+#include "gpu_testutil.h"
+#include "tc.h"
+
+/* The producer's "kernel" time: long enough that a GET made right after
+ * it started is staged before it ends, even on a loaded machine under
+ * ThreadSanitizer. */
+#define GATE_NS 800000000ull
+#define CHUNK (256u * 1024u)
+
+typedef struct fx {
+  tl_env *env;
+  tl_server srv;
+  tc_conn cli;
+  hr_gpu *g;
+  hr_gpu_caps caps;
+  hr_gpu_stream *P, *C;
+  uint8_t devs[2];
+} fx;
+
+static int is_sim(void) {
+  return strcmp(gt_backend, "sim") == 0;
+}
+
+/* Opens the device (paced at `bps` on the simulated one) and a server and
+ * client that both advertise it next to the CPU. */
+static fx *fx_open_d(uint64_t delay_ns, uint64_t bps) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  assert_int_equal(gt_open(&f->g, is_sim() ? delay_ns : 0, is_sim() ? bps : 0),
+                   0);
+  assert_int_equal(hr_gpu_query(f->g, &f->caps), 0);
+  assert_int_equal(hr_gpu_stream_new(f->g, &f->P), 0);
+  assert_int_equal(hr_gpu_stream_new(f->g, &f->C), 0);
+  f->devs[0] = HR_DEV_CPU;
+  f->devs[1] = f->caps.device_tag;
+  f->env = tl_new(TL_EPOLL);
+  hr_engine_config ec;
+  hr_engine_config_default(&ec);
+  ec.session.devices = f->devs;
+  ec.session.device_count = 2;
+  ec.session.transcode_chunk = CHUNK;
+  tl_server_start(f->env, &f->srv, &ec, NULL);
+  hr_engine *ce = tl_engine(f->env, &ec);
+  tc_open(f->env, ce, f->srv.url, &f->cli);
+  return f;
+}
+
+static fx *fx_open(uint64_t bps) {
+  return fx_open_d(0, bps);
+}
+
+/* Closes the network side (the device stays open). */
+static void fx_close_net(fx *f) {
+  hr_engine *ce = f->cli.e;
+  tc_close(&f->cli);
+  tl_engine_finish(f->env, ce);
+  tl_server_stop(f->env, &f->srv);
+  tl_free(f->env);
+  f->env = NULL;
+}
+
+static void fx_close(fx *f) {
+  if (f->env)
+    fx_close_net(f);
+  hr_gpu_stream_del(f->P);
+  hr_gpu_stream_del(f->C);
+  assert_int_equal(hr_gpu_del(f->g), 0);
+  free(f);
+}
+
+/* Host memory the device can copy to and from. */
+static hr_gpu_buf *host_buf(fx *f, uint64_t n) {
+  hr_gpu_buf *b = NULL;
+  if (f->caps.flags & HR_GPU_CAP_PINNED) {
+    assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_PINNED, n, &b), 0);
+  } else {
+    void *p = malloc(n);
+    assert_non_null(p);
+    assert_int_equal(hr_gpu_buf_wrap_host(f->g, p, n, &b), 0);
+  }
+  return b;
+}
+
+static void host_buf_del(fx *f, hr_gpu_buf *b) {
+  void *p = hr_gpu_buf_host_ptr(b);
+  int wrapped = !(f->caps.flags & HR_GPU_CAP_PINNED);
+  hr_gpu_buf_del(b);
+  if (wrapped)
+    free(p);
+}
+
+static void sleep_gate(void *arg) {
+  (void)arg;
+  hr__test_sleep(GATE_NS);
+}
+
+/* A served device tensor: rank 1 uint8 of n bytes, the producer's state. */
+typedef struct served {
+  hr_gpu_buf *dev, *oldb, *newb;
+  hr_gpu_event *ev;
+  int released;
+} served;
+
+static void served_release(void *ctx) {
+  ((served *)ctx)->released++;
+}
+
+static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = n;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = n;
+  d.buffers[0].device_tag = tag;
+  return d;
+}
+
+/* Resets the device buffer to OLD, then starts a slow producer writing
+ * NEW (a gate, then the copy) on P; records its end in sv->ev. */
+static void produce(fx *f, served *sv, uint64_t n) {
+  sv->oldb = host_buf(f, n);
+  sv->newb = host_buf(f, n);
+  gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
+  gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
+  assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
+  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->oldb, 0, n), 0);
+  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
+  assert_int_equal(hr_gpu_event_new(f->g, 0, &sv->ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(f->P, sleep_gate, NULL), 0);
+  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->newb, 0, n), 0);
+  assert_int_equal(hr_gpu_event_record(sv->ev, f->P), 0);
+}
+
+static void served_free(fx *f, served *sv) {
+  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
+  hr_gpu_event_del(sv->ev);
+  hr_gpu_buf_del(sv->dev);
+  host_buf_del(f, sv->oldb);
+  host_buf_del(f, sv->newb);
+}
+
+/* GETs `key` to the host; returns 1 when the bytes are NEW. */
+static int get_is_new(fx *f, const char *key, uint8_t pref, served *sv,
+                      uint64_t n, tc_res *r) {
+  hr_get_opts o;
+  tc_opts(&o, key);
+  o.preferred_device = pref;
+  int rc = tc_get(&f->cli, &o, r);
+  if (rc)
+    printf("GET %s: %s, wire 0x%x: %s\n", key, hr_strerror(rc),
+           r->rec.wire_error, r->rec.message);
+  assert_int_equal(rc, 0);
+  assert_int_equal(hr_tensor_bytes(r->t), n);
+  return memcmp(hr_tensor_buffer(r->t, 0), hr_gpu_buf_host_ptr(sv->newb), n) ==
+         0;
+}
+
+/* Reads bytes [off, off + n) of a device tensor's buffer 0 on stream s,
+ * optionally after waiting on its event; returns 1 when they equal
+ * want[off..off + n). */
+static int device_range_equals(fx *f, hr_tensor *t, hr_gpu_stream *s, int wait,
+                               const uint8_t *want, uint64_t off, uint64_t n) {
+  hr_gpu_buf *out = host_buf(f, n);
+  memset(hr_gpu_buf_host_ptr(out), 0, n);
+  if (wait && hr_tensor_gpu_event(t))
+    assert_int_equal(hr_gpu_stream_wait_event(s, hr_tensor_gpu_event(t)), 0);
+  assert_int_equal(
+      hr_gpu_copy_async(s, out, 0, hr_tensor_gpu_buf(t, 0), off, n), 0);
+  assert_int_equal(hr_gpu_stream_sync(s), 0);
+  int eq = memcmp(hr_gpu_buf_host_ptr(out), want + off, n) == 0;
+  host_buf_del(f, out);
+  return eq;
+}
+
+static int device_equals(fx *f, hr_tensor *t, hr_gpu_stream *s, int wait,
+                         const uint8_t *want, uint64_t n) {
+  return device_range_equals(f, t, s, wait, want, 0, n);
+}
+
+/* The engine stages after the producer's event: exactly NEW, although the
+ * GET was answered while the producer still ran. */
+static void serve_device_p2(void **state) {
+  (void)state;
+  fx *f = fx_open(0);
+  uint64_t n = 5 * CHUNK + 12345; /* several chunks, a ragged last one */
+  served sv = {0};
+  produce(f, &sv, n);
+  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_tensor *t;
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
+      0);
+  assert_true(hr_tensor_on_device(t));
+  tl_put(&f->srv, "dev", t);
+  hr_tensor_unref(t);
+  /* The producer is still inside its gate. */
+  if (is_sim())
+    assert_int_equal(hr_gpu_event_query(sv.ev), HR_ERR_WOULDBLOCK);
+  tc_res r;
+  assert_true(get_is_new(f, "dev", HR_DEV_CPU, &sv, n, &r));
+  assert_int_equal(r.rec.device, HR_DEV_CPU);
+  /* Network descriptors are producer-synced. */
+  assert_int_equal(hr_tensor_descriptor(r.t)->buffers[0].sync_mode,
+                   HR_SYNC_PRODUCER_SYNCED);
+  tc_res_clear(&r);
+  /* Device selection: a client asking for the device (and landing there)
+   * gets the device's tag; the bytes still came in host frames. */
+  hr_get_opts o;
+  tc_opts(&o, "dev");
+  o.preferred_device = f->caps.device_tag;
+  o.device = f->g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  assert_int_equal(tc_get(&f->cli, &o, &r), 0);
+  assert_int_equal(r.rec.device, f->caps.device_tag);
+  assert_true(hr_tensor_on_device(r.t));
+  assert_true(device_equals(f, r.t, f->C, 1, hr_gpu_buf_host_ptr(sv.newb), n));
+  tc_res_clear(&r);
+  assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
+  fx_close_net(f);
+  assert_int_equal(sv.released, 1);
+  served_free(f, &sv);
+  fx_close(f);
+}
+
+/* The same tensor declared without its event (a lying P1 producer): the
+ * staging copies run at once and read OLD.  Proves the test above fails
+ * if the engine ignores the event. */
+static void serve_device_stale(void **state) {
+  (void)state;
+  fx *f = fx_open(0);
+  uint64_t n = 2 * CHUNK;
+  served sv = {0};
+  produce(f, &sv, n);
+  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_tensor *t;
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, NULL, served_release, &sv, NULL),
+      0);
+  tl_put(&f->srv, "dev", t);
+  hr_tensor_unref(t);
+  tc_res r;
+  assert_false(get_is_new(f, "dev", HR_DEV_CPU, &sv, n, &r));
+  assert_int_equal(
+      memcmp(hr_tensor_buffer(r.t, 0), hr_gpu_buf_host_ptr(sv.oldb), n), 0);
+  tc_res_clear(&r);
+  assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
+  served_free(f, &sv);
+  fx_close(f);
+}
+
+static void get_into_device(fx *f, uint8_t sync, uint64_t n) {
+  uint64_t shape[1] = {n};
+  hr_tensor *src = tl_dense(HR_ELEM_UINT8, 1, shape, 7);
+  tl_put(&f->srv, "host", src);
+  hr_get_opts o;
+  tc_opts(&o, "host");
+  o.device = f->g;
+  o.device_sync = sync;
+  tc_res r;
+  assert_int_equal(tc_get(&f->cli, &o, &r), 0);
+  assert_true(hr_tensor_on_device(r.t));
+  const hr_descriptor *d = hr_tensor_descriptor(r.t);
+  assert_int_equal(d->buffers[0].device_tag, f->caps.device_tag);
+  assert_int_equal(d->buffers[0].sync_mode, sync);
+  if (sync == HR_SYNC_EVENT) {
+    assert_non_null(hr_tensor_gpu_event(r.t));
+    /* A consumer that skips the event and reads the last piece: the
+     * engine's copies are still queued on the slow simulated device (see
+     * get_device_p2), so its bytes are not there yet. */
+    if (is_sim())
+      assert_false(device_range_equals(
+          f, r.t, f->C, 0, hr_tensor_buffer(src, 0), n - CHUNK, CHUNK));
+  } else {
+    assert_null(hr_tensor_gpu_event(r.t));
+  }
+  /* The right consumer: P1 at once, P2 after the event. */
+  assert_true(device_equals(f, r.t, f->C, 1, hr_tensor_buffer(src, 0), n));
+  tc_res_clear(&r);
+  hr_tensor_unref(src);
+}
+
+static void get_device_p1(void **state) {
+  (void)state;
+  fx *f = fx_open(64ull << 20);
+  get_into_device(f, HR_SYNC_PRODUCER_SYNCED, 3 * CHUNK + 99);
+  /* A second GET reuses the pinned landing block. */
+  get_into_device(f, HR_SYNC_PRODUCER_SYNCED, 3 * CHUNK + 99);
+  fx_close(f);
+}
+
+static void get_device_p2(void **state) {
+  (void)state;
+  /* Every device operation waits 40 ms, then copies at 1 MiB/s: the
+   * pieces' copies queue up on the engine's stream (about 290 ms each), so
+   * the last one starts some 870 ms after the first piece landed, while
+   * the consumer's own read of it is done 290 ms after delivery. */
+  fx *f = fx_open_d(40000000ull, 1ull << 20);
+  get_into_device(f, HR_SYNC_EVENT, 4 * CHUNK);
+  fx_close(f);
+}
+
+/* A client PUT of a device tensor goes through the same staging (after
+ * the producer's event). */
+static void put_device_tensor(void **state) {
+  (void)state;
+  fx *f = fx_open(0);
+  uint64_t n = 3 * CHUNK + 7;
+  served sv = {0};
+  produce(f, &sv, n);
+  /* The descriptor's device tag is the PUT's destination (the store keeps
+   * host memory): CPU, while the bytes come from the device. */
+  hr_descriptor d = bytes_desc(n, HR_DEV_CPU);
+  hr_tensor *t;
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
+      0);
+  tc_res r;
+  assert_int_equal(tc_put(&f->cli, "up", 0, t, &r), 0);
+  hr_tensor_unref(t);
+  tc_res_clear(&r);
+  assert_true(get_is_new(f, "up", HR_DEV_CPU, &sv, n, &r));
+  tc_res_clear(&r);
+  fx_close_net(f);
+  assert_int_equal(sv.released, 1);
+  served_free(f, &sv);
+  fx_close(f);
+}
+
+/* Invalid combinations are refused up front. */
+static void get_device_args(void **state) {
+  (void)state;
+  fx *f = fx_open(0);
+  hr_get_opts o;
+  tc_opts(&o, "k");
+  o.device = f->g;
+  o.device_sync = HR_SYNC_CONSUMER_STREAM;
+  tc_res r;
+  assert_int_equal(tc_get_start(&f->cli, &o, &r, NULL),
+                   HR_ERR_INVALID_ARGUMENT);
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  o.flags = HR_REQ_PARALLEL_OK;
+  o.max_shards = 2;
+  assert_int_equal(tc_get_start(&f->cli, &o, &r, NULL),
+                   HR_ERR_INVALID_ARGUMENT);
+  fx_close(f);
+}
+
+/* Server and client share the loop thread: a PING is answered while the
+ * (slow) staging of a device tensor is in flight, so the loop was never
+ * blocked by it. */
+static void loop_never_blocks(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  /* 2 MiB at 2 MiB/s: the staging takes about a second. */
+  fx *f = fx_open(2ull << 20);
+  uint64_t n = 8 * CHUNK;
+  hr_gpu_buf *dev, *src = host_buf(f, n);
+  gt_fill(hr_gpu_buf_host_ptr(src), n, 3);
+  assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &dev), 0);
+  assert_int_equal(hr_gpu_copy_async(f->P, dev, 0, src, 0, n), 0);
+  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
+  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_tensor *t;
+  served sv = {0};
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &dev, NULL, served_release, &sv, NULL), 0);
+  tl_put(&f->srv, "dev", t);
+  hr_tensor_unref(t);
+  hr_get_opts o;
+  tc_opts(&o, "dev");
+  tc_res g, p;
+  assert_int_equal(tc_get_start(&f->cli, &o, &g, NULL), 0);
+  tl_spin(f->env, 20); /* the request reaches the server; staging starts */
+  assert_false(g.done);
+  assert_int_equal(tc_ping(&f->cli, &p), 0);
+  assert_false(g.done);
+  assert_true(p.rtt < 500000000ull);
+  assert_true(tc_wait(&f->cli, &g, 20000));
+  assert_int_equal(g.status, 0);
+  assert_memory_equal(hr_tensor_buffer(g.t, 0), hr_gpu_buf_host_ptr(src), n);
+  tc_res_clear(&g);
+  assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
+  fx_close_net(f);
+  assert_int_equal(sv.released, 1);
+  hr_gpu_buf_del(dev);
+  host_buf_del(f, src);
+  fx_close(f);
+}
+
+int main(int argc, char **argv) {
+  int rv = gt_main_prologue(argc, argv);
+  if (rv != 0)
+    return rv;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(serve_device_p2),   cmocka_unit_test(serve_device_stale),
+      cmocka_unit_test(get_device_p1),     cmocka_unit_test(get_device_p2),
+      cmocka_unit_test(get_device_args),   cmocka_unit_test(loop_never_blocks),
+      cmocka_unit_test(put_device_tensor),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
