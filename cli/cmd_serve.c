@@ -2,6 +2,8 @@
  * `hurray serve [--listen HOST:PORT] [--unix PATH] [--allow-put]
  *               [--max-shards N] [--tls-cert F --tls-key F
  *               [--tls-client-ca F]] [--fabric PROVIDER]
+ *               [--metrics-listen HOST:PORT]
+ *               [--log-level error|warn|info|debug]
  *               [--auth-token-file F] [limits] [-v] PATH...`
  *
  * --tls-cert/--tls-key make the TCP listener speak TLS 1.3 (clients use
@@ -28,11 +30,19 @@
  * --max-inflight-bytes, --max-conn-inflight-bytes, --send-budget,
  * --max-message-size, --handshake-timeout, --idle-timeout,
  * --read-timeout) set the engine's caps; README.md lists their defaults.
+ *
+ * Logs: one JSON object per line on stderr (<hurray/metrics.h>): a line
+ * per request at info (failures at warn), connections at debug, and the
+ * server's own notices; --log-level picks the most verbose level written
+ * (info; -v is debug).  --metrics-listen serves Prometheus text at
+ * http://HOST:PORT/metrics (port 0 picks one; the line "metrics on
+ * HOST:PORT" on stdout, after the listening lines, names it).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +51,7 @@
 #include <hurray/auth.h>
 #include <hurray/files.h>
 #include <hurray/hr_event.h>
+#include <hurray/metrics.h>
 #include <hurray/store.h>
 
 #include "cli.h"
@@ -48,6 +59,7 @@
 #define SYNOPSIS                                                               \
   "[--listen HOST:PORT] [--unix PATH] [--allow-put] [--max-shards N] "        \
   "[--tls-cert F --tls-key F [--tls-client-ca F]] [--fabric PROVIDER] "       \
+  "[--metrics-listen HOST:PORT] [--log-level error|warn|info|debug] "         \
   "[--auth-token-file F] [--max-connections N] [--max-streams N] "            \
   "[--max-put-bytes SIZE] [--max-store-bytes SIZE] "                          \
   "[--max-inflight-bytes SIZE] [--max-conn-inflight-bytes SIZE] "             \
@@ -64,10 +76,32 @@ typedef struct serve {
   struct event_base *base;
   hr_engine *engine;
   int signals;
-  int verbose;
+  hr_metrics *metrics;      /* counters and the logger */
   hr_auth *auth;            /* --auth-token-file, or NULL */
   const char *token_file;
 } serve;
+
+/* Log lines go to stderr, one per line. */
+static void log_stderr(int level, const char *line, size_t len, void *ud) {
+  (void)level;
+  (void)ud;
+  fwrite(line, 1, len, stderr);
+  fputc('\n', stderr);
+}
+
+/* The server's own notices, through the same logger as the requests. */
+static void slog(serve *sv, int level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void slog(serve *sv, int level, const char *event, const char *fmt,
+                 ...) {
+  char text[2048];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  hr_metrics_log(sv->metrics, level, event, "%s", text);
+}
 
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
@@ -80,17 +114,18 @@ static void add_tensor(serve *sv, const char *key, size_t key_len, hr_tensor *t,
 
   if (key_len < 1 || key_len > HR_MAX_KEY ||
       !hr_utf8_valid((const uint8_t *)key, key_len)) {
-    cli_err("serve", "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
+    slog(sv, HR_LOG_WARN, "skip",
+         "skipping %s: its key is not 1-1024 bytes of UTF-8", path);
     sv->skipped++;
     return;
   }
   rv = hr_store_put(sv->store, key, key_len, t, 0);
   if (rv == HR_ERR_STATE) {
-    cli_err("serve", "skipping %s: key \"%.*s\" is already served", path,
-            (int)key_len, key);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: key \"%.*s\" is already served",
+         path, (int)key_len, key);
     sv->skipped++;
   } else if (rv) {
-    cli_err("serve", "skipping %s: %s", path, hr_strerror(rv));
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, hr_strerror(rv));
     sv->skipped++;
   } else {
     sv->loaded++;
@@ -108,7 +143,7 @@ static void load_file(serve *sv, const char *path, const char *rel) {
     hr_tensor *t;
     rv = hr_npy_load(&t, path, NULL, why, sizeof why);
     if (rv) {
-      cli_err("serve", "skipping %s: %s", path, why);
+      slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, why);
       sv->skipped++;
       return;
     }
@@ -120,7 +155,7 @@ static void load_file(serve *sv, const char *path, const char *rel) {
     size_t i, stem = strlen(rel) - strlen(".safetensors");
     rv = hr_safetensors_open(&f, path, NULL, why, sizeof why);
     if (rv) {
-      cli_err("serve", "skipping %s: %s", path, why);
+      slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", path, why);
       sv->skipped++;
       return;
     }
@@ -129,12 +164,14 @@ static void load_file(serve *sv, const char *path, const char *rel) {
       hr_tensor *t;
       int len = snprintf(key, sizeof key, "%.*s/%s", (int)stem, rel, name);
       if (len < 0 || (size_t)len >= sizeof key) {
-        cli_err("serve", "skipping %s in %s: the key is too long", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: the key is too long",
+             name, path);
         sv->skipped++;
         continue;
       }
       if (hr_safetensors_tensor(f, i, &t) != 0) {
-        cli_err("serve", "skipping %s in %s: out of memory", name, path);
+        slog(sv, HR_LOG_WARN, "skip", "skipping %s in %s: out of memory", name,
+             path);
         sv->skipped++;
         continue;
       }
@@ -150,12 +187,13 @@ static void walk(serve *sv, const char *dir, const char *rel, int depth) {
   struct dirent *de;
 
   if (depth > 32) {
-    cli_err("serve", "skipping %s: directories nested too deep", dir);
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: directories nested too deep",
+         dir);
     return;
   }
   d = opendir(dir);
   if (!d) {
-    cli_err("serve", "skipping %s: %s", dir, strerror(errno));
+    slog(sv, HR_LOG_WARN, "skip", "skipping %s: %s", dir, strerror(errno));
     return;
   }
   while ((de = readdir(d))) {
@@ -190,13 +228,12 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
 
   (void)what;
   if (++sv->signals > 1) {
-    cli_err("serve", "second signal: exiting without draining");
+    slog(sv, HR_LOG_ERROR, "exit", "second signal: exiting without draining");
     exit(CLI_EXIT_FAIL);
   }
-  fprintf(stderr,
-          "hurray serve: %s: draining (active transfers finish, "
-          "new ones are refused)\n",
-          sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  slog(sv, HR_LOG_INFO, "drain",
+       "%s: draining (active transfers finish, new ones are refused)",
+       sig == SIGTERM ? "SIGTERM" : "SIGINT");
   hr_engine_close(sv->engine, on_closed, sv);
 }
 
@@ -209,35 +246,21 @@ static void on_hup(evutil_socket_t sig, short what, void *ud) {
   (void)sig;
   (void)what;
   if (hr_auth_load_file(sv->auth, sv->token_file, why, sizeof why) != 0) {
-    cli_err("serve", "SIGHUP: keeping the tokens in force: %s: %s",
-            sv->token_file, why);
+    slog(sv, HR_LOG_ERROR, "reload", "SIGHUP: keeping the tokens in force: "
+         "%s: %s", sv->token_file, why);
     return;
   }
-  fprintf(stderr, "hurray serve: SIGHUP: reloaded %zu token%s from %s\n",
-          hr_auth_count(sv->auth), hr_auth_count(sv->auth) == 1 ? "" : "s",
-          sv->token_file);
-}
-
-static void on_transfer(hr_conn *c, const hr_transfer_record *rec, void *ud) {
-  serve *sv = ud;
-
-  (void)c;
-  if (!sv->verbose)
-    return;
-  if (rec->status)
-    fprintf(stderr, "hurray serve: transfer failed: %s%s%s\n",
-            hr_wire_error_name(rec->wire_error), rec->message[0] ? ": " : "",
-            rec->message);
-  else
-    fprintf(stderr, "hurray serve: sent %llu bytes as %s%s over %s%s%s\n",
-            (unsigned long long)rec->bytes, hr_layout_name(rec->layout),
-            rec->transcoded ? " (transcoded)" : "",
-            rec->data_plane == HR_PLANE_RDMA ? "rdma" : "frames",
-            rec->fallback[0] ? "; fallback: " : "", rec->fallback);
+  slog(sv, HR_LOG_INFO, "reload", "SIGHUP: reloaded %zu token%s from %s",
+       hr_auth_count(sv->auth), hr_auth_count(sv->auth) == 1 ? "" : "s",
+       sv->token_file);
 }
 
 int cli_serve(int argc, char **argv) {
-  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL;
+  const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL,
+             *metrics_addr = NULL;
+  hr_metrics_config mcfg;
+  hr_ev_metrics *mep = NULL;
+  int log_level = HR_LOG_INFO;
   hr_tls_config tls;
   char unix_addr[128], why[512], fabric_node[64] = "";
   hr_store_config scfg;
@@ -316,7 +339,15 @@ int cli_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--fabric") && i + 1 < argc) {
       fabric = argv[++i];
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-      sv.verbose = 1;
+      log_level = HR_LOG_DEBUG;
+    } else if (!strcmp(a, "--log-level") && i + 1 < argc) {
+      if (hr_log_level_parse(argv[++i], &log_level) != 0) {
+        free(paths);
+        return cli_usage("serve", SYNOPSIS,
+                         "--log-level takes error, warn, info or debug");
+      }
+    } else if (!strcmp(a, "--metrics-listen") && i + 1 < argc) {
+      metrics_addr = argv[++i];
     } else if (!strcmp(a, "--max-shards") && i + 1 < argc) {
       if (cli_parse_u64(argv[++i], &max_shards) || max_shards < 1 ||
           max_shards > 65535) {
@@ -343,9 +374,9 @@ int cli_serve(int argc, char **argv) {
     free(paths);
     return cli_usage("serve", SYNOPSIS, "give at least one PATH to serve");
   }
-  if (unix_path && (!unix_path[0] ||
-                    (size_t)snprintf(unix_addr, sizeof unix_addr, "unix:%s",
-                                     unix_path) >= sizeof unix_addr)) {
+  if (unix_path &&
+      (!unix_path[0] || (size_t)snprintf(unix_addr, sizeof unix_addr, "unix:%s",
+                                         unix_path) >= sizeof unix_addr)) {
     free(paths);
     return cli_usage("serve", SYNOPSIS,
                      "--unix takes a socket path of 1 to 107 bytes");
@@ -368,6 +399,16 @@ int cli_serve(int argc, char **argv) {
     cli_err("serve", "%s (give PEM files: the certificate chain and its "
             "private key)", why);
     free(paths);
+    return CLI_EXIT_FAIL;
+  }
+  /* Line-buffered: each log line leaves in one write(2), not two. */
+  setvbuf(stderr, NULL, _IOLBF, 1 << 16);
+  hr_metrics_config_default(&mcfg);
+  mcfg.log = log_stderr;
+  mcfg.log_level = log_level;
+  if (hr_metrics_new(&sv.metrics, &mcfg, NULL) != 0) {
+    free(paths);
+    cli_err("serve", "out of memory");
     return CLI_EXIT_FAIL;
   }
 
@@ -459,8 +500,6 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.idle_timeout = lv[L_IDLE];
   if (lv[L_READ] != UINT64_MAX)
     ecfg.session.read_timeout = lv[L_READ];
-  ecfg.on_transfer = on_transfer;
-  ecfg.user_data = &sv;
   if (tls.cert_file)
     ecfg.tls_server = &tls;
   if (fabric) {
@@ -477,6 +516,7 @@ int cli_serve(int argc, char **argv) {
                            ? fabric_node
                            : NULL;
   }
+  hr_metrics_attach(sv.metrics, &ecfg);
   rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
     cli_err("serve", "cannot start the engine: %s%s", hr_strerror(rv),
@@ -537,19 +577,36 @@ int cli_serve(int argc, char **argv) {
   }
   if (ulis)
     printf("listening on %s\n", unix_addr);
-  {
-    fprintf(stderr, "hurray serve: %zu tensor%s%s%s, PUT %s%s%s\n",
-            sv.loaded, sv.loaded == 1 ? "" : "s",
-            sv.skipped ? ", skipped " : "", sv.skipped ? "some files" : "",
-            allow_put ? "allowed" : "refused",
-            !tls.cert_file  ? ""
-            : tls.ca_file ? ", TLS with client certificates"
-                          : ", TLS",
-            sv.auth ? ", AUTH_TOKEN required" : "");
-    fflush(stdout);
+  rv = metrics_addr ? hr_ev_metrics_listen(&mep, sv.base, sv.metrics, sv.engine,
+                                           metrics_addr, NULL)
+                    : 0;
+  if (rv) {
+    cli_err("serve",
+            "cannot serve metrics on %s: %s (give HOST:PORT, e.g. "
+            "127.0.0.1:9464, on a free port)",
+            metrics_addr,
+            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
+            : rv == HR_ERR_IO             ? strerror(errno)
+                                          : hr_strerror(rv));
+    status = CLI_EXIT_FAIL;
+    goto out;
   }
+  if (mep) {
+    const char *colon = strrchr(metrics_addr, ':');
+    printf("metrics on %.*s:%d\n", (int)(colon - metrics_addr), metrics_addr,
+           hr_ev_metrics_port(mep));
+  }
+  fflush(stdout);
+  slog(&sv, HR_LOG_INFO, "start", "%zu tensor%s%s%s, PUT %s%s%s", sv.loaded,
+       sv.loaded == 1 ? "" : "s", sv.skipped ? ", skipped " : "",
+       sv.skipped ? "some files" : "", allow_put ? "allowed" : "refused",
+       !tls.cert_file ? ""
+       : tls.ca_file  ? ", TLS with client certificates"
+                      : ", TLS",
+       sv.auth ? ", AUTH_TOKEN required" : "");
   event_base_dispatch(sv.base);
 out:
+  hr_ev_metrics_close(mep);
   if (sigterm)
     event_free(sigterm);
   if (sigint)
@@ -557,13 +614,14 @@ out:
   if (sighup)
     event_free(sighup);
   if (sv.engine && hr_engine_del(sv.engine) != 0) {
-    cli_err("serve", "connections still open at exit");
+    slog(&sv, HR_LOG_ERROR, "exit", "connections still open at exit");
     status = CLI_EXIT_FAIL;
   }
   if (sv.base)
     event_base_free(sv.base);
   hr_store_del(sv.store);
   hr_auth_del(sv.auth);
+  hr_metrics_del(sv.metrics);
   free(paths);
   return status;
 }

@@ -6,11 +6,14 @@
  *   eye/N           FLOAT32 [N, N]     the identity
  *   matrix/R/C      FLOAT32 [R, C]     element (r, c) = r * C + c
  *
- *   tensor_server [HOST:PORT]          (default 127.0.0.1:0: any port)
+ *   tensor_server [HOST:PORT [METRICS_HOST:PORT]]
+ *                                      (default 127.0.0.1:0: any port)
  *
  * It prints "listening on HOST:PORT", serves on a libevent loop, and
- * drains gracefully on SIGINT/SIGTERM.  Clients may ask for any layout
- * with ALLOW_TRANSCODE: the engine transcodes the row-major answer.
+ * drains gracefully on SIGINT/SIGTERM.  Given METRICS_HOST:PORT, it also
+ * logs a JSON line per request on stderr and serves Prometheus metrics at
+ * http://METRICS_HOST:PORT/metrics (<hurray/metrics.h>).  Clients may ask for
+ * any layout with ALLOW_TRANSCODE: the engine transcodes the row-major answer.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include <hurray/hr_event.h>
+#include <hurray/metrics.h>
 
 #define MAX_ELEMS (64u << 20) /* 256 MiB of float32 per answer */
 
@@ -160,8 +164,18 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
     exit(1); /* a second signal: stop at once */
 }
 
+static void log_line(int level, const char *line, size_t len, void *ud) {
+  (void)level;
+  (void)ud;
+  fprintf(stderr, "%.*s\n", (int)len, line);
+}
+
 int main(int argc, char **argv) {
   const char *addr = argc > 1 ? argv[1] : "127.0.0.1:0";
+  const char *metrics_addr = argc > 2 ? argv[2] : NULL;
+  hr_metrics *metrics = NULL;
+  hr_ev_metrics *endpoint = NULL;
+  hr_engine_config ecfg;
   hr_provider prov;
   hr_listener *l;
   struct event *sigint, *sigterm;
@@ -170,7 +184,17 @@ int main(int argc, char **argv) {
 
   signal(SIGPIPE, SIG_IGN);
   sv.base = event_base_new();
-  rv = hr_ev_attach(&sv.engine, sv.base, NULL, NULL);
+  hr_engine_config_default(&ecfg);
+  if (metrics_addr) {
+    /* The registry is ours; the engine feeds it through its callbacks. */
+    hr_metrics_config mcfg;
+    hr_metrics_config_default(&mcfg);
+    mcfg.log = log_line;
+    if (hr_metrics_new(&metrics, &mcfg, NULL) != 0 ||
+        hr_metrics_attach(metrics, &ecfg) != 0)
+      return 1;
+  }
+  rv = hr_ev_attach(&sv.engine, sv.base, &ecfg, NULL);
   if (rv) {
     fprintf(stderr, "tensor_server: %s\n", hr_strerror(rv));
     return 1;
@@ -187,13 +211,27 @@ int main(int argc, char **argv) {
   }
   printf("listening on %.*s:%d\n", (int)(strrchr(addr, ':') - addr), addr,
          hr_listener_port(l));
+  if (metrics_addr) {
+    rv = hr_ev_metrics_listen(&endpoint, sv.base, metrics, sv.engine,
+                              metrics_addr, NULL);
+    if (rv) {
+      fprintf(stderr, "tensor_server: cannot serve metrics on %s: %s\n",
+              metrics_addr, hr_strerror(rv));
+      return 1;
+    }
+    printf("metrics on %.*s:%d\n",
+           (int)(strrchr(metrics_addr, ':') - metrics_addr), metrics_addr,
+           hr_ev_metrics_port(endpoint));
+  }
   fflush(stdout);
   sigint = evsignal_new(sv.base, SIGINT, on_signal, &sv);
   sigterm = evsignal_new(sv.base, SIGTERM, on_signal, &sv);
   evsignal_add(sigint, NULL);
   evsignal_add(sigterm, NULL);
   event_base_dispatch(sv.base);
+  hr_ev_metrics_close(endpoint);
   rv = hr_engine_del(sv.engine);
+  hr_metrics_del(metrics);
   event_free(sigint);
   event_free(sigterm);
   event_base_free(sv.base);

@@ -589,6 +589,8 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   st->tx.put_key = st->pkey;
   st->tx.put_key_len = key_len;
   st->tx.put_flags = flags;
+  st->rec.key = st->pkey;
+  st->rec.key_len = key_len;
   st->rec.layout = hr_tensor_descriptor(t)->layout.tag;
   for (size_t i = 0; i < st->tx.nparts; i++)
     st->rec.bytes += st->tx.parts[i].xp.total_data_bytes;

@@ -38,6 +38,29 @@ static void rec_finish(hr_session *s, hr_stream *st, int status, uint32_t wire,
   }
 }
 
+/* Refuses a request before it became a stream: reported through
+ * on_request (kind and key from the message), then the ERROR. */
+static int refuse_open(hr_session *s, const hr_msg *m, uint32_t code,
+                       const char *text) {
+  const uint8_t *key = NULL;
+  uint16_t key_len = 0;
+  int kind = HR_XFER_LIST;
+  if (m->hdr.type == HR_MSG_TENSOR_REQUEST) {
+    kind = HR_XFER_GET;
+    key = m->u.request.key;
+    key_len = m->u.request.key_len;
+  } else if (m->hdr.type == HR_MSG_TENSOR_PUT) {
+    kind = HR_XFER_PUT;
+    key = m->u.put.key;
+    key_len = m->u.put.key_len;
+  } else if (m->hdr.type == HR_MSG_LIST_REQUEST) {
+    key = m->u.list_request.prefix;
+    key_len = m->u.list_request.prefix_len;
+  }
+  hr__report_request(s, kind, m->hdr.stream_id, key, key_len, code, text);
+  return hr__stream_error(s, m->hdr.stream_id, code, text);
+}
+
 /* ---- GET ----------------------------------------------------------------- */
 
 const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
@@ -81,8 +104,8 @@ static int copy_request(hr_session *s, hr_stream *st, const hr_request *r) {
 static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
   const hr_request *r = &m->u.request;
   if ((r->flags & HR_REQ_REGION) && !(s->our_caps & HR_CAP_REGION_REQUESTS))
-    return hr__stream_error(s, m->hdr.stream_id, HR_WIRE_INVALID_REGION,
-                            "REGION requests are not served here");
+    return refuse_open(s, m, HR_WIRE_INVALID_REGION,
+                       "REGION requests are not served here");
   hr_stream *st;
   int rv = hr__stream_new(s, HR_SK_SRV_GET, m->hdr.stream_id, last, &st);
   if (rv)
@@ -98,6 +121,8 @@ static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
     hr__stream_end(s, st);
     return hr__fatal(s, rv);
   }
+  st->rec.key = st->sg.key;
+  st->rec.key_len = r->key_len;
   if (!s->has_prov || !s->prov.on_get)
     return hr__stream_error(s, st->id, HR_WIRE_NOT_FOUND,
                             "this server serves no tensors");
@@ -181,6 +206,8 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
       /* Its lane closed: that shard cannot be sent, the client fails the
        * transfer when it sees the lane go. */
       hr_transfer_record rec = st->rec;
+      rec.stream_id = st->id + i;
+      rec.shard_index = i;
       rec.status = HR_ERR_CLOSED;
       hr__set_msg(rec.message, sizeof rec.message, "its lane closed", 15);
       rec.finished = s->now;
@@ -199,6 +226,14 @@ int hr_get_answer(hr_srv_get *g, hr_tensor *t) {
     sh->shard_index = i;
     sh->nshards = n;
     sh->rec = st->rec;
+    sh->rec.stream_id = sh->id;
+    sh->rec.shard_index = i;
+    /* The shard may outlive the base: it keeps its own key for its record. */
+    sh->sg.key = hr__mem_malloc(&lane->mem, st->rec.key_len ? st->rec.key_len
+                                                             : 1);
+    if (sh->sg.key && st->rec.key_len)
+      memcpy(sh->sg.key, st->rec.key, st->rec.key_len);
+    sh->rec.key = sh->sg.key;
     sh->tx = plan.txs[i];
     memset(&plan.txs[i], 0, sizeof plan.txs[i]);
     hr__ready_add(lane, sh);
@@ -278,9 +313,9 @@ static int all_cpu(const hr_descriptor *d) {
 
 /* Refuses a PUT at TENSOR_PUT time: ERROR, and the rest of the stream
  * (frames, DATA_END) is dropped silently. */
-static int put_refuse(hr_session *s, uint32_t sid, uint32_t code,
+static int put_refuse(hr_session *s, const hr_msg *m, uint32_t code,
                       const char *text) {
-  return hr__stream_error(s, sid, code, text);
+  return refuse_open(s, m, code, text);
 }
 
 static void put_abort(hr_session *s, hr_stream *st) {
@@ -297,11 +332,11 @@ static int srv_put_open(hr_session *s, const hr_msg *m) {
   const hr_put *p = &m->u.put;
   uint32_t sid = m->hdr.stream_id;
   if (!(s->our_caps & HR_CAP_TENSOR_PUT))
-    return put_refuse(s, sid, HR_WIRE_PUT_REJECTED, "PUT is not accepted");
+    return put_refuse(s, m, HR_WIRE_PUT_REJECTED, "PUT is not accepted");
   if (p->desc.flags & HR_DESC_HAS_SHARD)
-    return put_refuse(s, sid, HR_WIRE_PUT_REJECTED, "a shard cannot be PUT");
+    return put_refuse(s, m, HR_WIRE_PUT_REJECTED, "a shard cannot be PUT");
   if (!all_cpu(&p->desc))
-    return put_refuse(s, sid, HR_WIRE_DEVICE_UNAVAILABLE,
+    return put_refuse(s, m, HR_WIRE_DEVICE_UNAVAILABLE,
                       "only CPU tensors are accepted");
   hr_stream *st;
   int rv = hr__stream_new(s, HR_SK_SRV_PUT, sid, sid, &st);
@@ -318,6 +353,8 @@ static int srv_put_open(hr_session *s, const hr_msg *m) {
   memcpy(st->pkey, p->key, p->key_len);
   st->pinfo.key = st->pkey;
   st->pinfo.key_len = p->key_len;
+  st->rec.key = st->pkey;
+  st->rec.key_len = p->key_len;
   st->pinfo.flags = p->flags;
   st->pinfo.stream_id = sid;
   /* The head's descriptor stays valid for the stream's life inside the
@@ -339,7 +376,8 @@ static int srv_put_open(hr_session *s, const hr_msg *m) {
       wire = HR_WIRE_INTERNAL;
     rec_finish(s, st, hr__status_for_wire(wire), wire, 1, "PUT refused");
     hr__stream_end(s, st);
-    return put_refuse(s, sid, wire, "PUT refused");
+    /* Reported by rec_finish already: no on_request for it. */
+    return hr__stream_error(s, sid, wire, "PUT refused");
   }
   st->put_accepted = 1;
   hr_rx_config cfg;
@@ -496,11 +534,11 @@ static int list_emit(void *ctx, const hr_list_entry *e) {
 static int srv_list_open(hr_session *s, const hr_msg *m) {
   uint32_t sid = m->hdr.stream_id;
   if (!(s->our_caps & HR_CAP_LIST))
-    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
-                            "LIST is not served here");
+    return refuse_open(s, m, HR_WIRE_PROTOCOL_VIOLATION,
+                       "LIST is not served here");
   if (s->ctrl_queued > HR_CTRL_BACKLOG_MAX / 2)
-    return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
-                            "output backlog: retry later");
+    return refuse_open(s, m, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "output backlog: retry later");
   const hr_list_request *r = &m->u.list_request;
   list_ctx c;
   memset(&c, 0, sizeof c);
@@ -520,7 +558,7 @@ static int srv_list_open(hr_session *s, const hr_msg *m) {
   hr__cb_leave(s);
   if (rv || c.bad) {
     hr__mem_free(&s->mem, c.buf);
-    return hr__stream_error(s, sid, HR_WIRE_INTERNAL, "the listing failed");
+    return refuse_open(s, m, HR_WIRE_INTERNAL, "the listing failed");
   }
   hr_msg out;
   memset(&out, 0, sizeof out);
@@ -532,7 +570,10 @@ static int srv_list_open(hr_session *s, const hr_msg *m) {
   out.u.list_response.entries_raw_len = c.len;
   rv = hr__out_msg(s, &out, 1);
   hr__mem_free(&s->mem, c.buf);
-  return rv ? hr__fatal(s, rv) : 0;
+  if (rv)
+    return hr__fatal(s, rv);
+  hr__report_request(s, HR_XFER_LIST, sid, r->prefix, r->prefix_len, 0, NULL);
+  return 0;
 }
 
 /* ---- dispatch ------------------------------------------------------------ */
@@ -545,8 +586,8 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
     hr__hist_add(s, sid, sid);
     if (m->hdr.type == HR_MSG_TENSOR_PUT)
       hr__discard_add(s, sid, sid);
-    return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
-                            "requests go on lane 0 of the session");
+    return refuse_open(s, m, HR_WIRE_PROTOCOL_VIOLATION,
+                       "requests go on lane 0 of the session");
   }
   if (m->hdr.type == HR_MSG_TENSOR_REQUEST &&
       (m->u.request.flags & HR_REQ_PARALLEL_OK)) {
@@ -561,14 +602,14 @@ int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws) {
   if (s->goaway_sent && sid > s->goaway_last) {
     if (m->hdr.type == HR_MSG_TENSOR_PUT)
       hr__discard_add(s, sid, sid);
-    return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
-                            "shutting down (GOAWAY): not processed");
+    return refuse_open(s, m, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "shutting down (GOAWAY): not processed");
   }
   if (s->state != HR_CS_ESTABLISHED && s->state != HR_CS_DRAINING)
     return 0;
   if (m->hdr.type != HR_MSG_LIST_REQUEST && s->nrequests >= s->set.max_streams)
-    return hr__stream_error(s, sid, HR_WIRE_RESOURCE_EXHAUSTED,
-                            "too many concurrent streams");
+    return refuse_open(s, m, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "too many concurrent streams");
   switch (m->hdr.type) {
   case HR_MSG_TENSOR_REQUEST:
     return srv_get_open(s, m, last);

@@ -142,6 +142,30 @@ void hr__record_init(hr_session *s, hr_transfer_record *rec) {
   rec->started = s->now;
 }
 
+void hr__report_request(hr_session *s, int kind, uint32_t sid,
+                        const uint8_t *key, uint16_t key_len, uint32_t wire,
+                        const char *msg) {
+  hr_transfer_record rec;
+  if (!s->cbs.on_request)
+    return;
+  hr__record_init(s, &rec);
+  rec.kind = (uint8_t)kind;
+  rec.stream_id = sid;
+  rec.key = key;
+  rec.key_len = key_len;
+  rec.transcoded = 0;
+  if (wire) {
+    rec.status = hr__status_for_wire(wire);
+    rec.wire_error = wire;
+    rec.wire_error_sent = 1;
+    hr__set_msg(rec.message, sizeof rec.message, msg, msg ? strlen(msg) : 0);
+  }
+  rec.finished = s->now;
+  hr__cb_enter(s);
+  s->cbs.on_request(s, &rec, s->ud);
+  hr__cb_leave(s);
+}
+
 void hr__report_transfer(hr_session *s, const hr_transfer_record *rec) {
   if (!s->cbs.on_transfer)
     return;
@@ -320,6 +344,10 @@ int hr__stream_new(hr_session *s, int kind, uint32_t id, uint32_t last,
   st->id = id;
   st->last = last;
   hr__record_init(s, &st->rec);
+  st->rec.stream_id = id;
+  st->rec.kind = kind == HR_SK_SRV_GET || kind == HR_SK_CLI_GET ? HR_XFER_GET
+                 : kind == HR_SK_CLI_LIST                       ? HR_XFER_LIST
+                                                                : HR_XFER_PUT;
   int rv = tab_insert(s, st);
   if (rv) {
     hr__mem_free(&s->mem, st);
@@ -855,7 +883,10 @@ static int on_conn_msg(hr_session *s, const hr_msg *m) {
     memset(&r, 0, sizeof r);
     r.hdr.type = HR_MSG_PONG;
     r.u.ping = m->u.ping;
-    return queue_ctrl(s, &r);
+    int rv = queue_ctrl(s, &r);
+    if (rv == 0 && s->role == HR_ROLE_SERVER)
+      hr__report_request(s, HR_XFER_PING, 0, NULL, 0, 0, NULL);
+    return rv;
   }
   case HR_MSG_PONG:
     hr__cli_pong(s, m->u.ping);

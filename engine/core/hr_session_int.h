@@ -710,6 +710,11 @@ void hr__discard_add(hr_session *s, uint32_t first, uint32_t last);
 void hr__hist_add(hr_session *s, uint32_t first, uint32_t last);
 void hr__record_init(hr_session *s, hr_transfer_record *rec);
 void hr__report_transfer(hr_session *s, const hr_transfer_record *rec);
+/* Server: on_request for a request that ends without a transfer record
+ * (wire 0: answered; else the ERROR sent, with its text). */
+void hr__report_request(hr_session *s, int kind, uint32_t sid,
+                        const uint8_t *key, uint16_t key_len, uint32_t wire,
+                        const char *msg);
 /* Brackets a public call made outside hr_session_recv/pull/...: ended
  * streams are freed (and a deferred del runs) when the outermost call
  * returns.  Do not touch `s` after hr__api_leave(). */

@@ -849,6 +849,8 @@ static void unlink_req(hr_inproc_conn *c, req *r) {
 
 static void fill_record(req *r, hr_transfer_record *rec, hr_tensor *t) {
   memset(rec, 0, sizeof *rec);
+  rec->kind = r->kind == K_PUT ? HR_XFER_PUT : HR_XFER_GET;
+  rec->stream_id = r->sid;
   rec->status = r->status;
   rec->wire_error = r->wire;
   rec->wire_error_sent = 0;

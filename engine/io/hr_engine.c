@@ -143,6 +143,10 @@ struct hr_conn {
   int has_cred;
   hr_peer_cred cred;
   hr__tls *tls; /* the TLS transport, or NULL: the plain socket */
+  /* Logs and metrics: the peer's address, and whether on_conn saw it
+   * open (so that a failed connect reports no close). */
+  char peer[HR_SOCK_PEER_MAX];
+  int opened;
 };
 
 struct hr_listener {
@@ -416,6 +420,33 @@ static void cb_error(hr_session *s, uint32_t wire_error, int sent,
   }
 }
 
+static void cb_request(hr_session *s, const hr_transfer_record *rec,
+                       void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  if (c->e->cfg.on_request) {
+    c->e->in_user_cb++;
+    c->e->cfg.on_request(c, rec, c->e->cfg.user_data);
+    c->e->in_user_cb--;
+  }
+}
+
+/* on_conn: `ev` is HR_CONN_OPENED, _CLOSED or _REJECTED. */
+static void conn_event(hr_conn *c, int ev) {
+  hr_engine *e = c->e;
+
+  if (ev == HR_CONN_OPENED)
+    c->opened = 1;
+  else if (ev == HR_CONN_CLOSED && !c->opened)
+    return;
+  if (e->cfg.on_conn) {
+    e->in_user_cb++;
+    e->cfg.on_conn(c, ev, e->cfg.user_data);
+    e->in_user_cb--;
+  }
+}
+
 static void cb_transfer(hr_session *s, const hr_transfer_record *rec,
                         void *ud) {
   hr_conn *c = ud;
@@ -632,6 +663,7 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
   cbs->on_established = cb_established;
   cbs->on_error = cb_error;
   cbs->on_transfer = cb_transfer;
+  cbs->on_request = cb_request;
   if (unix_sock && !e->cfg.no_shm) {
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
@@ -964,6 +996,7 @@ static void conn_teardown(hr_conn *c, hr_tstamp now) {
     c->cb(c, status, c->ud);
     e->in_user_cb--;
   }
+  conn_event(c, HR_CONN_CLOSED);
   conn_start_linger(c, now);
 }
 
@@ -1016,6 +1049,7 @@ static void conn_peer(hr_conn *c) {
   socklen_t sl = sizeof ss;
 
   c->has_cred = hr__sock_peer_cred(c->fd, &p->pid, &p->uid, &p->gid) == 0;
+  hr__sock_peer_name(c->fd, c->peer, sizeof c->peer);
   /* The RDMA data plane checks the peer's FABRIC_ADDRESS against it. */
   if (c->e->fabric && getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0 &&
       (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
@@ -1036,6 +1070,7 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
     c->state = CS_OPEN;
     hr__sock_tune(c->fd, c->e->cfg.socket_buffer);
     conn_peer(c);
+    conn_event(c, HR_CONN_OPENED);
     revents &= ~HR_POLL_IN; /* nothing to read yet */
   }
   if (c->tls)
@@ -1329,6 +1364,8 @@ static void reject(hr_engine *e, int fd, hr_tstamp now) {
   c->state = CS_LINGER;
   list_push(&e->lingering, c);
   c->linger_until = now + LINGER_NS;
+  hr__sock_peer_name(fd, c->peer, sizeof c->peer);
+  conn_event(c, HR_CONN_REJECTED);
   /* Try the write at once; the watch covers the rest. */
   linger_io(c, 0, now);
 }
@@ -1376,6 +1413,7 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   list_push(&e->conns, c);
   e->nconns++;
   e->nserver++;
+  conn_event(c, HR_CONN_OPENED);
   /* The CLIENT_HELLO usually arrived with the connection: read it now. */
   rv = conn_io(c, HR_POLL_IN, now);
   if (rv) {
@@ -2161,4 +2199,26 @@ int hr_conn_tls_info(const hr_conn *c, hr_tls_info *out) {
   if (!c->tls)
     return HR_ERR_UNSUPPORTED;
   return hr__tls_info(c->tls, out);
+}
+
+/* ---- logs and metrics ---- */
+
+const char *hr_conn_peer(const hr_conn *c) {
+  return c ? c->peer : "";
+}
+
+int hr_conn_role(const hr_conn *c) {
+  return c ? c->role : -1;
+}
+
+size_t hr_engine_stream_count(const hr_engine *e) {
+  const hr_conn *c;
+  size_t n = 0;
+
+  if (!e)
+    return 0;
+  for (c = e->conns; c; c = c->next)
+    if (c->s)
+      n += hr_session_stream_count(c->s);
+  return n;
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,5 +323,34 @@ void hr__sock_tune(int fd, int bufsize) {
   if (bufsize > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
+  }
+}
+
+void hr__sock_peer_name(int fd, char *buf, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN];
+  int32_t pid;
+  uint32_t uid, gid;
+
+  if (!cap)
+    return;
+  buf[0] = 0;
+  if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
+    return;
+  if (ss.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof host))
+      snprintf(buf, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
+  } else if (ss.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+    if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host))
+      snprintf(buf, cap, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
+  } else if (ss.ss_family == AF_UNIX) {
+    /* A Unix peer is usually unnamed: its process says more. */
+    if (hr__sock_peer_cred(fd, &pid, &uid, &gid) == 0)
+      snprintf(buf, cap, "unix:pid=%ld", (long)pid);
+    else
+      snprintf(buf, cap, "unix");
   }
 }

@@ -82,6 +82,12 @@ int hr__sock_is_unix(int fd);
  * a Unix socket) / HR_ERR_IO. */
 int hr__sock_peer_cred(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid);
 
+/* Room for hr__sock_peer_name(): "[v6 address]:port" or "unix:pid=N". */
+#define HR_SOCK_PEER_MAX 64
+/* Writes the peer's address as text ("1.2.3.4:5", "[::1]:5", "unix:pid=N",
+ * "unix", or "" when unknown) into buf (cap bytes, always terminated). */
+void hr__sock_peer_name(int fd, char *buf, size_t cap);
+
 /* Formats "what: strerror(err)" into why (when non-NULL). */
 void hr__why(char *why, size_t why_len, const char *what, int err);
 

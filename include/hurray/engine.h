@@ -126,7 +126,7 @@ typedef struct hr_engine_config {
    * (NULL: none). */
   void (*on_transfer)(hr_conn *c, const hr_transfer_record *rec,
                       void *user_data);
-  void *user_data; /* for on_wakeup and on_transfer */
+  void *user_data; /* for on_wakeup, on_transfer, on_request, on_conn */
   /* ---- appended for TLS (NULL: none; see "TLS" below) ---- */
   /* Server: every TCP listener speaks TLS 1.3 with this certificate and
    * key (Unix socket listeners stay plain). */
@@ -163,7 +163,25 @@ typedef struct hr_engine_config {
                              buffers one connection may hold at once
                              (1 GiB), within max_inflight_bytes; a PUT
                              over it is refused with RESOURCE_EXHAUSTED */
+  /* ---- appended for logs and metrics (NULL: none) ---- */
+  /* Server: a request that moved no tensor bytes (LIST, PING, or a GET or
+   * PUT refused before it became a stream), as
+   * hr_session_callbacks.on_request reports it. */
+  void (*on_request)(hr_conn *c, const hr_transfer_record *rec,
+                     void *user_data);
+  /* A connection's life, `event` one of HR_CONN_OPENED (server: accepted;
+   * client: the connect completed), HR_CONN_CLOSED (once per OPENED, when
+   * it is torn down; hr_conn_error() and hr_conn_bytes() tell why and how
+   * much; its completions have run), HR_CONN_REJECTED (server: accepted
+   * over max_connections, answered RESOURCE_EXHAUSTED; never OPENED).
+   * hr_conn_peer() and hr_conn_role() work in it. */
+  void (*on_conn)(hr_conn *c, int event, void *user_data);
 } hr_engine_config;
+
+/* hr_engine_config.on_conn events. */
+#define HR_CONN_OPENED 1
+#define HR_CONN_CLOSED 2
+#define HR_CONN_REJECTED 3
 
 /* Fills `c` with defaults (hr_settings_default() for the session part). */
 HR_EXTERN void hr_engine_config_default(hr_engine_config *c);
@@ -211,6 +229,10 @@ HR_EXTERN struct hr_fabric *hr_engine_fabric(const hr_engine *e);
 /* Connections alive (client and server, not counting sockets that only
  * linger to deliver a final ERROR). */
 HR_EXTERN size_t hr_engine_conn_count(const hr_engine *e);
+
+/* Streams open across those connections (hr_session_stream_count() of
+ * each; O(connections)).  For metrics gauges. */
+HR_EXTERN size_t hr_engine_stream_count(const hr_engine *e);
 
 /* ------------------------------------------------------------------------ */
 /* Server                                                                    */
@@ -350,6 +372,13 @@ typedef struct hr_peer_cred {
  * HR_ERR_INVALID_ARGUMENT.
  */
 HR_EXTERN int hr_conn_peer_cred(const hr_conn *c, hr_peer_cred *out);
+
+/* The peer's address as text: "1.2.3.4:5678", "[::1]:5678",
+ * "unix:pid=N" (a Unix socket's peer process), or "" before a client's
+ * connect completed.  Valid while `c` is.  NULL: "". */
+HR_EXTERN const char *hr_conn_peer(const hr_conn *c);
+/* HR_ROLE_SERVER (an accepted connection) or HR_ROLE_CLIENT; -1 for NULL. */
+HR_EXTERN int hr_conn_role(const hr_conn *c);
 
 /* ------------------------------------------------------------------------ */
 /* TLS                                                                       */

@@ -36,6 +36,33 @@ extern "C" {
 HR_EXTERN int hr_ev_attach(hr_engine **out, struct event_base *base,
                            const hr_engine_config *cfg, const hr_mem *mem);
 
+/* ---- the metrics endpoint (<hurray/metrics.h>) ---- */
+
+typedef struct hr_metrics hr_metrics;
+typedef struct hr_ev_metrics hr_ev_metrics;
+
+/*
+ * Serves the registry `m` over HTTP with libevent's evhttp on `base`:
+ * GET (or HEAD) /metrics answers 200 with hr_metrics_render()'s text,
+ * content type "text/plain; version=0.0.4; charset=utf-8"; other paths
+ * get 404, other methods 405.  Before each scrape the gauges are sampled
+ * from `engine` (hr_metrics_sample(); NULL: not sampled).  `addr` is
+ * "HOST:PORT" or "[v6]:PORT"; port 0 picks one (hr_ev_metrics_port()).
+ * Requests that stall are dropped after 10 s.  `m`, `engine` and `base`
+ * must outlive the endpoint; it runs on the base's thread, like the
+ * engine.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL argument, a bad
+ * address), HR_ERR_IO (bind/listen: errno says why), HR_ERR_NOMEM.
+ */
+HR_EXTERN int hr_ev_metrics_listen(hr_ev_metrics **out,
+                                   struct event_base *base, hr_metrics *m,
+                                   const hr_engine *engine, const char *addr,
+                                   const hr_mem *mem);
+/* The bound TCP port. */
+HR_EXTERN int hr_ev_metrics_port(const hr_ev_metrics *s);
+/* Stops serving and frees the endpoint (requests in progress are
+ * dropped).  NULL is a no-op. */
+HR_EXTERN void hr_ev_metrics_close(hr_ev_metrics *s);
+
 #ifdef __cplusplus
 }
 #endif

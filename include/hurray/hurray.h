@@ -13,5 +13,6 @@
 #include <hurray/engine.h>
 #include <hurray/inproc.h>
 #include <hurray/shm.h>
+#include <hurray/metrics.h>
 
 #endif /* HURRAY_HURRAY_H */

@@ -156,7 +156,9 @@ HR_EXTERN void hr_settings_default(hr_settings *s);
 /* Transfer records                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* What happened in one finished transfer (GET or PUT), for --stats. */
+/* What happened in one finished transfer (GET or PUT), for --stats, logs
+ * and metrics; on_request reports LIST, PING and early refusals in the
+ * same shape (kind tells them apart). */
 typedef struct hr_transfer_record {
   int status;              /* 0, or a library error (HR_ERR_REMOTE: see
                               wire_error) */
@@ -188,7 +190,23 @@ typedef struct hr_transfer_record {
    * them.  NULL / 0 otherwise.  version-added: 0.1 */
   hr_tensor *const *partial;
   size_t partial_count;
+  /* ---- appended in 0.1 (logs and metrics) ---- */
+  uint8_t kind;           /* HR_XFER_GET, _PUT, _LIST or _PING */
+  uint32_t stream_id;     /* the stream it ran on (a shard's own id; 0 for
+                             a PING) */
+  const uint8_t *key;     /* the key (LIST: the prefix); borrowed during
+                             the callback only; NULL on a client GET
+                             (the application has it) */
+  uint16_t key_len;
+  uint32_t shard_index;   /* server: which of `shards` streams of the
+                             answer this is (0: the request's own) */
 } hr_transfer_record;
+
+/* hr_transfer_record.kind: which request the record is about. */
+#define HR_XFER_GET 1
+#define HR_XFER_PUT 2
+#define HR_XFER_LIST 3
+#define HR_XFER_PING 4
 
 /* ------------------------------------------------------------------------ */
 /* Server side: the tensor provider                                          */
@@ -485,6 +503,15 @@ typedef struct hr_session_callbacks {
   int (*alloc_tensor)(hr_session *s, const hr_descriptor *d,
                       unsigned min_alignment_log2, hr_tensor **out,
                       void *user_data);
+  /* ---- appended in 0.2: logs and metrics ---- */
+  /* Server: a request that moved no tensor bytes through on_transfer
+   * finished: a LIST answered or refused, a PING answered, or a GET or
+   * PUT refused before it became a stream (shutting down, too many
+   * streams, a capability not served, sent on a lane other than 0).
+   * rec->kind says which; wire_error is the ERROR sent (0: answered).
+   * For logs and metrics; NULL: not reported. */
+  void (*on_request)(hr_session *s, const hr_transfer_record *rec,
+                     void *user_data);
 } hr_session_callbacks;
 
 /* A segment mapped by hr_session_callbacks.shm_map. */
