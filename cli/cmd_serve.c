@@ -414,6 +414,7 @@ int cli_serve(int argc, char **argv) {
 
   if (sv.token_file) {
     if (hr_auth_new(&sv.auth, NULL) != 0) {
+      hr_metrics_del(sv.metrics);
       free(paths);
       return CLI_EXIT_FAIL;
     }
@@ -423,6 +424,7 @@ int cli_serve(int argc, char **argv) {
                        "[ro|rw] [PREFIX ...] per line)",
               sv.token_file, why);
       hr_auth_del(sv.auth);
+      hr_metrics_del(sv.metrics);
       free(paths);
       return rv == HR_ERR_IO ? CLI_EXIT_FAIL : CLI_EXIT_USAGE;
     }
@@ -432,6 +434,7 @@ int cli_serve(int argc, char **argv) {
   scfg.allow_put = allow_put;
   if (hr_store_new(&sv.store, &scfg, NULL) != 0) {
     hr_auth_del(sv.auth);
+    hr_metrics_del(sv.metrics);
     free(paths);
     return CLI_EXIT_FAIL;
   }
