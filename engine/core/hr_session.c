@@ -43,6 +43,8 @@ void hr__session_set_state(hr_session *s, int state) {
     return;
   }
   s->state = state;
+  if (state == HR_CS_CLOSED)
+    s->tx_progress = s->now;
   if (state == HR_CS_ESTABLISHED)
     hr_reader_set_max_payload(s->rd, s->set.max_message_size);
 }
@@ -1293,6 +1295,8 @@ void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now) {
   if (now != HR_TSTAMP_NEVER && now > s->now)
     s->now = now;
   s->consumed += n;
+  if (n)
+    s->tx_progress = s->now;
   hr__out_consume(s, n);
 }
 
@@ -1343,9 +1347,19 @@ static hr_tstamp idle_since(const hr_session *s) {
   return s->last_activity;
 }
 
+/* CLOSED with output queued: the peer must take some of it within this
+ * long, or the rest is dropped (a peer that never reads would otherwise
+ * hold the connection for ever, its final ERROR unsent). */
+static uint64_t flush_timeout(const hr_session *s) {
+  return s->set.read_timeout ? s->set.read_timeout : 10ull * 1000000000ull;
+}
+
 hr_tstamp hr_session_get_expiry(const hr_session *s) {
-  if (!s || s->fatal || s->state == HR_CS_CLOSED)
+  if (!s || s->fatal)
     return HR_TSTAMP_NEVER;
+  if (s->state == HR_CS_CLOSED)
+    return s->qhead ? add_ts(s->tx_progress, flush_timeout(s))
+                    : HR_TSTAMP_NEVER;
   hr_tstamp t = HR_TSTAMP_NEVER;
   if (s->state == HR_CS_AWAIT_HELLO && s->set.handshake_timeout)
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
@@ -1424,7 +1438,10 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
   int rv = 0;
   now = s->now;
   if (s->state == HR_CS_CLOSED) {
-    /* nothing is due */
+    /* Only the final flush can be due: a peer that stopped reading loses
+     * what is left, and with nothing to read or write the host closes. */
+    if (s->qhead && now >= add_ts(s->tx_progress, flush_timeout(s)))
+      hr__out_clear(s);
   } else if (s->state == HR_CS_AWAIT_HELLO && s->set.handshake_timeout &&
              now >= add_ts(s->created, s->set.handshake_timeout)) {
     rv = conn_error_status(s, HR_WIRE_TIMEOUT, "handshake timeout",

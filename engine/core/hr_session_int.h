@@ -471,6 +471,8 @@ struct hr_session {
   hr_tstamp now;
   hr_tstamp created;
   hr_tstamp last_rx;       /* last byte received */
+  hr_tstamp tx_progress;   /* CLOSED: entered, or last output consumed
+                              since (bounds the final flush) */
   hr_tstamp last_activity; /* last stream activity (idle timer) */
   hr_tstamp msg_started;   /* last progress inside a message */
   /* PING. */

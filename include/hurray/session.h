@@ -81,7 +81,12 @@ typedef struct hr_settings {
                                   and a TENSOR_DATA payload between two
                                   pieces (a server receiving a PUT: also
                                   between messages), before ERROR
-                                  TIMEOUT on stream 0; 30 s (0: none) */
+                                  TIMEOUT on stream 0; 30 s (0: none).
+                                  Also bounds the last flush after the
+                                  session stopped reading (a connection
+                                  ERROR, GOAWAY at idle): a peer that
+                                  takes none of it for this long (10 s
+                                  when 0) is cut, the rest dropped */
   uint64_t keepalive_interval; /* client: ns without input before a PING;
                                   when nothing arrives for another
                                   interval, ERROR TIMEOUT and close.

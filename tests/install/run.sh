@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Usage: run.sh BUILD_DIR CONSUMER_SRC_DIR CC
+# (grep without -q after ldd: -q exits at the first match, ldd dies of
+# SIGPIPE, and pipefail turned that into a failure now and then.)
 set -euo pipefail
 build=$1 src=$2 cc=$3
 work=$(mktemp -d)
@@ -14,14 +16,14 @@ libdir=$(pkg-config --variable=libdir hurray)
 "$cc" -std=c11 -Wall -Wextra -Werror -o "$work/shared" "$src/main.c" \
   $(pkg-config --cflags --libs hurray)
 LD_LIBRARY_PATH=$libdir "$work/shared" shared-pc
-ldd "$work/shared" | grep -q libhurray.so || { echo "not linked shared"; exit 1; }
+ldd "$work/shared" | grep libhurray.so >/dev/null || { echo "not linked shared"; exit 1; }
 
 # pkg-config, static: libhurray.a plus its private dependencies.
 libs=$(pkg-config --static --libs hurray | sed 's/-lhurray/-Wl,-Bstatic -lhurray -Wl,-Bdynamic/')
 "$cc" -std=c11 -Wall -Wextra -Werror -o "$work/static" "$src/main.c" \
   $(pkg-config --cflags hurray) $libs
 "$work/static" static-pc
-if ldd "$work/static" | grep -q libhurray.so; then echo "static build links libhurray.so"; exit 1; fi
+if ldd "$work/static" | grep libhurray.so >/dev/null; then echo "static build links libhurray.so"; exit 1; fi
 
 # find_package(hurray), both libraries.
 cmake -S "$src" -B "$work/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" >/dev/null
