@@ -47,16 +47,12 @@
 #include <hurray/hr_event.h>
 #include <hurray/store.h>
 
+#include "bench_common.h"
+
 static uint64_t g_bytes = 1ull << 30;
 static int g_only_depth; /* (b): run only this depth (0: 64 and 1) */
 static int g_no_raw;     /* skip the raw baselines (a, b) */
 static int g_sockbuf;    /* the server's SO_SNDBUF/SO_RCVBUF (0: auto) */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what) {
   fprintf(stderr, "engine_bench: %s: %s\n", what, strerror(errno));
@@ -67,120 +63,18 @@ static void die(const char *what) {
 /* A hurray server on its own thread (libevent loop)                        */
 /* ------------------------------------------------------------------------ */
 
-typedef struct server {
-  pthread_t th;
-  struct event_base *base;
-  hr_engine *e;
-  hr_store *store;
-  int port;
-  atomic_int stop;
-  atomic_int ready;
-} server;
-
-static void srv_closed(hr_engine *e, void *ud) {
-  (void)e;
-  event_base_loopbreak(((server *)ud)->base);
-}
-
-static void srv_wakeup(hr_engine *e, void *ud) {
-  server *s = ud;
-  if (atomic_load(&s->stop))
-    hr_engine_close(e, srv_closed, s);
-}
-
-static void *srv_main(void *arg) {
-  server *s = arg;
+/* The server runs with the --sockbuf setting. */
+static void srv_start(bc_server *s, hr_store *store) {
   hr_engine_config cfg;
-  hr_provider prov;
-  hr_listener *l;
 
-  s->base = event_base_new();
   hr_engine_config_default(&cfg);
-  cfg.on_wakeup = srv_wakeup;
-  cfg.user_data = s;
   cfg.socket_buffer = g_sockbuf;
-  if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
-    die("hr_ev_attach");
-  hr_store_provider(s->store, &prov);
-  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
-    die("listen");
-  s->port = hr_listener_port(l);
-  atomic_store(&s->ready, 1);
-  event_base_dispatch(s->base);
-  hr_engine_del(s->e);
-  event_base_free(s->base);
-  return NULL;
-}
-
-static void srv_start(server *s, hr_store *store) {
-  memset(s, 0, sizeof *s);
-  s->store = store;
-  pthread_create(&s->th, NULL, srv_main, s);
-  while (!atomic_load(&s->ready))
-    usleep(1000);
-}
-
-static void srv_stop(server *s) {
-  atomic_store(&s->stop, 1);
-  hr_engine_wakeup(s->e); /* the one thread-safe engine call */
-  pthread_join(s->th, NULL);
-}
-
-static hr_tensor *big_tensor(uint64_t bytes) {
-  hr_descriptor d;
-  hr_tensor *t;
-  uint64_t *p, i;
-
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = bytes;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = bytes;
-  d.buffers[0].alignment_log2 = 6;
-  if (hr_tensor_alloc(&t, &d, 12, NULL) != 0)
-    die("hr_tensor_alloc");
-  p = hr_tensor_buffer(t, 0);
-  for (i = 0; i < bytes / 8; i++)
-    p[i] = i * 0x9E3779B97F4A7C15ull;
-  return t;
+  bc_server_start(s, store, &cfg, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* (a) bulk                                                                  */
 /* ------------------------------------------------------------------------ */
-
-static int listen_any(int *port) {
-  struct sockaddr_in sa;
-  socklen_t len = sizeof sa;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 64) ||
-      getsockname(fd, (struct sockaddr *)&sa, &len))
-    die("listen");
-  *port = ntohs(sa.sin_port);
-  return fd;
-}
-
-static int connect_to(int port) {
-  struct sockaddr_in sa;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
-    die("connect");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
 
 typedef struct raw_sender {
   int lfd;
@@ -215,12 +109,12 @@ static double raw_bulk(const uint8_t *src, uint8_t *dst, uint64_t n) {
   uint64_t off = 0;
   double t0, t1;
 
-  r.lfd = listen_any(&port);
+  r.lfd = bc_listen_any(&port);
   r.src = src;
   r.n = n;
   pthread_create(&th, NULL, raw_send_main, &r);
-  fd = connect_to(port);
-  t0 = now_s();
+  fd = bc_connect_to(port);
+  t0 = bc_now_s();
   if (send(fd, "g", 1, 0) != 1) /* the request */
     die("raw go");
   while (off < n) {
@@ -230,7 +124,7 @@ static double raw_bulk(const uint8_t *src, uint8_t *dst, uint64_t n) {
       die("raw recv");
     off += (uint64_t)k;
   }
-  t1 = now_s();
+  t1 = bc_now_s();
   pthread_join(th, NULL);
   close(fd);
   close(r.lfd);
@@ -278,10 +172,10 @@ static double hurray_bulk(int port, hr_tensor *ref, uint8_t *dst, uint64_t n) {
 
 static void section_a(void) {
   hr_store *store;
-  hr_tensor *t = big_tensor(g_bytes);
+  hr_tensor *t = bc_big_tensor(g_bytes);
   uint8_t *dst = mmap(NULL, g_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  server s;
+  bc_server s;
   double raw[3], hr[3], best_raw = 0, best_hr = 0;
   int i;
 
@@ -309,7 +203,7 @@ static void section_a(void) {
   printf("    best: raw %.2f GB/s, hurray %.2f GB/s, ratio %.2f "
          "(target >= 0.90)\n",
          best_raw, best_hr, best_hr / best_raw);
-  srv_stop(&s);
+  bc_server_stop(&s);
   hr_store_del(store);
   hr_tensor_unref(t);
   munmap(dst, g_bytes);
@@ -410,15 +304,15 @@ static void raw_small(int depth, lat *l, double *secs) {
   uint8_t req[16] = {0};
   static uint8_t reqs_buf[64 * 16];
 
-  r.lfd = listen_any(&port);
+  r.lfd = bc_listen_any(&port);
   pthread_create(&th, NULL, raw_pp_main, &r);
-  fd = connect_to(port);
-  t0 = now_s();
+  fd = bc_connect_to(port);
+  t0 = bc_now_s();
   while (done < ROUNDS) {
     /* Refill to `depth` in flight with one send, as the engine's single
      * writev per turn does. */
     size_t batch = 0;
-    double t = now_s();
+    double t = bc_now_s();
     while (sent < ROUNDS && sent - done < (size_t)depth) {
       issued[sent++] = t;
       batch++;
@@ -432,13 +326,13 @@ static void raw_small(int depth, lat *l, double *secs) {
         die("raw pp recv");
       have += (size_t)k;
       while (have >= SMALL) {
-        l->v[l->n++] = now_s() - issued[done++];
+        l->v[l->n++] = bc_now_s() - issued[done++];
         memmove(buf, buf + SMALL, have - SMALL);
         have -= SMALL;
       }
     }
   }
-  *secs = now_s() - t0;
+  *secs = bc_now_s() - t0;
   close(fd);
   pthread_join(th, NULL);
   close(r.lfd);
@@ -472,7 +366,7 @@ static void small_cb(hr_session *s, uint32_t sid, hr_tensor *t,
   if (!t || hr_tensor_bytes(t) != SMALL)
     r->bad++;
   hr_tensor_unref(t);
-  r->l->v[r->l->n++] = now_s() - r->issued[q->n];
+  r->l->v[r->l->n++] = bc_now_s() - r->issued[q->n];
   r->done++;
   issue(r); /* keep `depth` in flight */
 }
@@ -488,7 +382,7 @@ static void issue(small_run *r) {
     small_req *q = &reqs[r->sent];
     q->r = r;
     q->n = r->sent;
-    r->issued[r->sent] = now_s();
+    r->issued[r->sent] = bc_now_s();
     if (hr_session_get(hr_client_session(r->c), &o, small_cb, q, NULL) != 0)
       die("hr_session_get");
     r->sent++;
@@ -511,11 +405,11 @@ static void hurray_small(int port, int depth, lat *l, double *secs) {
   r.depth = depth;
   r.issued = calloc(ROUNDS, sizeof *r.issued);
   r.l = l;
-  t0 = now_s();
+  t0 = bc_now_s();
   issue(&r);
   if (hr_client_wait(r.c, small_done, &r, 120000) != 0)
     die("hr_client_wait");
-  *secs = now_s() - t0;
+  *secs = bc_now_s() - t0;
   if (r.bad)
     fprintf(stderr, "hurray: %zu bad answers\n", r.bad);
   hr_client_close(r.c);
@@ -524,8 +418,8 @@ static void hurray_small(int port, int depth, lat *l, double *secs) {
 
 static void section_b(void) {
   hr_store *store;
-  hr_tensor *t = big_tensor(SMALL);
-  server s;
+  hr_tensor *t = bc_big_tensor(SMALL);
+  bc_server s;
   lat l;
   double secs;
   int depths[2] = {64, 1}, i;
@@ -561,7 +455,7 @@ static void section_b(void) {
              hp50 / rp50);
   }
   free(l.v);
-  srv_stop(&s);
+  bc_server_stop(&s);
   hr_store_del(store);
   hr_tensor_unref(t);
 }
@@ -597,7 +491,7 @@ static void server_process(const char *path, int pipe_w) {
   hr_store *store;
   hr_tensor *t;
   char why[256];
-  server s;
+  bc_server s;
 
   if (hr_npy_load(&t, path, NULL, why, sizeof why) != 0) {
     fprintf(stderr, "server: %s\n", why);
@@ -696,7 +590,7 @@ static void section_c(void) {
   if (fd < 0)
     die("mkstemps");
   close(fd);
-  t = big_tensor(g_bytes);
+  t = bc_big_tensor(g_bytes);
   d = *hr_tensor_descriptor(t);
   if (hr_npy_save(path, &d, hr_tensor_buffer(t, 0), NULL, 0) != 0)
     die("hr_npy_save");

@@ -35,63 +35,11 @@
 #include <hurray/shm.h>
 #include <hurray/store.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "bench_common.h"
 
 static void die(const char *what) {
   fprintf(stderr, "shm_bench: %s\n", what);
   exit(1);
-}
-
-typedef struct server {
-  pthread_t th;
-  struct event_base *base;
-  hr_engine *e;
-  hr_store *store;
-  int port;
-  char path[96];
-  atomic_int stop, ready;
-} server;
-
-static void srv_closed(hr_engine *e, void *ud) {
-  (void)e;
-  event_base_loopbreak(((server *)ud)->base);
-}
-
-static void srv_wakeup(hr_engine *e, void *ud) {
-  server *s = ud;
-  if (atomic_load(&s->stop))
-    hr_engine_close(e, srv_closed, s);
-}
-
-static void *srv_main(void *arg) {
-  server *s = arg;
-  hr_engine_config cfg;
-  hr_provider prov;
-  hr_listener *l;
-  char url[128];
-
-  s->base = event_base_new();
-  hr_engine_config_default(&cfg);
-  cfg.on_wakeup = srv_wakeup;
-  cfg.user_data = s;
-  if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
-    die("hr_ev_attach");
-  hr_store_provider(s->store, &prov);
-  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
-    die("listen tcp");
-  s->port = hr_listener_port(l);
-  snprintf(url, sizeof url, "unix:%s", s->path);
-  if (hr_engine_listen(s->e, url, &prov, NULL) != 0)
-    die("listen unix");
-  atomic_store(&s->ready, 1);
-  event_base_dispatch(s->base);
-  hr_engine_del(s->e);
-  event_base_free(s->base);
-  return NULL;
 }
 
 /* A segment-backed tensor of `bytes` bytes, every page written. */
@@ -129,7 +77,7 @@ static void on_rx(const void *b, size_t n, void *ud) {
   tp->seen += n;
   /* Past the descriptor (~100 bytes) and the first frame prefix. */
   if (tp->first == 0 && tp->seen > 160)
-    tp->first = now_s();
+    tp->first = bc_now_s();
 }
 
 typedef struct result {
@@ -169,10 +117,10 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
     o.dest = &dest;
   }
   tp.armed = 1;
-  t0 = now_s();
+  t0 = bc_now_s();
   if (hr_client_get(c, &o, &t, &rec) != 0)
     die(hr_client_last_error(c)->message);
-  r.secs = now_s() - t0;
+  r.secs = bc_now_s() - t0;
   r.ttfb = shm ? r.secs : (tp.first ? tp.first - t0 : r.secs);
   r.plane = rec.data_plane;
   /* Spot checks (a full compare would touch every page of the SHM
@@ -190,10 +138,11 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
 
 int main(int argc, char **argv) {
   uint64_t mib = 1024, n;
-  server s;
+  bc_server s;
+  hr_store *store;
   hr_tensor *big, *small;
   uint8_t *dst;
-  char unix_url[128], tcp_url[64];
+  char unix_url[128], tcp_url[64], path[96];
   result tcp, uds, shm, shm64;
   int i;
 
@@ -210,10 +159,9 @@ int main(int argc, char **argv) {
   madvise(dst, n, MADV_HUGEPAGE);
   memset(dst, 0, n); /* fault the frames' destination in once */
 
-  memset(&s, 0, sizeof s);
-  hr_store_new(&s.store, NULL, NULL);
-  hr_store_put(s.store, "big", 3, big, 0);
-  hr_store_put(s.store, "small", 5, small, 0);
+  hr_store_new(&store, NULL, NULL);
+  hr_store_put(store, "big", 3, big, 0);
+  hr_store_put(store, "small", 5, small, 0);
   /* The same bytes in ordinary (heap, huge-page) memory: the frames
    * baseline from where an application's tensor usually lies. */
   {
@@ -221,15 +169,13 @@ int main(int argc, char **argv) {
     if (hr_tensor_alloc(&h, hr_tensor_descriptor(big), 0, NULL) != 0)
       die("hr_tensor_alloc");
     memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(big, 0), n);
-    hr_store_put(s.store, "heap", 4, h, 0);
+    hr_store_put(store, "heap", 4, h, 0);
     hr_tensor_unref(h);
   }
-  snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
-  pthread_create(&s.th, NULL, srv_main, &s);
-  while (!atomic_load(&s.ready))
-    usleep(1000);
+  snprintf(path, sizeof path, "/tmp/shm_bench.%d.sock", (int)getpid());
+  bc_server_start(&s, store, NULL, path);
   snprintf(tcp_url, sizeof tcp_url, "127.0.0.1:%d", s.port);
-  snprintf(unix_url, sizeof unix_url, "unix:%s", s.path);
+  snprintf(unix_url, sizeof unix_url, "unix:%s", path);
 
   /* Warm-up (connections, the server's first touches). */
   (void)fetch(unix_url, 1, "small", small, dst, 64ull << 20);
@@ -273,10 +219,10 @@ int main(int argc, char **argv) {
     if (hr_client_get(c, &o, &t, NULL) != 0)
       die("get");
     const uint8_t *p = hr_tensor_buffer(t, 0);
-    t0 = now_s();
+    t0 = bc_now_s();
     for (uint64_t k = 0; k < n; k += 4096)
       sum += p[k];
-    t1 = now_s();
+    t1 = bc_now_s();
     printf("  touching every page of the %llu MiB mapping once: %.2f ms "
            "(checksum %llu)\n",
            (unsigned long long)mib, (t1 - t0) * 1e3,
@@ -285,11 +231,9 @@ int main(int argc, char **argv) {
     hr_client_close(c);
   }
 
-  atomic_store(&s.stop, 1);
-  hr_engine_wakeup(s.e);
-  pthread_join(s.th, NULL);
-  unlink(s.path);
-  hr_store_del(s.store);
+  bc_server_stop(&s);
+  unlink(path);
+  hr_store_del(store);
   hr_tensor_unref(big);
   hr_tensor_unref(small);
   munmap(dst, n);

@@ -37,6 +37,7 @@
 #include <hurray/hr_event.h>
 #include <hurray/store.h>
 
+#include "bench_common.h"
 #include "certs.h"
 
 /* The engine's first preference (engine/io/hr_tls.c). */
@@ -45,20 +46,6 @@
 static uint64_t g_bytes = 1ull << 30;
 static int g_no_ktls;
 static certs g_certs;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* CPU seconds of the whole process (both ends run in it). */
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
 
 static void die(const char *what) {
   fprintf(stderr, "tls_bench: %s: %s\n", what, strerror(errno));
@@ -70,128 +57,25 @@ static void die(const char *what) {
 /* A hurray server on its own thread (libevent loop)                        */
 /* ------------------------------------------------------------------------ */
 
-typedef struct server {
-  pthread_t th;
-  struct event_base *base;
-  hr_engine *e;
-  hr_store *store;
-  int tls;
-  int port;
-  atomic_int stop;
-  atomic_int ready;
-} server;
-
-static void srv_closed(hr_engine *e, void *ud) {
-  (void)e;
-  event_base_loopbreak(((server *)ud)->base);
-}
-
-static void srv_wakeup(hr_engine *e, void *ud) {
-  server *s = ud;
-  if (atomic_load(&s->stop))
-    hr_engine_close(e, srv_closed, s);
-}
-
-static void *srv_main(void *arg) {
-  server *s = arg;
+/* The server speaks TLS (`tls`) with the run's certificate, or plain
+ * TCP. */
+static void srv_start(bc_server *s, hr_store *store, int tls) {
   hr_engine_config cfg;
   hr_tls_config tc;
-  hr_provider prov;
-  hr_listener *l;
 
-  s->base = event_base_new();
   hr_engine_config_default(&cfg);
-  cfg.on_wakeup = srv_wakeup;
-  cfg.user_data = s;
   memset(&tc, 0, sizeof tc);
   tc.cert_file = g_certs.server_cert;
   tc.key_file = g_certs.server_key;
   tc.no_ktls = g_no_ktls;
-  if (s->tls)
+  if (tls)
     cfg.tls_server = &tc;
-  if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
-    die("hr_ev_attach");
-  hr_store_provider(s->store, &prov);
-  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
-    die("listen");
-  s->port = hr_listener_port(l);
-  atomic_store(&s->ready, 1);
-  event_base_dispatch(s->base);
-  hr_engine_del(s->e);
-  event_base_free(s->base);
-  return NULL;
-}
-
-static void srv_start(server *s, hr_store *store, int tls) {
-  memset(s, 0, sizeof *s);
-  s->store = store;
-  s->tls = tls;
-  pthread_create(&s->th, NULL, srv_main, s);
-  while (!atomic_load(&s->ready))
-    usleep(1000);
-}
-
-static void srv_stop(server *s) {
-  atomic_store(&s->stop, 1);
-  hr_engine_wakeup(s->e);
-  pthread_join(s->th, NULL);
-}
-
-static hr_tensor *big_tensor(uint64_t bytes) {
-  hr_descriptor d;
-  hr_tensor *t;
-  uint64_t *p, i;
-
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = bytes;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = bytes;
-  d.buffers[0].alignment_log2 = 6;
-  if (hr_tensor_alloc(&t, &d, 12, NULL) != 0)
-    die("hr_tensor_alloc");
-  p = hr_tensor_buffer(t, 0);
-  for (i = 0; i < bytes / 8; i++)
-    p[i] = i * 0x9E3779B97F4A7C15ull;
-  return t;
+  bc_server_start(s, store, &cfg, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* 1. plain OpenSSL                                                          */
 /* ------------------------------------------------------------------------ */
-
-static int listen_any(int *port) {
-  struct sockaddr_in sa;
-  socklen_t len = sizeof sa;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 64) ||
-      getsockname(fd, (struct sockaddr *)&sa, &len))
-    die("listen");
-  *port = ntohs(sa.sin_port);
-  return fd;
-}
-
-static int connect_to(int port) {
-  struct sockaddr_in sa;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
-    die("connect");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
 
 /* A context set up like the engine's: TLS 1.3, its cipher, kTLS asked. */
 static SSL_CTX *ossl_ctx(int is_server) {
@@ -266,12 +150,12 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
   uint64_t off = 0;
   double t0, t1;
 
-  r.lfd = listen_any(&port);
+  r.lfd = bc_listen_any(&port);
   r.ctx = ossl_ctx(1);
   r.src = src;
   r.n = n;
   pthread_create(&th, NULL, ossl_send_main, &r);
-  fd = connect_to(port);
+  fd = bc_connect_to(port);
   ssl = SSL_new(cctx);
   SSL_set_fd(ssl, fd);
   SSL_set1_host(ssl, "127.0.0.1");
@@ -285,7 +169,7 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
     SSL_set_read_ahead(ssl, 1);
   snprintf(cipher, cipher_len, "%s",
            SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)));
-  t0 = now_s();
+  t0 = bc_now_s();
   if (SSL_write(ssl, "g", 1) != 1)
     die("go");
   while (off < n) {
@@ -294,7 +178,7 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
       die("SSL_read");
     off += k;
   }
-  t1 = now_s();
+  t1 = bc_now_s();
   pthread_join(th, NULL);
   *ktls_tx = r.ktls_tx;
   SSL_free(ssl);
@@ -367,7 +251,7 @@ int main(int argc, char **argv) {
   hr_store *store;
   hr_tensor *t;
   uint8_t *dst;
-  server tls_srv, tcp_srv;
+  bc_server tls_srv, tcp_srv;
   hr_tls_info ti;
   char cipher[64];
   double best_o = 0, best_t = 0, best_p = 0, c0, cpu[3] = {0, 0, 0};
@@ -389,7 +273,7 @@ int main(int argc, char **argv) {
     return 2;
   if (certs_make(&g_certs))
     die("certificates");
-  t = big_tensor(g_bytes);
+  t = bc_big_tensor(g_bytes);
   dst = mmap(NULL, g_bytes, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (dst == MAP_FAILED)
@@ -405,18 +289,18 @@ int main(int argc, char **argv) {
   for (i = 0; i < runs; i++) {
     double o, tl, p;
     memset(dst, 0, 4096);
-    c0 = cpu_s();
+    c0 = bc_cpu_s();
     o = ossl_bulk(hr_tensor_buffer(t, 0), dst, g_bytes, &ktx, &krx, cipher,
                   sizeof cipher);
-    cpu[0] += cpu_s() - c0;
+    cpu[0] += bc_cpu_s() - c0;
     memset(dst, 0, 4096);
-    c0 = cpu_s();
+    c0 = bc_cpu_s();
     tl = hurray_get(tls_srv.port, 1, t, dst, g_bytes, &ti);
-    cpu[1] += cpu_s() - c0;
+    cpu[1] += bc_cpu_s() - c0;
     memset(dst, 0, 4096);
-    c0 = cpu_s();
+    c0 = bc_cpu_s();
     p = hurray_get(tcp_srv.port, 0, t, dst, g_bytes, NULL);
-    cpu[2] += cpu_s() - c0;
+    cpu[2] += bc_cpu_s() - c0;
     printf("  run %d: openssl %.2f GB/s  hurray TLS GET %.2f GB/s  "
            "hurray TCP GET %.2f GB/s  TLS/openssl %.2f  TLS/TCP %.2f\n",
            i + 1, o, tl, p, tl / o, tl / p);
@@ -445,8 +329,8 @@ int main(int argc, char **argv) {
          cpu[0] / runs / ((double)g_bytes / (1 << 30)),
          cpu[1] / runs / ((double)g_bytes / (1 << 30)),
          cpu[2] / runs / ((double)g_bytes / (1 << 30)));
-  srv_stop(&tls_srv);
-  srv_stop(&tcp_srv);
+  bc_server_stop(&tls_srv);
+  bc_server_stop(&tcp_srv);
   hr_store_del(store);
   hr_tensor_unref(t);
   munmap(dst, g_bytes);

@@ -40,6 +40,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -147,6 +148,12 @@ struct hr_conn {
    * open (so that a failed connect reports no close). */
   char peer[HR_SOCK_PEER_MAX];
   int opened;
+  /* A client connection whose host name is being looked up on the worker
+   * pool (no socket yet), and, on a lead, the address it connected to:
+   * its lanes connect there without a lookup of their own (0: none). */
+  struct lookup *lookup;
+  struct sockaddr_storage lane_sa;
+  socklen_t lane_salen;
 };
 
 struct hr_listener {
@@ -165,9 +172,23 @@ struct hr_listener {
 
 typedef struct job {
   hr__job base; /* first: the pool hands back hr__job pointers */
-  hr_work *w;
+  hr_work *w;   /* a session's work item, or NULL: a name lookup */
   hr_conn *c;
 } job;
+
+/* A host name lookup on the worker pool: getaddrinfo() may block for
+ * seconds, never on the loop thread.  The worker reads only `addr` (a
+ * copy) and writes `res`, `rv` and `why`; the loop thread connects with
+ * the result (lookup_done), or frees it when the connection went
+ * meanwhile (j.c is then NULL). */
+typedef struct lookup {
+  job j; /* first; j.w is NULL */
+  hr__addr addr;
+  struct addrinfo *res;
+  int rv;
+  char why[256];
+  struct lookup *next; /* in e->lookups until taken back */
+} lookup;
 
 struct hr_engine {
   hr_mem mem;
@@ -221,6 +242,7 @@ struct hr_engine {
   void *fab_cookie;
   int fab_watching;
   uint8_t fab_ext[600];
+  lookup *lookups; /* name lookups out on the pool (lookup_done) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -330,6 +352,13 @@ static void job_complete(hr_work *w, void *ctx) {
   hr__pool_post_done(jb->c->e->pool, &jb->base);
 }
 
+/* The worker pool, made on first use. */
+static int engine_pool(hr_engine *e) {
+  if (e->pool)
+    return 0;
+  return hr__pool_new(&e->pool, e->pool_threads, e->wake_fd, &e->mem);
+}
+
 static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
   hr_conn *c = ud;
   hr_engine *e = c->e;
@@ -337,11 +366,9 @@ static int cb_submit_work(hr_session *s, hr_work *w, void *ud) {
   int rv;
 
   (void)s;
-  if (!e->pool) {
-    rv = hr__pool_new(&e->pool, e->pool_threads, e->wake_fd, &e->mem);
-    if (rv)
-      return rv;
-  }
+  rv = engine_pool(e);
+  if (rv)
+    return rv;
   jb = hr__mem_calloc(&e->mem, 1, sizeof *jb);
   if (!jb)
     return HR_ERR_NOMEM;
@@ -885,6 +912,9 @@ static int conn_events(hr_conn *c) {
 static void conn_free(hr_conn *c) {
   hr_engine *e = c->e;
 
+  /* A lookup still out is freed when it comes back (lookup_done). */
+  if (c->lookup)
+    c->lookup->j.c = NULL;
   hr_session_del(c->s);
   hr_group_del(c->grp);
   hr__mem_free(&e->mem, c->puts);
@@ -1187,7 +1217,23 @@ static void reap_listeners(hr_engine *e) {
   }
 }
 
-static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c);
+static int conn_start(hr_engine *e, const hr__addr *a,
+                      const struct addrinfo *ai, hr_conn *c);
+static void lookup_done(hr_engine *e, lookup *lk);
+static void lookups_free(hr_engine *e);
+
+/* The lead's address as a one-entry list for its lanes (NULL: a Unix
+ * path). */
+static const struct addrinfo *lane_ai(hr_conn *lead, struct addrinfo *ai) {
+  if (!lead->lane_salen)
+    return NULL;
+  memset(ai, 0, sizeof *ai);
+  ai->ai_family = lead->lane_sa.ss_family;
+  ai->ai_socktype = SOCK_STREAM;
+  ai->ai_addrlen = lead->lane_salen;
+  ai->ai_addr = (struct sockaddr *)&lead->lane_sa;
+  return ai;
+}
 
 /* Opens the lead's next lane, or tells the application the lead is up
  * when no lane is left to open (all there, the server keeps no
@@ -1195,6 +1241,7 @@ static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c);
 static void lane_next(hr_conn *lead, hr_tstamp now) {
   hr_engine *e = lead->e;
   hr_conn *c;
+  struct addrinfo ai;
   int rv;
 
   if (lead->notified_up)
@@ -1215,7 +1262,7 @@ static void lane_next(hr_conn *lead, hr_tstamp now) {
   c->state = CS_CONNECTING;
   rv = hr_group_add_lane(lead->grp, c, now, &c->s);
   if (rv == 0)
-    rv = conn_start(e, &lead->addr, c);
+    rv = conn_start(e, &lead->addr, lane_ai(lead, &ai), c);
   if (rv) {
     /* HR_ERR_UNSUPPORTED: the server sent no SESSION_TOKEN. */
     hr_session_del(c->s);
@@ -1484,6 +1531,10 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
       hr_conn *c = jb->c;
       j = list;
       list = list->next;
+      if (!jb->w) {
+        lookup_done(e, (lookup *)jb);
+        continue;
+      }
       c->work_inflight--;
       /* The session is alive until its work is back, even after its
        * connection ended: it frees the work item itself. */
@@ -1898,6 +1949,7 @@ int hr_engine_del(hr_engine *e) {
   if (e->timer_at != HR_TSTAMP_NEVER)
     e->ops.timer(e->loop_data, -1);
   hr__pool_del(e->pool);
+  lookups_free(e);
   hr_registry_del(e->reg);
   hr__tls_ctx_del(e->tls_srv);
   hr__tls_ctx_del(e->tls_cli);
@@ -1996,9 +2048,11 @@ void hr_listener_close(hr_listener *l) {
     reap_listeners(e);
 }
 
-/* Starts the socket connect of client connection `c` (its session made) and
- * lists it.  Returns 0, or an error with nothing left open. */
-static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
+/* Opens the socket of client connection `c` and starts its connect to
+ * the first address of `ai` that takes it (NULL: a Unix path).  Returns
+ * 0, or an error with nothing left open (c->message says why). */
+static int conn_socket(hr_engine *e, const hr__addr *a,
+                       const struct addrinfo *ai, hr_conn *c) {
   int fd, in_progress = 0, rv;
 
   if (a->tls && !e->tls_cli) {
@@ -2008,7 +2062,11 @@ static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
     if (rv)
       return rv == HR_ERR_NOMEM ? rv : HR_ERR_IO;
   }
-  fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
+  if (ai)
+    fd = hr__sock_connect_ai(a, ai, &in_progress, &c->lane_sa,
+                             &c->lane_salen, c->message, sizeof c->message);
+  else
+    fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
   if (fd < 0)
     return fd;
   rv = fdmap_set(e, fd, &c->o);
@@ -2031,13 +2089,114 @@ static int conn_start(hr_engine *e, const hr__addr *a, hr_conn *c) {
     return rv;
   }
   c->fd = fd;
+  return 0;
+}
+
+/* Lists client connection `c` (its socket open, or its lookup out). */
+static void conn_list(hr_engine *e, hr_conn *c) {
   list_push(&e->conns, c);
   e->nconns++;
-  /* The session's handshake timeout also bounds the TCP connect: the
-   * timer must be armed now, a connect that hangs reports nothing. */
+  /* The session's handshake timeout also bounds the lookup and the TCP
+   * connect: the timer must be armed now, a connect that hangs reports
+   * nothing. */
   if (e->depth == 0)
     update_timer(e, now_of(e));
+}
+
+/* Starts the socket connect of client connection `c` (its session made)
+ * and lists it.  Returns 0, or an error with nothing left open. */
+static int conn_start(hr_engine *e, const hr__addr *a,
+                      const struct addrinfo *ai, hr_conn *c) {
+  int rv = conn_socket(e, a, ai, c);
+
+  if (rv == 0)
+    conn_list(e, c);
+  return rv;
+}
+
+/* Worker thread: the lookup itself. */
+static void lookup_run(hr__job *j) {
+  lookup *lk = (lookup *)j;
+
+  lk->rv = hr__sock_resolve(&lk->addr, 0, &lk->res, lk->why, sizeof lk->why);
+}
+
+/* Starts client connection `c` (its session made): a Unix path or a
+ * numeric address connects at once; a host name is looked up on the
+ * worker pool first (lookup_run), the connection waiting in CONNECTING
+ * without a socket until the answer is back (lookup_done).  Returns 0, or
+ * an error with nothing left open. */
+static int conn_begin(hr_engine *e, hr_conn *c) {
+  struct addrinfo *res = NULL;
+  lookup *lk;
+  int rv;
+
+  if (c->addr.path[0])
+    return conn_start(e, &c->addr, NULL, c);
+  rv = hr__sock_resolve(&c->addr, 1, &res, c->message, sizeof c->message);
+  if (rv == 0) {
+    rv = conn_start(e, &c->addr, res, c);
+    freeaddrinfo(res);
+    return rv;
+  }
+  if (rv != HR_ERR_WOULDBLOCK)
+    return rv;
+  rv = engine_pool(e);
+  if (rv)
+    return rv;
+  lk = hr__mem_calloc(&e->mem, 1, sizeof *lk);
+  if (!lk)
+    return HR_ERR_NOMEM;
+  lk->j.base.run = lookup_run;
+  lk->j.c = c;
+  lk->addr = c->addr;
+  rv = hr__pool_submit(e->pool, &lk->j.base);
+  if (rv) {
+    hr__mem_free(&e->mem, lk);
+    return rv;
+  }
+  lk->next = e->lookups;
+  e->lookups = lk;
+  c->lookup = lk;
+  conn_list(e, c);
   return 0;
+}
+
+/* Loop thread (wake_io): a lookup came back.  Its connection, unless it
+ * went meanwhile, connects to the answer, or fails with the lookup's
+ * error through its callback from the settle that follows. */
+static void lookup_done(hr_engine *e, lookup *lk) {
+  hr_conn *c = lk->j.c;
+  lookup **pp;
+  int rv;
+
+  for (pp = &e->lookups; *pp != lk; pp = &(*pp)->next)
+    ;
+  *pp = lk->next;
+  if (c) {
+    c->lookup = NULL;
+    rv = lk->rv ? lk->rv : conn_socket(e, &c->addr, lk->res, c);
+    if (rv) {
+      c->want_close = 1;
+      conn_note(c, rv, lk->rv && lk->why[0] ? lk->why : NULL, 0);
+    }
+  }
+  if (lk->res)
+    freeaddrinfo(lk->res);
+  hr__mem_free(&e->mem, lk);
+}
+
+/* hr_engine_del(), after the pool joined its workers: the lookups whose
+ * connection went and that were not taken back. */
+static void lookups_free(hr_engine *e) {
+  lookup *lk;
+
+  while ((lk = e->lookups)) {
+    e->lookups = lk->next;
+    if (lk->res)
+      freeaddrinfo(lk->res);
+    hr__mem_free(&e->mem, lk);
+  }
 }
 
 static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
@@ -2088,7 +2247,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
     rv = hr_group_new(&c->grp, c->s);
   }
   if (rv == 0)
-    rv = conn_start(e, &c->addr, c);
+    rv = conn_begin(e, c);
   if (rv) {
     hr_group_del(c->grp);
     hr_session_del(c->s);

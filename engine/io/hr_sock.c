@@ -79,7 +79,7 @@ int hr__addr_parse(const char *text, int allow_scheme, hr__addr *out) {
   return 0;
 }
 
-static int resolve(const hr__addr *a, int passive, struct addrinfo **res,
+static int resolve(const hr__addr *a, int flags, struct addrinfo **res,
                    char *why, size_t why_len) {
   struct addrinfo hints;
   char port[8];
@@ -88,9 +88,13 @@ static int resolve(const hr__addr *a, int passive, struct addrinfo **res,
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  hints.ai_flags = AI_NUMERICSERV | flags;
   snprintf(port, sizeof port, "%u", (unsigned)a->port);
   rv = getaddrinfo(a->host, port, &hints, res);
+  if (rv == EAI_NONAME && (flags & AI_NUMERICHOST))
+    return HR_ERR_WOULDBLOCK; /* a name: the caller looks it up */
+  if (rv == EAI_MEMORY)
+    return HR_ERR_NOMEM;
   if (rv != 0) {
     if (why && why_len)
       snprintf(why, why_len, "cannot resolve %s: %s", a->host,
@@ -98,6 +102,36 @@ static int resolve(const hr__addr *a, int passive, struct addrinfo **res,
     return HR_ERR_INVALID_ARGUMENT;
   }
   return 0;
+}
+
+int hr__sock_resolve(const hr__addr *a, int numeric_only,
+                     struct addrinfo **res, char *why, size_t why_len) {
+  return resolve(a, numeric_only ? AI_NUMERICHOST : 0, res, why, why_len);
+}
+
+/* A non-blocking, close-on-exec socket for `ai`, or -1 with *err set. */
+static int ai_socket(const struct addrinfo *ai, int *err) {
+  int fd = socket(ai->ai_family,
+                  ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  ai->ai_protocol);
+  if (fd < 0)
+    *err = errno;
+  return fd;
+}
+
+/* Writes "cannot VERB HOST:PORT: strerror(err)" (or "... unix:PATH") into
+ * `why`; returns HR_ERR_IO. */
+static int sock_fail(const hr__addr *a, const char *verb, int err, char *why,
+                     size_t why_len) {
+  char what[HR_SOCK_HOST_MAX + HR_SOCK_PATH_MAX + 32];
+
+  if (a->path[0])
+    snprintf(what, sizeof what, "cannot %s unix:%s", verb, a->path);
+  else
+    snprintf(what, sizeof what, "cannot %s %s:%u", verb, a->host,
+             (unsigned)a->port);
+  hr__why(why, why_len, what, err);
+  return HR_ERR_IO;
 }
 
 static void unix_sockaddr(const hr__addr *a, struct sockaddr_un *sun) {
@@ -154,12 +188,7 @@ static int unix_listen(const hr__addr *a, char *why, size_t why_len) {
 fail:
   if (fd >= 0)
     close(fd);
-  {
-    char what[HR_SOCK_PATH_MAX + 32];
-    snprintf(what, sizeof what, "cannot listen on unix:%s", a->path);
-    hr__why(why, why_len, what, err);
-  }
-  return HR_ERR_IO;
+  return sock_fail(a, "listen on", err, why, why_len);
 }
 
 int hr__sock_listen(const hr__addr *a, char *why, size_t why_len) {
@@ -168,16 +197,13 @@ int hr__sock_listen(const hr__addr *a, char *why, size_t why_len) {
 
   if (a->path[0])
     return unix_listen(a, why, why_len);
-  rv = resolve(a, 1, &res, why, why_len);
+  rv = resolve(a, AI_PASSIVE, &res, why, why_len);
   if (rv)
     return rv;
   for (ai = res; ai; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
+    fd = ai_socket(ai, &err);
+    if (fd < 0)
       continue;
-    }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
       break;
@@ -186,13 +212,8 @@ int hr__sock_listen(const hr__addr *a, char *why, size_t why_len) {
     fd = -1;
   }
   freeaddrinfo(res);
-  if (fd < 0) {
-    char what[HR_SOCK_HOST_MAX + 32];
-    snprintf(what, sizeof what, "cannot listen on %s:%u", a->host,
-             (unsigned)a->port);
-    hr__why(why, why_len, what, err);
-    return HR_ERR_IO;
-  }
+  if (fd < 0)
+    return sock_fail(a, "listen on", err, why, why_len);
   return fd;
 }
 
@@ -233,33 +254,21 @@ static int unix_connect(const hr__addr *a, int *in_progress, char *why,
   err = errno;
   close(fd);
 fail:
-  {
-    char what[HR_SOCK_PATH_MAX + 32];
-    snprintf(what, sizeof what, "cannot connect to unix:%s", a->path);
-    hr__why(why, why_len, what, err);
-  }
-  return HR_ERR_IO;
+  return sock_fail(a, "connect to", err, why, why_len);
 }
 
-int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
-                     size_t why_len) {
-  struct addrinfo *res, *ai;
-  int fd = -1, err = 0, rv;
+int hr__sock_connect_ai(const hr__addr *a, const struct addrinfo *res,
+                        int *in_progress, struct sockaddr_storage *used,
+                        socklen_t *used_len, char *why, size_t why_len) {
+  const struct addrinfo *ai;
+  int fd = -1, err = 0;
 
-  if (a->path[0])
-    return unix_connect(a, in_progress, why, why_len);
-  rv = resolve(a, 0, &res, why, why_len);
-  if (rv)
-    return rv;
   /* Non-blocking connects report failure later; only the first address
    * that accepts the connect() call is tried. */
   for (ai = res; ai; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
+    fd = ai_socket(ai, &err);
+    if (fd < 0)
       continue;
-    }
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
       *in_progress = 0;
       break;
@@ -272,14 +281,27 @@ int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
     close(fd);
     fd = -1;
   }
-  freeaddrinfo(res);
-  if (fd < 0) {
-    char what[HR_SOCK_HOST_MAX + 32];
-    snprintf(what, sizeof what, "cannot connect to %s:%u", a->host,
-             (unsigned)a->port);
-    hr__why(why, why_len, what, err);
-    return HR_ERR_IO;
+  if (fd < 0)
+    return sock_fail(a, "connect to", err, why, why_len);
+  if (used && used_len && ai->ai_addrlen <= sizeof *used) {
+    memcpy(used, ai->ai_addr, ai->ai_addrlen);
+    *used_len = ai->ai_addrlen;
   }
+  return fd;
+}
+
+int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
+                     size_t why_len) {
+  struct addrinfo *res;
+  int fd;
+
+  if (a->path[0])
+    return unix_connect(a, in_progress, why, why_len);
+  fd = resolve(a, 0, &res, why, why_len);
+  if (fd < 0)
+    return fd;
+  fd = hr__sock_connect_ai(a, res, in_progress, NULL, NULL, why, why_len);
+  freeaddrinfo(res);
   return fd;
 }
 

@@ -59,10 +59,36 @@ int hr__sock_local_port(int fd);
  * sets *in_progress (1: wait for writability, then check
  * hr__sock_connect_result()).  Returns HR_ERR_INVALID_ARGUMENT (does not
  * resolve) or HR_ERR_IO.  Name resolution uses getaddrinfo() and may block
- * for names that are not numeric or in /etc/hosts.
+ * for names that are not numeric or in /etc/hosts: the engine resolves
+ * names on its worker pool (hr__sock_resolve()) and connects with
+ * hr__sock_connect_ai() instead.
  */
 int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
                      size_t why_len);
+
+struct addrinfo;
+
+/*
+ * Resolves the TCP address `a` (not a Unix path) into a list for
+ * hr__sock_connect_ai(), freed with freeaddrinfo().  With `numeric_only`
+ * the host must be a numeric address (AI_NUMERICHOST: no lookup, never
+ * blocks) and a name returns HR_ERR_WOULDBLOCK; otherwise getaddrinfo()
+ * runs in full and may block for seconds (DNS).  Thread-safe.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (the host does not resolve; `why`, may be NULL,
+ * says "cannot resolve HOST: reason"), HR_ERR_WOULDBLOCK or HR_ERR_NOMEM.
+ */
+int hr__sock_resolve(const hr__addr *a, int numeric_only,
+                     struct addrinfo **res, char *why, size_t why_len);
+
+/*
+ * Starts a non-blocking connect to the first address of `res` that
+ * accepts the connect() call (`a` names it in `why`).  Returns the fd and
+ * sets *in_progress like hr__sock_connect(); `used` (may be NULL) receives
+ * that address and *used_len its length.  Returns HR_ERR_IO on failure.
+ */
+int hr__sock_connect_ai(const hr__addr *a, const struct addrinfo *res,
+                        int *in_progress, struct sockaddr_storage *used,
+                        socklen_t *used_len, char *why, size_t why_len);
 
 /* After writability of a connecting socket: 0, or the connect's errno. */
 int hr__sock_connect_result(int fd);

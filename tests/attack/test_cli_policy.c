@@ -7,17 +7,14 @@
  * --read-timeout, --max-connections).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,110 +22,36 @@
 
 #include <hurray/files.h>
 
+#include "common/cli_harness.h"
 #include "engine_io/tl.h"
 
-extern char **environ;
-
-static char tmp[64];
 static char out[1 << 16], err[1 << 16];
+static ch_cli H = {.bin = HURRAY_BIN,
+                   .out = out,
+                   .out_cap = sizeof out,
+                   .err = err,
+                   .err_cap = sizeof err};
 
 static const char *tpath(const char *name) {
-  static char p[8][256];
-  static int k;
-  k = (k + 1) % 8;
-  snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-  return p[k];
+  return ch_path(&H, name);
 }
 
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-  buf[n] = '\0';
-  if (f)
-    fclose(f);
-}
-
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-}
-
-/* Runs `hurray ARGV...` (NULL-terminated) with `env` (NULL: ours);
- * stdout and stderr land in `out` and `err`.  Returns the exit status. */
+/* Runs `hurray ARGV...` with `env` (NULL: ours); stdout and stderr land
+ * in `out` and `err`.  Returns the exit status. */
 static int runv(char *const *env, const char *const *args) {
-  const char *argv[40];
-  posix_spawn_file_actions_t fa;
-  pid_t pid;
-  int n = 0, st;
-
-  argv[n++] = HURRAY_BIN;
-  while (n < 39 && (argv[n] = args[n - 1]))
-    n++;
-  argv[n] = NULL;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, tpath("stdout"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("stderr"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(posix_spawn(&pid, HURRAY_BIN, &fa, NULL,
-                               (char *const *)argv, env ? env : environ),
-                   0);
-  posix_spawn_file_actions_destroy(&fa);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  slurp(tpath("stdout"), out, sizeof out);
-  slurp(tpath("stderr"), err, sizeof err);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return ch_runv(&H, env, args);
 }
 
-#define RUN(...)                                                               \
-  runv(NULL, (const char *const[]){__VA_ARGS__, NULL})
+#define RUN(...) CH_RUN(&H, __VA_ARGS__)
 
 /* Starts `hurray serve --listen 127.0.0.1:0 ARGS...`; returns its pid and
  * sets *port from its first line. */
 static pid_t start_server(int *port, const char *const *args) {
-  const char *argv[40] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0"};
-  posix_spawn_file_actions_t fa;
-  int pipefd[2], i, n = 4;
-  pid_t pid;
-  char line[256];
-  size_t len = 0;
-
-  while (n < 39 && (argv[n] = args[n - 4]))
-    n++;
-  argv[n] = NULL;
-  assert_int_equal(pipe(pipefd), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("server.log"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  for (i = 0; i < 255 && len < sizeof line - 1; i++) {
-    ssize_t k = read(pipefd[0], line + len, 1);
-    if (k <= 0 || line[len] == '\n')
-      break;
-    len++;
-  }
-  line[len] = '\0';
-  close(pipefd[0]);
-  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
-  *port = atoi(strrchr(line, ':') + 1);
-  assert_true(*port > 0);
-  return pid;
+  return ch_serve(&H, args, port, NULL);
 }
 
 static void stop_server(pid_t pid) {
-  int st;
-  kill(pid, SIGTERM);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  assert_true(WIFEXITED(st));
-  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_int_equal(ch_stop(pid), 0);
 }
 
 static void save_npy(const char *path, uint64_t n, uint32_t seed) {
@@ -140,15 +63,10 @@ static void save_npy(const char *path, uint64_t n, uint32_t seed) {
 }
 
 static int setup(void **state) {
-  char cmd[128];
   (void)state;
-  strcpy(tmp, "/tmp/hr_pol_XXXXXX");
-  if (!mkdtemp(tmp))
+  if (ch_tmpdir(&H, "hr_pol") || mkdir(tpath("data"), 0755) ||
+      mkdir(tpath("data/pub"), 0755))
     return -1;
-  snprintf(cmd, sizeof cmd, "mkdir -p %s/data/pub", tmp);
-  if (system(cmd) != 0)
-    return -1;
-  signal(SIGPIPE, SIG_IGN);
   save_npy(tpath("data/secret.npy"), 1000, 1);
   save_npy(tpath("data/pub/a.npy"), 2000, 2);
   save_npy(tpath("small.npy"), 100, 3);
@@ -157,10 +75,8 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-  char cmd[128];
   (void)state;
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-  return system(cmd) == 0 ? 0 : -1;
+  return ch_rmdir(&H);
 }
 
 static void test_tokens(void **state) {
@@ -170,15 +86,15 @@ static void test_tokens(void **state) {
   int port;
 
   (void)state;
-  write_file(tpath("tokens"), "# who may do what\n"
+  ch_write_file(tpath("tokens"), "# who may do what\n"
                               "admin-token-0001 rw\n"
                               "reader-token-002 ro\n"
                               "public-token-003 ro pub/\n");
   /* The client reads the first token of a file like the server's. */
-  write_file(tpath("admin"), "\n# mine\nadmin-token-0001 rw\n");
-  write_file(tpath("reader"), "reader-token-002\n");
-  write_file(tpath("public"), "public-token-003\n");
-  write_file(tpath("wrong"), "wrong-token\n");
+  ch_write_file(tpath("admin"), "\n# mine\nadmin-token-0001 rw\n");
+  ch_write_file(tpath("reader"), "reader-token-002\n");
+  ch_write_file(tpath("public"), "public-token-003\n");
+  ch_write_file(tpath("wrong"), "wrong-token\n");
   pid = start_server(&port, (const char *const[]){
                                 "--allow-put", "--auth-token-file",
                                 tpath("tokens"), tpath("data"), NULL});
@@ -217,17 +133,17 @@ static void test_tokens(void **state) {
                    0);
 
   /* SIGHUP with a broken file: the old tokens stay. */
-  write_file(tpath("tokens"), "admin-token-0001 rw\nreader-token-002 rx\n");
+  ch_write_file(tpath("tokens"), "admin-token-0001 rw\nreader-token-002 rx\n");
   assert_int_equal(kill(pid, SIGHUP), 0);
   usleep(300000);
-  slurp(tpath("server.log"), err, sizeof err);
+  ch_slurp(tpath("server.log"), err, sizeof err);
   assert_non_null(strstr(err, "line 2"));
   assert_int_equal(RUN("ls", "--auth-token-file", tpath("reader"), url), 0);
   /* A good file: the reader is gone, the public token may read all. */
-  write_file(tpath("tokens"), "public-token-003 ro\n");
+  ch_write_file(tpath("tokens"), "public-token-003 ro\n");
   assert_int_equal(kill(pid, SIGHUP), 0);
   usleep(300000);
-  slurp(tpath("server.log"), err, sizeof err);
+  ch_slurp(tpath("server.log"), err, sizeof err);
   assert_non_null(strstr(err, "reloaded 1 token"));
   assert_int_equal(RUN("ls", "--auth-token-file", tpath("reader"), url), 1);
   assert_non_null(strstr(err, "UNAUTHORIZED"));
@@ -237,7 +153,7 @@ static void test_tokens(void **state) {
   stop_server(pid);
 
   /* A malformed file at start: refused, naming the line. */
-  write_file(tpath("bad"), "# ok\ngood-token ro\n\nbad-token maybe\n");
+  ch_write_file(tpath("bad"), "# ok\ngood-token ro\n\nbad-token maybe\n");
   assert_int_equal(RUN("serve", "--auth-token-file", tpath("bad"),
                        tpath("data")),
                    2);

@@ -7,11 +7,8 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,119 +23,38 @@
 #include <hurray/files.h>
 #include <hurray/session.h>
 
+#include "common/cli_harness.h"
 #include "tl.h"
 
-extern char **environ;
-
-static char tmp[64];
+static char out[1 << 16], err[1 << 16];
+static ch_cli H = {.bin = HURRAY_BIN,
+                   .out = out,
+                   .out_cap = sizeof out,
+                   .err = err,
+                   .err_cap = sizeof err};
 static char url[64];
 static int port;
 static pid_t server_pid;
-static char out[1 << 16], err[1 << 16];
 
 static const char *tpath(const char *name) {
-  static char p[4][256];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-  return p[k];
+  return ch_path(&H, name);
 }
 
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-  buf[n] = '\0';
-  if (f)
-    fclose(f);
-}
+/* Runs `hurray ARGS...`; stdout and stderr land in `out` and `err`.
+ * Returns the exit status. */
+#define RUN(...) CH_RUN(&H, __VA_ARGS__)
 
-/* Runs `hurray ARGS...` (NULL-terminated); stdout and stderr land in
- * `out` and `err`.  Returns the exit status. */
-static int run(const char *arg, ...) {
-  const char *argv[32];
-  posix_spawn_file_actions_t fa;
-  va_list ap;
-  pid_t pid;
-  int n = 0, st;
-
-  argv[n++] = HURRAY_BIN;
-  argv[n++] = arg;
-  va_start(ap, arg);
-  while (n < 31 && (argv[n] = va_arg(ap, const char *)))
-    n++;
-  va_end(ap);
-  argv[n] = NULL;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, tpath("stdout"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("stderr"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  slurp(tpath("stdout"), out, sizeof out);
-  slurp(tpath("stderr"), err, sizeof err);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Exactly one newline-terminated line. */
-static void single_line(const char *s) {
-  const char *nl = strchr(s, '\n');
-  assert_non_null(nl);
-  assert_int_equal(nl[1], '\0');
-}
-
-/* Every failure is one line on stderr, naming the command. */
-static void one_line(const char *s) {
-  single_line(s);
-  assert_int_equal(strncmp(s, "hurray ", 7), 0);
-}
-
-/* Starts `hurray serve --listen 127.0.0.1:0 ARGS...`; returns its pid and
- * sets *port from its first line. */
+/* Starts `hurray serve --listen 127.0.0.1:0 ARGS...` (up to three);
+ * returns its pid and sets *p from its first line. */
 static pid_t start_server(int *p, const char *a1, const char *a2,
                           const char *a3) {
-  const char *argv[8] = {HURRAY_BIN, "serve", "--listen", "127.0.0.1:0",
-                         a1,         a2,      a3,         NULL};
-  posix_spawn_file_actions_t fa;
-  int pipefd[2], i;
-  pid_t pid;
-  char line[256];
-  size_t n = 0;
-
-  assert_int_equal(pipe(pipefd), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("server.log"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  for (i = 0; i < 255 && n < sizeof line - 1; i++) {
-    ssize_t k = read(pipefd[0], line + n, 1);
-    if (k <= 0 || line[n] == '\n')
-      break;
-    n++;
-  }
-  line[n] = '\0';
-  close(pipefd[0]);
-  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
-  *p = atoi(strrchr(line, ':') + 1);
-  assert_true(*p > 0);
-  return pid;
+  return ch_serve(&H, (const char *const[]){a1, a2, a3, NULL}, p, NULL);
 }
 
 static int setup(void **state) {
   (void)state;
-  strcpy(tmp, "/tmp/hr_cli_XXXXXX");
-  if (!mkdtemp(tmp))
+  if (ch_tmpdir(&H, "hr_cli"))
     return -1;
-  signal(SIGPIPE, SIG_IGN);
   server_pid =
       start_server(&port, "--allow-put", HR_SOURCE_DIR "/examples/data", NULL);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
@@ -146,14 +62,11 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-  char cmd[128];
   int st;
 
   (void)state;
-  kill(server_pid, SIGTERM);
-  waitpid(server_pid, &st, 0);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-  return system(cmd) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+  st = ch_stop(server_pid);
+  return ch_rmdir(&H) == 0 && st == 0 ? 0 : -1;
 }
 
 static hr_tensor *load(const char *path) {
@@ -175,13 +88,13 @@ static cJSON *stats_of(const char *s) {
 
 static void test_ls(void **state) {
   (void)state;
-  assert_int_equal(run("ls", url, NULL), 0);
+  assert_int_equal(RUN("ls", url, NULL), 0);
   assert_non_null(strstr(out, "matrix\tFLOAT32\t[4,6]\tROW_MAJOR\t96\n"));
   assert_non_null(strstr(out, "fortran\tFLOAT64\t[3,5]\tCOLUMN_MAJOR\t120"));
   assert_non_null(strstr(out, "ints/counts\tINT32\t[10]"));
   assert_non_null(strstr(out, "model/lm_head.bias\tBFLOAT16\t[8]"));
   assert_true(strstr(out, "flags") < strstr(out, "matrix"));
-  assert_int_equal(run("ls", url, "model/", NULL), 0);
+  assert_int_equal(RUN("ls", url, "model/", NULL), 0);
   assert_null(strstr(out, "matrix"));
   assert_non_null(strstr(out, "model/norm.scale\tFLOAT16"));
 }
@@ -192,12 +105,12 @@ static void test_get_plain_and_stats(void **state) {
 
   (void)state;
   assert_int_equal(
-      run("get", "--stats", "-o", tpath("m.npy"), url, "matrix", NULL), 0);
+      RUN("get", "--stats", "-o", tpath("m.npy"), url, "matrix", NULL), 0);
   got = load(tpath("m.npy"));
   assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(ref, 0), 96);
   hr_tensor_unref(got);
   /* Exactly one JSON line on stderr. */
-  single_line(err);
+  ch_single_line(err);
   j = stats_of(err);
   assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
                       "frames");
@@ -221,16 +134,16 @@ static void test_get_device(void **state) {
 
   (void)state;
   assert_int_equal(
-      run("get", "--device", "sim", "-o", tpath("d.npy"), url, "matrix", NULL),
+      RUN("get", "--device", "sim", "-o", tpath("d.npy"), url, "matrix", NULL),
       0);
   got = load(tpath("d.npy"));
   assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(ref, 0), 96);
   hr_tensor_unref(got);
   hr_tensor_unref(ref);
-  assert_int_equal(run("get", "--device", "sim", "--parallel", "2", url,
+  assert_int_equal(RUN("get", "--device", "sim", "--parallel", "2", url,
                        "matrix", NULL),
                    2);
-  one_line(err);
+  ch_one_line(err);
 }
 
 static void test_get_layouts(void **state) {
@@ -240,7 +153,7 @@ static void test_get_layouts(void **state) {
 
   (void)state;
   /* Column-major from the server: a Fortran-order .npy. */
-  assert_int_equal(run("get", "--layout", "column-major", "--allow-transcode",
+  assert_int_equal(RUN("get", "--layout", "column-major", "--allow-transcode",
                        "--stats", "-o", tpath("f.npy"), url, "matrix", NULL),
                    0);
   got = load(tpath("f.npy"));
@@ -254,7 +167,7 @@ static void test_get_layouts(void **state) {
   assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "transcoded")));
   cJSON_Delete(j);
   /* Tiled and panel from the server: converted here to C order. */
-  assert_int_equal(run("get", "--layout", "tiled:3,4", "--allow-transcode",
+  assert_int_equal(RUN("get", "--layout", "tiled:3,4", "--allow-transcode",
                        "--stats", "-o", tpath("t.npy"), url, "matrix", NULL),
                    0);
   got = load(tpath("t.npy"));
@@ -265,20 +178,20 @@ static void test_get_layouts(void **state) {
   assert_string_equal(cJSON_GetObjectItem(j, "layout")->valuestring, "TILED");
   assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "converted_locally")));
   cJSON_Delete(j);
-  assert_int_equal(run("get", "--layout", "panel:3", "--allow-transcode", "-o",
+  assert_int_equal(RUN("get", "--layout", "panel:3", "--allow-transcode", "-o",
                        tpath("p.npy"), url, "matrix", NULL),
                    0);
   got = load(tpath("p.npy"));
   assert_true(tl_same_elements(ref, NULL, got));
   hr_tensor_unref(got);
-  assert_int_equal(run("get", "--layout", "permuted:1,0", "--allow-transcode",
+  assert_int_equal(RUN("get", "--layout", "permuted:1,0", "--allow-transcode",
                        "-o", tpath("q.npy"), url, "matrix", NULL),
                    0);
   got = load(tpath("q.npy"));
   assert_true(tl_same_elements(ref, NULL, got));
   hr_tensor_unref(got);
   /* A region. */
-  assert_int_equal(run("get", "--region", "1,2:2,3", "-o", tpath("r.npy"), url,
+  assert_int_equal(RUN("get", "--region", "1,2:2,3", "-o", tpath("r.npy"), url,
                        "matrix", NULL),
                    0);
   got = load(tpath("r.npy"));
@@ -287,7 +200,7 @@ static void test_get_layouts(void **state) {
   assert_true(tl_same_elements(ref, off, got));
   hr_tensor_unref(got);
   /* Without -o: a summary line. */
-  assert_int_equal(run("get", url, "fortran", NULL), 0);
+  assert_int_equal(RUN("get", url, "fortran", NULL), 0);
   assert_string_equal(out, "fortran: FLOAT64 [3, 5] COLUMN_MAJOR, 120 bytes\n");
   hr_tensor_unref(ref);
 }
@@ -298,7 +211,7 @@ static void test_get_safetensors_bf16(void **state) {
 
   (void)state;
   assert_int_equal(
-      run("get", "-o", tpath("b.npy"), url, "model/lm_head.bias", NULL), 0);
+      RUN("get", "-o", tpath("b.npy"), url, "model/lm_head.bias", NULL), 0);
   got = load(tpath("b.npy"));
   assert_int_equal(hr_tensor_descriptor(got)->element_type, HR_ELEM_BFLOAT16);
   v = hr_tensor_buffer(got, 0);
@@ -320,15 +233,15 @@ static void test_put_and_parallel(void **state) {
   d = *hr_tensor_descriptor(t);
   assert_int_equal(
       hr_npy_save(tpath("big.npy"), &d, hr_tensor_buffer(t, 0), NULL, 0), 0);
-  assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 0);
+  assert_int_equal(RUN("put", url, "up/big", tpath("big.npy"), NULL), 0);
   assert_non_null(strstr(out, "stored"));
-  assert_int_equal(run("put", url, "up/big", tpath("big.npy"), NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("put", url, "up/big", tpath("big.npy"), NULL), 1);
+  ch_one_line(err);
   assert_non_null(strstr(err, "ALREADY_EXISTS"));
   assert_non_null(strstr(err, "--replace"));
   assert_int_equal(
-      run("put", "--replace", url, "up/big", tpath("big.npy"), NULL), 0);
-  assert_int_equal(run("get", "--parallel", "4", "--stats", "-o",
+      RUN("put", "--replace", url, "up/big", tpath("big.npy"), NULL), 0);
+  assert_int_equal(RUN("get", "--parallel", "4", "--stats", "-o",
                        tpath("g.npy"), url, "up/big", NULL),
                    0);
   got = load(tpath("g.npy"));
@@ -348,37 +261,37 @@ static void test_errors(void **state) {
   char dead[64];
 
   (void)state;
-  assert_int_equal(run("get", url, "no/such", NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("get", url, "no/such", NULL), 1);
+  ch_one_line(err);
   assert_non_null(strstr(err, "NOT_FOUND"));
-  assert_int_equal(run("get", "--region", "3,0:2,6", url, "matrix", NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("get", "--region", "3,0:2,6", url, "matrix", NULL), 1);
+  ch_one_line(err);
   assert_non_null(strstr(err, "INVALID_REGION"));
   fd = tl_raw_listen(&p);
   close(fd);
   snprintf(dead, sizeof dead, "hurray://127.0.0.1:%d", p);
-  assert_int_equal(run("get", dead, "x", NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("get", dead, "x", NULL), 1);
+  ch_one_line(err);
   assert_non_null(strstr(err, "refused"));
-  assert_int_equal(run("get", "http://x:1", "x", NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("get", "http://x:1", "x", NULL), 1);
+  ch_one_line(err);
   /* Usage errors: exit 2, one line. */
-  assert_int_equal(run("get", url, NULL), 2);
-  one_line(err);
-  assert_int_equal(run("get", "--layout", "diagonal", url, "x", NULL), 2);
-  one_line(err);
-  assert_int_equal(run("frobnicate", NULL), 2);
+  assert_int_equal(RUN("get", url, NULL), 2);
+  ch_one_line(err);
+  assert_int_equal(RUN("get", "--layout", "diagonal", url, "x", NULL), 2);
+  ch_one_line(err);
+  assert_int_equal(RUN("frobnicate", NULL), 2);
   /* TLS needs the key too (tests/tls covers the rest). */
-  assert_int_equal(run("serve", "--tls-cert", "c.pem", ".", NULL), 2);
-  one_line(err);
+  assert_int_equal(RUN("serve", "--tls-cert", "c.pem", ".", NULL), 2);
+  ch_one_line(err);
   assert_non_null(strstr(err, "--tls-key"));
-  assert_int_equal(run("serve", "--auth-token-file", tpath("no-tokens"), ".",
+  assert_int_equal(RUN("serve", "--auth-token-file", tpath("no-tokens"), ".",
                        NULL),
                    1);
-  one_line(err);
+  ch_one_line(err);
   assert_non_null(strstr(err, "token file"));
-  assert_int_equal(run("put", url, "k", tpath("missing.npy"), NULL), 1);
-  one_line(err);
+  assert_int_equal(RUN("put", url, "k", tpath("missing.npy"), NULL), 1);
+  ch_one_line(err);
 }
 
 static void test_dump_and_inspect(void **state) {
@@ -390,8 +303,8 @@ static void test_dump_and_inspect(void **state) {
 
   (void)state;
   assert_int_equal(
-      run("get", "--dump-wire", tpath("wire.bin"), url, "matrix", NULL), 0);
-  assert_int_equal(run("inspect", tpath("wire.bin"), NULL), 0);
+      RUN("get", "--dump-wire", tpath("wire.bin"), url, "matrix", NULL), 0);
+  assert_int_equal(RUN("inspect", tpath("wire.bin"), NULL), 0);
   assert_non_null(strstr(out, "SERVER_HELLO"));
   assert_non_null(strstr(out, "TENSOR_DESCRIPTOR"));
   assert_non_null(strstr(out, "sync_mode=SYNC_PRODUCER_SYNCED"));
@@ -410,8 +323,8 @@ static void test_dump_and_inspect(void **state) {
     f = fopen(tpath("bad.bin"), "wb");
     fwrite(buf, 1, n, f);
     fclose(f);
-    assert_int_equal(run("inspect", tpath("bad.bin"), NULL), 1);
-    one_line(err);
+    assert_int_equal(RUN("inspect", tpath("bad.bin"), NULL), 1);
+    ch_one_line(err);
     assert_non_null(strstr(err, "INVALID_DESCRIPTOR"));
     {
       char at[32];
@@ -425,7 +338,7 @@ static void test_dump_and_inspect(void **state) {
   f = fopen(tpath("hello.bin"), "wb");
   fwrite(buf, 1, (size_t)len, f);
   fclose(f);
-  assert_int_equal(run("inspect", tpath("hello.bin"), NULL), 0);
+  assert_int_equal(RUN("inspect", tpath("hello.bin"), NULL), 0);
   assert_non_null(strstr(out, "CLIENT_HELLO"));
   assert_non_null(strstr(out, "1 message,"));
   /* A bad type. */
@@ -433,7 +346,7 @@ static void test_dump_and_inspect(void **state) {
   f = fopen(tpath("type.bin"), "wb");
   fwrite(buf, 1, HR_HEADER_SIZE, f);
   fclose(f);
-  assert_int_equal(run("inspect", tpath("type.bin"), NULL), 1);
+  assert_int_equal(RUN("inspect", tpath("type.bin"), NULL), 1);
   assert_non_null(strstr(err, "UNKNOWN_MESSAGE_TYPE"));
 }
 
@@ -627,46 +540,31 @@ static void test_unix_socket(void **state) {
   const char *argv[] = {HURRAY_BIN, "serve", "--unix", sock,
                         HR_SOURCE_DIR "/examples/data", NULL};
   hr_tensor *ref = load(HR_SOURCE_DIR "/examples/data/matrix.npy"), *got;
-  posix_spawn_file_actions_t fa;
   char uurl[300], sock_copy[256], line[512];
-  int pipefd[2], st;
-  size_t n = 0;
+  int fd;
   pid_t pid;
 
   (void)state;
   snprintf(sock_copy, sizeof sock_copy, "%s", sock);
   snprintf(uurl, sizeof uurl, "unix:%s", sock_copy);
-  assert_int_equal(pipe(pipefd), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("userver.log"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  while (n < sizeof line - 1 && read(pipefd[0], line + n, 1) == 1 &&
-         line[n] != '\n')
-    n++;
-  line[n] = '\0';
-  close(pipefd[0]);
+  pid = ch_spawn_piped(argv, tpath("userver.log"), &fd);
+  ch_read_line(fd, line, sizeof line);
+  close(fd);
   /* No TCP listener: the first line is the socket's. */
   assert_int_equal(strncmp(line, "listening on unix:", 18), 0);
   assert_string_equal(line + 18, sock_copy);
 
-  assert_int_equal(run("get", "-o", tpath("u.npy"), uurl, "matrix", NULL), 0);
+  assert_int_equal(RUN("get", "-o", tpath("u.npy"), uurl, "matrix", NULL), 0);
   got = load(tpath("u.npy"));
   assert_true(tl_same_elements(ref, NULL, got));
   hr_tensor_unref(got);
-  assert_int_equal(run("ls", uurl, NULL), 0);
+  assert_int_equal(RUN("ls", uurl, NULL), 0);
   assert_non_null(strstr(out, "matrix"));
   /* The served file itself crosses over the SHM plane; --no-shm asks for
    * frames. */
   {
     cJSON *j;
-    assert_int_equal(run("get", "--stats", "-o", tpath("v.npy"), uurl,
+    assert_int_equal(RUN("get", "--stats", "-o", tpath("v.npy"), uurl,
                          "matrix", NULL),
                      0);
     j = stats_of(err);
@@ -676,7 +574,7 @@ static void test_unix_socket(void **state) {
     got = load(tpath("v.npy"));
     assert_true(tl_same_elements(ref, NULL, got));
     hr_tensor_unref(got);
-    assert_int_equal(run("get", "--stats", "--no-shm", uurl, "matrix", NULL),
+    assert_int_equal(RUN("get", "--stats", "--no-shm", uurl, "matrix", NULL),
                      0);
     j = stats_of(err);
     assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
@@ -684,14 +582,12 @@ static void test_unix_socket(void **state) {
     cJSON_Delete(j);
   }
   /* A second server on the live path fails and leaves it alone. */
-  assert_int_equal(run("serve", "--unix", sock_copy,
+  assert_int_equal(RUN("serve", "--unix", sock_copy,
                        HR_SOURCE_DIR "/examples/data", NULL),
                    1);
-  one_line(err);
+  ch_one_line(err);
 
-  kill(pid, SIGTERM);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_int_equal(ch_stop(pid), 0);
   assert_int_equal(access(sock_copy, F_OK), -1);
   hr_tensor_unref(ref);
 }
@@ -720,10 +616,10 @@ static void test_fabric(void **state) {
   assert_int_equal(hr_npy_save(file, hr_tensor_descriptor(ref),
                                hr_tensor_buffer(ref, 0), NULL, 0),
                    0);
-  int fport, st;
+  int fport;
   pid_t pid = start_server(&fport, "--fabric", "tcp;ofi_rxm", dir);
   snprintf(furl, sizeof furl, "127.0.0.1:%d", fport);
-  assert_int_equal(run("get", "--fabric", "tcp;ofi_rxm", "--stats", "-o",
+  assert_int_equal(RUN("get", "--fabric", "tcp;ofi_rxm", "--stats", "-o",
                        tpath("f.npy"), furl, "big", NULL),
                    0);
   got = load(tpath("f.npy"));
@@ -734,18 +630,16 @@ static void test_fabric(void **state) {
                       "rdma");
   assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "fallback")));
   cJSON_Delete(j);
-  assert_int_equal(run("get", "--stats", furl, "big", NULL), 0);
+  assert_int_equal(RUN("get", "--stats", furl, "big", NULL), 0);
   j = stats_of(err);
   assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
                       "frames");
   cJSON_Delete(j);
   /* An unknown provider is one line and exit 1. */
   assert_int_equal(
-      run("get", "--fabric", "no-such-provider", furl, "big", NULL), 1);
-  one_line(err);
-  kill(pid, SIGTERM);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      RUN("get", "--fabric", "no-such-provider", furl, "big", NULL), 1);
+  ch_one_line(err);
+  assert_int_equal(ch_stop(pid), 0);
   hr_tensor_unref(ref);
 }
 #endif

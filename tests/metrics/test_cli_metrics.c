@@ -6,122 +6,52 @@
  * operations.md promises.
  */
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <setjmp.h>
-#include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
 
-extern char **environ;
+#include "common/cli_harness.h"
 
-static char tmp[64];
+static ch_cli H = {.bin = HURRAY_BIN};
 
 static const char *tpath(const char *name) {
-  static char p[4][256];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-  return p[k];
+  return ch_path(&H, name);
 }
 
-static size_t slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-  buf[n] = '\0';
-  if (f)
-    fclose(f);
-  return n;
-}
+/* Runs `hurray ARGS...` (NULL-terminated, stdout to /dev/null); returns
+ * the exit status, stderr in `err`. */
+#define RUN(err, cap, ...)                                                     \
+  (H.err = (err), H.err_cap = (cap), CH_RUN(&H, __VA_ARGS__))
 
-/* Runs `hurray ARGS...`; returns the exit status, stderr in `err`. */
-static int run(char *err, size_t cap, const char *arg, ...) {
-  const char *argv[16];
-  posix_spawn_file_actions_t fa;
-  va_list ap;
-  pid_t pid;
-  int n = 0, st;
+/* Reads the "metrics on 127.0.0.1:PORT" line from fd; returns PORT. */
+static int metrics_port(int fd) {
+  char line[256];
 
-  argv[n++] = HURRAY_BIN;
-  argv[n++] = arg;
-  va_start(ap, arg);
-  while (n < 15 && (argv[n] = va_arg(ap, const char *)))
-    n++;
-  va_end(ap);
-  argv[n] = NULL;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("run.err"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  slurp(tpath("run.err"), err, cap);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Reads one line from fd (byte by byte: the rest stays for later). */
-static void read_line(int fd, char *line, size_t cap) {
-  size_t n = 0;
-  while (n < cap - 1) {
-    ssize_t k = read(fd, line + n, 1);
-    if (k <= 0 || line[n] == '\n')
-      break;
-    n++;
-  }
-  line[n] = 0;
+  ch_read_line(fd, line, sizeof line);
+  assert_int_equal(strncmp(line, "metrics on 127.0.0.1:", 21), 0);
+  return atoi(strrchr(line, ':') + 1);
 }
 
 /* Starts the server with --log-level `level`; sets the two ports. */
 static pid_t start(const char *level, int *port, int *mport, int *out_fd) {
-  const char *argv[] = {HURRAY_BIN,
-                        "serve",
-                        "--listen",
-                        "127.0.0.1:0",
-                        "--metrics-listen",
-                        "127.0.0.1:0",
-                        "--log-level",
-                        level,
-                        HR_SOURCE_DIR "/examples/data",
-                        NULL};
-  posix_spawn_file_actions_t fa;
-  int pipefd[2];
-  pid_t pid;
-  char line[256];
+  pid_t pid = ch_serve(
+      &H,
+      (const char *const[]){"--metrics-listen", "127.0.0.1:0", "--log-level",
+                            level, HR_SOURCE_DIR "/examples/data", NULL},
+      port, out_fd);
 
-  assert_int_equal(pipe(pipefd), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("server.log"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, HURRAY_BIN, &fa, NULL, (char *const *)argv, environ),
-      0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  read_line(pipefd[0], line, sizeof line);
-  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
-  *port = atoi(strrchr(line, ':') + 1);
-  read_line(pipefd[0], line, sizeof line);
-  assert_int_equal(strncmp(line, "metrics on 127.0.0.1:", 21), 0);
-  *mport = atoi(strrchr(line, ':') + 1);
+  *mport = metrics_port(*out_fd);
   assert_true(*port > 0 && *mport > 0 && *port != *mport);
-  *out_fd = pipefd[0];
   return pid;
 }
 
@@ -160,13 +90,6 @@ static double value_of(const char *body, const char *series) {
     fail();
   }
   return strtod(p + strlen(pat), NULL);
-}
-
-static int stop(pid_t pid) {
-  int st;
-  kill(pid, SIGTERM);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* Every line of the server's stderr is a JSON object with ts, level,
@@ -227,15 +150,15 @@ static void test_serve_metrics(void **state) {
   pid_t pid = start("debug", &port, &mport, &fd);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   assert_int_equal(
-      run(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
+      RUN(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
       0);
-  assert_int_equal(run(err, sizeof err, "get", "--layout", "column-major",
+  assert_int_equal(RUN(err, sizeof err, "get", "--layout", "column-major",
                        "--allow-transcode", "-o", tpath("m2.npy"), url,
                        "matrix", NULL),
                    0);
   assert_int_equal(
-      run(err, sizeof err, "get", "-o", tpath("x.npy"), url, "nope", NULL), 1);
-  assert_int_equal(run(err, sizeof err, "ls", url, NULL), 0);
+      RUN(err, sizeof err, "get", "-o", tpath("x.npy"), url, "nope", NULL), 1);
+  assert_int_equal(RUN(err, sizeof err, "ls", url, NULL), 0);
 
   http_get(mport, "/metrics", body, sizeof body);
   assert_int_equal(strncmp(body, "HTTP/1.0 200", 12) == 0 ||
@@ -263,9 +186,9 @@ static void test_serve_metrics(void **state) {
   http_get(mport, "/", body, sizeof body);
   assert_non_null(strstr(body, " 404 "));
 
-  assert_int_equal(stop(pid), 0);
+  assert_int_equal(ch_stop(pid), 0);
   close(fd);
-  slurp(tpath("server.log"), log, sizeof log);
+  ch_slurp(tpath("server.log"), log, sizeof log);
   assert_int_equal(count_lines(log, "request", "get", "ok"), 2);
   assert_int_equal(count_lines(log, "request", "get", "NOT_FOUND"), 1);
   assert_int_equal(count_lines(log, "request", "list", "ok"), 1);
@@ -285,13 +208,13 @@ static void test_log_level_warn(void **state) {
   pid_t pid = start("warn", &port, &mport, &fd);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   assert_int_equal(
-      run(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
+      RUN(err, sizeof err, "get", "-o", tpath("m.npy"), url, "matrix", NULL),
       0);
   assert_int_equal(
-      run(err, sizeof err, "get", "-o", tpath("x.npy"), url, "nope", NULL), 1);
-  assert_int_equal(stop(pid), 0);
+      RUN(err, sizeof err, "get", "-o", tpath("x.npy"), url, "nope", NULL), 1);
+  assert_int_equal(ch_stop(pid), 0);
   close(fd);
-  slurp(tpath("server.log"), log, sizeof log);
+  ch_slurp(tpath("server.log"), log, sizeof log);
   assert_int_equal(count_lines(log, "request", NULL, NULL), 1);
   assert_int_equal(count_lines(log, "request", "get", "NOT_FOUND"), 1);
   assert_int_equal(count_lines(log, "conn_open", NULL, NULL), 0);
@@ -302,11 +225,11 @@ static void test_bad_flags(void **state) {
   static char err[4096];
   (void)state;
 
-  assert_int_equal(run(err, sizeof err, "serve", "--log-level", "loud",
+  assert_int_equal(RUN(err, sizeof err, "serve", "--log-level", "loud",
                        HR_SOURCE_DIR "/examples/data", NULL),
                    2);
   assert_non_null(strstr(err, "--log-level takes error, warn, info or debug"));
-  assert_int_equal(run(err, sizeof err, "serve", "--listen", "127.0.0.1:0",
+  assert_int_equal(RUN(err, sizeof err, "serve", "--listen", "127.0.0.1:0",
                        "--metrics-listen", "nowhere",
                        HR_SOURCE_DIR "/examples/data", NULL),
                    1);
@@ -320,58 +243,38 @@ static void test_example_metrics(void **state) {
   const char *argv[] = {EX_DIR "/tensor_server", "127.0.0.1:0", "127.0.0.1:0",
                         NULL};
   static char body[1 << 16], log[1 << 16], err[4096];
-  posix_spawn_file_actions_t fa;
-  char line[256], url[64];
-  int pipefd[2], port, mport;
+  char url[64];
+  int fd, port, mport;
   pid_t pid;
   (void)state;
 
-  assert_int_equal(pipe(pipefd), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, tpath("example.log"),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  assert_int_equal(
-      posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  read_line(pipefd[0], line, sizeof line);
-  assert_non_null(strstr(line, "listening on 127.0.0.1:"));
-  port = atoi(strrchr(line, ':') + 1);
-  read_line(pipefd[0], line, sizeof line);
-  assert_int_equal(strncmp(line, "metrics on 127.0.0.1:", 21), 0);
-  mport = atoi(strrchr(line, ':') + 1);
+  pid = ch_spawn_piped(argv, tpath("example.log"), &fd);
+  port = ch_listen_port(fd);
+  mport = metrics_port(fd);
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   assert_int_equal(
-      run(err, sizeof err, "get", "-o", tpath("e.npy"), url, "eye/4", NULL), 0);
+      RUN(err, sizeof err, "get", "-o", tpath("e.npy"), url, "eye/4", NULL), 0);
   http_get(mport, "/metrics", body, sizeof body);
   assert_int_equal(
       value_of(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 1);
   assert_int_equal(value_of(body, "hurray_tensor_bytes_total{direction="
                                   "\"sent\",plane=\"frames\"}"),
                    64);
-  assert_int_equal(stop(pid), 0);
-  close(pipefd[0]);
-  slurp(tpath("example.log"), log, sizeof log);
+  assert_int_equal(ch_stop(pid), 0);
+  close(fd);
+  ch_slurp(tpath("example.log"), log, sizeof log);
   assert_int_equal(count_lines(log, "request", "get", "ok"), 1);
 }
 #endif
 
 static int setup(void **state) {
   (void)state;
-  strcpy(tmp, "/tmp/hr_mcli_XXXXXX");
-  if (!mkdtemp(tmp))
-    return -1;
-  signal(SIGPIPE, SIG_IGN);
-  return 0;
+  return ch_tmpdir(&H, "hr_mcli");
 }
 
 static int teardown(void **state) {
-  char cmd[128];
   (void)state;
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-  return system(cmd) == 0 ? 0 : -1;
+  return ch_rmdir(&H);
 }
 
 int main(void) {

@@ -1,0 +1,145 @@
+/* What the loopback benchmarks share: see bench_common.h. */
+#include "bench_common.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hurray/hr_event.h>
+
+void bc_die(const char *what) {
+  fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
+          strerror(errno));
+  exit(1);
+}
+
+double bc_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double bc_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+int bc_listen_any(int *port) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 64) ||
+      getsockname(fd, (struct sockaddr *)&sa, &len))
+    bc_die("listen");
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+int bc_connect_to(int port) {
+  struct sockaddr_in sa;
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
+    bc_die("connect");
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+hr_tensor *bc_big_tensor(uint64_t bytes) {
+  hr_descriptor d;
+  hr_tensor *t;
+  uint64_t *p, i;
+
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = bytes;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = bytes;
+  d.buffers[0].alignment_log2 = 6;
+  if (hr_tensor_alloc(&t, &d, 12, NULL) != 0)
+    bc_die("hr_tensor_alloc");
+  p = hr_tensor_buffer(t, 0);
+  for (i = 0; i < bytes / 8; i++)
+    p[i] = i * 0x9E3779B97F4A7C15ull;
+  return t;
+}
+
+static void srv_closed(hr_engine *e, void *ud) {
+  (void)e;
+  event_base_loopbreak(((bc_server *)ud)->base);
+}
+
+static void srv_wakeup(hr_engine *e, void *ud) {
+  bc_server *s = ud;
+  if (atomic_load(&s->stop))
+    hr_engine_close(e, srv_closed, s);
+}
+
+static void *srv_main(void *arg) {
+  bc_server *s = arg;
+  hr_provider prov;
+  hr_listener *l;
+  char url[128];
+
+  s->base = event_base_new();
+  s->cfg.on_wakeup = srv_wakeup;
+  s->cfg.user_data = s;
+  if (hr_ev_attach(&s->e, s->base, &s->cfg, NULL) != 0)
+    bc_die("hr_ev_attach");
+  hr_store_provider(s->store, &prov);
+  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
+    bc_die("listen tcp");
+  s->port = hr_listener_port(l);
+  if (s->unix_path) {
+    snprintf(url, sizeof url, "unix:%s", s->unix_path);
+    if (hr_engine_listen(s->e, url, &prov, NULL) != 0)
+      bc_die("listen unix");
+  }
+  atomic_store(&s->ready, 1);
+  event_base_dispatch(s->base);
+  hr_engine_del(s->e);
+  event_base_free(s->base);
+  return NULL;
+}
+
+void bc_server_start(bc_server *s, hr_store *store,
+                     const hr_engine_config *cfg, const char *unix_path) {
+  memset(s, 0, sizeof *s);
+  s->store = store;
+  if (cfg)
+    s->cfg = *cfg;
+  else
+    hr_engine_config_default(&s->cfg);
+  s->unix_path = unix_path;
+  if (pthread_create(&s->th, NULL, srv_main, s) != 0)
+    bc_die("pthread_create");
+  while (!atomic_load(&s->ready))
+    usleep(1000);
+}
+
+void bc_server_stop(bc_server *s) {
+  atomic_store(&s->stop, 1);
+  hr_engine_wakeup(s->e);
+  pthread_join(s->th, NULL);
+}

@@ -1,0 +1,366 @@
+/*
+ * hr_engine_connect() with host names: the lookup runs on the worker
+ * pool, never on the loop thread.
+ *
+ * getaddrinfo() is interposed here (this executable's definition wins
+ * over libc's, and over a sanitizer's interceptor, which is weak): the
+ * name "gate.test" blocks its caller until the test opens the gate, then
+ * resolves as 127.0.0.1.  A lookup on the loop thread would hang the
+ * test; on the pool, a timer on the same loop keeps firing while the
+ * lookup is held.  Every other name goes to libc ("localhost",
+ * "nonexistent.invalid").  The test counts the full (non-numeric) calls:
+ * a numeric address must need none, and the lanes of a group none of
+ * their own.
+ */
+#include <dlfcn.h>
+#include <event2/event.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <hurray/engine.h>
+#include <hurray/hr_event.h>
+#include <hurray/store.h>
+
+/* ---- the interposed getaddrinfo --------------------------------------- */
+
+typedef int (*gai_fn)(const char *, const char *, const struct addrinfo *,
+                      struct addrinfo **);
+
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open = 1;
+static atomic_int full_calls;   /* getaddrinfo() without AI_NUMERICHOST */
+static atomic_int gated_calls;  /* of those, for gate.test */
+static atomic_int gated_done;   /* gate.test calls that returned */
+
+int getaddrinfo(const char *node, const char *service,
+                const struct addrinfo *hints, struct addrinfo **res) {
+  gai_fn real = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
+  int numeric = hints && (hints->ai_flags & AI_NUMERICHOST);
+  int rv;
+
+  if (!numeric)
+    atomic_fetch_add(&full_calls, 1);
+  if (!node || strcmp(node, "gate.test") != 0)
+    return real(node, service, hints, res);
+  if (numeric)
+    return EAI_NONAME;
+  atomic_fetch_add(&gated_calls, 1);
+  pthread_mutex_lock(&gate_mu);
+  while (!gate_open)
+    pthread_cond_wait(&gate_cv, &gate_mu);
+  pthread_mutex_unlock(&gate_mu);
+  rv = real("127.0.0.1", service, hints, res);
+  atomic_fetch_add(&gated_done, 1);
+  return rv;
+}
+
+static void gate_set(int open) {
+  pthread_mutex_lock(&gate_mu);
+  gate_open = open;
+  pthread_cond_broadcast(&gate_cv);
+  pthread_mutex_unlock(&gate_mu);
+}
+
+/* ---- a loop with a ticking timer, a server and a client engine -------- */
+
+typedef struct fx {
+  struct event_base *base;
+  struct event *tick;
+  int ticks;
+  hr_store *store;
+  hr_engine *srv, *cli;
+  char url[64]; /* "hurray://gate.test:PORT" and the like */
+  int port;
+  /* The client connection's first callback. */
+  int calls, status;
+  char message[256];
+  int closed;
+} fx;
+
+static void on_tick(evutil_socket_t fd, short what, void *ud) {
+  (void)fd;
+  (void)what;
+  ((fx *)ud)->ticks++;
+}
+
+static void conn_cb(hr_conn *c, int status, void *ud) {
+  fx *f = ud;
+  const char *msg = NULL;
+
+  if (f->calls++ == 0) {
+    f->status = status;
+    hr_conn_error(c, NULL, NULL, &msg);
+    snprintf(f->message, sizeof f->message, "%s", msg ? msg : "");
+  }
+}
+
+static void on_closed(hr_engine *e, void *ud) {
+  (void)e;
+  ((fx *)ud)->closed = 1;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Runs the loop until *flag is set or `ms` passed; returns *flag. */
+static int run_until(fx *f, const int *flag, int ms) {
+  uint64_t end = now_ms() + (uint64_t)ms;
+
+  while (!*flag && now_ms() < end)
+    event_base_loop(f->base, EVLOOP_ONCE);
+  return *flag;
+}
+
+static void spin(fx *f, int ms) {
+  int never = 0;
+  run_until(f, &never, ms);
+}
+
+static void finish(fx *f, hr_engine *e) {
+  f->closed = 0;
+  assert_int_equal(hr_engine_close(e, on_closed, f), 0);
+  assert_true(run_until(f, &f->closed, 5000));
+  assert_int_equal(hr_engine_del(e), 0);
+}
+
+static hr_engine *client(fx *f) {
+  hr_engine_config cfg;
+  hr_engine *e;
+
+  hr_engine_config_default(&cfg);
+  cfg.worker_threads = 1;
+  assert_int_equal(hr_ev_attach(&e, f->base, &cfg, NULL), 0);
+  return e;
+}
+
+static int setup(void **state) {
+  static fx f;
+  struct timeval tv = {0, 5000};
+  hr_store_config sc;
+  hr_provider prov;
+  hr_listener *l;
+
+  memset(&f, 0, sizeof f);
+  f.base = event_base_new();
+  f.tick = event_new(f.base, -1, EV_PERSIST, on_tick, &f);
+  event_add(f.tick, &tv);
+  hr_store_config_default(&sc);
+  if (hr_store_new(&f.store, &sc, NULL) || hr_ev_attach(&f.srv, f.base, NULL,
+                                                        NULL))
+    return -1;
+  hr_store_provider(f.store, &prov);
+  if (hr_engine_listen(f.srv, "127.0.0.1:0", &prov, &l))
+    return -1;
+  f.port = hr_listener_port(l);
+  f.cli = client(&f);
+  *state = &f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx *f = *state;
+
+  gate_set(1);
+  finish(f, f->cli);
+  finish(f, f->srv);
+  hr_store_del(f->store);
+  event_free(f->tick);
+  event_base_free(f->base);
+  return 0;
+}
+
+static hr_conn *connect_to(fx *f, const char *host) {
+  hr_conn *c = NULL;
+
+  f->calls = f->status = 0;
+  f->message[0] = 0;
+  snprintf(f->url, sizeof f->url, "hurray://%s:%d", host, f->port);
+  assert_int_equal(hr_engine_connect(f->cli, f->url, NULL, conn_cb, f, &c),
+                   0);
+  assert_non_null(c);
+  return c;
+}
+
+/* A name whose lookup is held: the connect returns at once, the loop's
+ * timer keeps firing, and the connection is made once the answer is
+ * back. */
+static void test_lookup_off_the_loop(void **state) {
+  fx *f = *state;
+  int full = atomic_load(&full_calls), ticks;
+  hr_conn *c;
+
+  gate_set(0);
+  c = connect_to(f, "gate.test");
+  ticks = f->ticks;
+  spin(f, 100);
+  assert_int_equal(f->calls, 0);
+  assert_true(f->ticks - ticks >= 5);
+  assert_int_equal(atomic_load(&gated_calls) > 0, 1);
+  gate_set(1);
+  assert_true(run_until(f, &f->calls, 5000));
+  assert_int_equal(f->status, 0);
+  assert_int_equal(atomic_load(&full_calls), full + 1);
+  hr_conn_close(c);
+  spin(f, 20);
+}
+
+/* The system's resolver: "localhost" connects. */
+static void test_localhost(void **state) {
+  fx *f = *state;
+  hr_conn *c = connect_to(f, "localhost");
+
+  assert_int_equal(f->calls, 0); /* never from inside the connect call */
+  assert_true(run_until(f, &f->calls, 10000));
+  assert_int_equal(f->status, 0);
+  hr_conn_close(c);
+  spin(f, 20);
+}
+
+/* A name that does not resolve fails through the callback, with the
+ * resolver's reason, while the loop runs on. */
+static void test_unresolvable(void **state) {
+  fx *f = *state;
+
+  connect_to(f, "nonexistent.invalid");
+  assert_int_equal(f->calls, 0);
+  assert_true(run_until(f, &f->calls, 15000));
+  assert_int_equal(f->status, HR_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(f->message, "cannot resolve nonexistent.invalid"));
+  spin(f, 20);
+  assert_int_equal(f->calls, 1); /* no second call */
+}
+
+/* A numeric address needs no lookup (AI_NUMERICHOST only). */
+static void test_numeric_sync(void **state) {
+  fx *f = *state;
+  int full = atomic_load(&full_calls);
+  hr_conn *c = connect_to(f, "127.0.0.1");
+
+  assert_true(run_until(f, &f->calls, 5000));
+  assert_int_equal(f->status, 0);
+  assert_int_equal(atomic_load(&full_calls), full);
+  hr_conn_close(c);
+  spin(f, 20);
+}
+
+/* The lanes of a group connect where lane 0 went, without a lookup of
+ * their own. */
+static void test_group_one_lookup(void **state) {
+  fx *f = *state;
+  int full = atomic_load(&full_calls);
+  hr_conn *c = NULL;
+
+  f->calls = 0;
+  snprintf(f->url, sizeof f->url, "hurray://gate.test:%d", f->port);
+  assert_int_equal(
+      hr_engine_connect_group(f->cli, f->url, 3, NULL, conn_cb, f, &c), 0);
+  assert_true(run_until(f, &f->calls, 5000));
+  assert_int_equal(f->status, 0);
+  assert_int_equal(hr_conn_lanes(c), 3);
+  assert_int_equal(atomic_load(&full_calls), full + 1);
+  hr_conn_close(c);
+  spin(f, 20);
+}
+
+/* Aborted while its lookup is held: the callback reports the abort at
+ * once; the answer, when it comes, is freed (ASan's leak check). */
+static void test_abort_while_resolving(void **state) {
+  fx *f = *state;
+  int done;
+  hr_conn *c;
+
+  gate_set(0);
+  done = atomic_load(&gated_done);
+  c = connect_to(f, "gate.test");
+  spin(f, 20);
+  hr_conn_abort(c);
+  assert_true(run_until(f, &f->calls, 1000));
+  assert_int_equal(f->status, HR_ERR_CLOSED);
+  gate_set(1);
+  while (atomic_load(&gated_done) == done)
+    usleep(1000);
+  spin(f, 50);
+  assert_int_equal(f->calls, 1);
+}
+
+/* The session's handshake timeout bounds the lookup too (it runs from
+ * the connect call). */
+static void test_lookup_timeout(void **state) {
+  fx *f = *state;
+  hr_settings s;
+  hr_conn *c = NULL;
+  int done;
+
+  hr_settings_default(&s);
+  s.handshake_timeout = 50ull * 1000000u;
+  gate_set(0);
+  done = atomic_load(&gated_done);
+  f->calls = 0;
+  snprintf(f->url, sizeof f->url, "hurray://gate.test:%d", f->port);
+  assert_int_equal(hr_engine_connect(f->cli, f->url, &s, conn_cb, f, &c), 0);
+  assert_true(run_until(f, &f->calls, 2000));
+  assert_int_equal(f->status, HR_ERR_TIMEOUT);
+  assert_string_equal(f->message, "handshake timeout");
+  gate_set(1);
+  while (atomic_load(&gated_done) == done)
+    usleep(1000);
+  spin(f, 50);
+}
+
+static void *open_later(void *arg) {
+  (void)arg;
+  usleep(100000);
+  gate_set(1);
+  return NULL;
+}
+
+/* The engine closed and freed while a lookup is held: the connection
+ * reports the close, hr_engine_del() waits for the worker and frees the
+ * answer nobody took (ASan, TSan). */
+static void test_free_while_resolving(void **state) {
+  fx *f = *state;
+  pthread_t th;
+
+  gate_set(0);
+  connect_to(f, "gate.test");
+  spin(f, 20);
+  f->closed = 0;
+  assert_int_equal(hr_engine_del(f->cli), HR_ERR_BUSY);
+  assert_int_equal(hr_engine_close(f->cli, on_closed, f), 0);
+  assert_true(run_until(f, &f->closed, 1000));
+  assert_int_equal(f->calls, 1);
+  assert_int_equal(f->status, HR_ERR_CLOSED);
+  assert_int_equal(pthread_create(&th, NULL, open_later, NULL), 0);
+  assert_int_equal(hr_engine_del(f->cli), 0);
+  pthread_join(th, NULL);
+  f->cli = client(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lookup_off_the_loop),
+      cmocka_unit_test(test_localhost),
+      cmocka_unit_test(test_unresolvable),
+      cmocka_unit_test(test_numeric_sync),
+      cmocka_unit_test(test_group_one_lookup),
+      cmocka_unit_test(test_abort_while_resolving),
+      cmocka_unit_test(test_lookup_timeout),
+      cmocka_unit_test(test_free_while_resolving),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
