@@ -9,7 +9,8 @@
  * job ever completes on a worker thread.
  *
  * Threads start lazily on the first submission, so engines that never
- * transcode (clients, the blocking API) never create a thread.
+ * transcode nor look up a host name (clients of numeric addresses, the
+ * blocking API on them) never create a thread.
  */
 #ifndef HR_POOL_H
 #define HR_POOL_H

@@ -292,10 +292,32 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
  * saying what failed.
  * `settings` NULL: the engine's defaults.  Requests may be queued on the
  * connection's session right away; they are sent after the handshake.
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO, HR_ERR_NOMEM
+ *
+ * Host names never block the loop thread.  A numeric HOST (an IPv4 or
+ * IPv6 literal) and "unix:PATH" are connected from inside the call.  A
+ * name (e.g. "localhost") is looked up with getaddrinfo() as a job on the
+ * engine's worker pool (started on first use; config.worker_threads);
+ * the connection stays connecting, without a socket, until the answer
+ * comes back through the pool's eventfd, then connects to the first
+ * address that takes the connect() call.  A name that does not resolve
+ * is reported through `cb`, never by this call: status
+ * HR_ERR_INVALID_ARGUMENT, hr_conn_error()'s message "cannot resolve
+ * HOST: reason".  The session's handshake_timeout, running from this
+ * call, bounds the lookup too (HR_ERR_TIMEOUT).  hr_conn_close(),
+ * hr_conn_abort() and hr_engine_close() during a lookup end the
+ * connection at once (`cb` with HR_ERR_CLOSED); the lookup's answer is
+ * dropped when it comes.  hr_engine_del() waits for a lookup a worker is
+ * running (getaddrinfo() cannot be interrupted: at most the resolver's
+ * own timeout, resolv.conf) and frees its answer.  The lanes of
+ * hr_engine_connect_group() connect to the address lane 0 got, without a
+ * lookup of their own.
+ *
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (a malformed URL), HR_ERR_IO (no
+ * worker thread could be started for a lookup, or a connect that failed
+ * at once), HR_ERR_NOMEM, HR_ERR_STATE (the engine is closing)
  * (a "hurrays://" URL on an engine without tls_client: the context is
  * made on first use from the system's trust store; HR_ERR_IO if that
- * fails).
+ * fails; after a lookup such a failure goes through `cb`).
  */
 HR_EXTERN int hr_engine_connect(hr_engine *e, const char *url,
                                 const hr_settings *settings, hr_conn_cb cb,
