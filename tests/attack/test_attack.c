@@ -24,6 +24,7 @@
 #include <hurray/auth.h>
 
 #include "engine_io/tc.h"
+#include "engine_io/tr.h"
 
 #define BUFSZ (1u << 20)
 #define MS 1000000ull
@@ -136,16 +137,11 @@ static uint64_t now_ms(void);
 
 /* A raw client past the HELLO exchange (token: AUTH_TOKEN or NULL). */
 static int raw_client_tok(fx *f, int port, const char *token) {
-  int fd = tl_raw_connect(port);
   uint8_t ext[128];
   hr_msg m;
 
-  assert_true(fd >= 0);
   hello_tok(&m, token, ext, sizeof ext);
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
-  assert_true(tl_raw_expect(f->env, fd, HR_MSG_SERVER_HELLO, 0, f->buf, BUFSZ,
-                            &m, 5000));
-  return fd;
+  return tr_client(f->env, port, &m, f->buf, BUFSZ);
 }
 
 static int raw_client(fx *f) { return raw_client_tok(f, f->srv.port, NULL); }
@@ -163,29 +159,11 @@ static int raw_client_small(fx *f) {
 /* Expects ERROR `code` on `stream` (UINT32_MAX: any); returns its
  * stream. */
 static uint32_t expect_error(fx *f, int fd, uint32_t stream, uint32_t code) {
-  hr_msg m;
-
-  assert_true(
-      tl_raw_expect(f->env, fd, HR_MSG_ERROR, stream, f->buf, BUFSZ, &m, 5000));
-  if (m.u.error.code != code)
-    fprintf(stderr, "expected %s, got %s on stream %u: %.*s\n",
-            hr_wire_error_name(code), hr_wire_error_name(m.u.error.code),
-            m.hdr.stream_id, (int)m.u.error.message_len,
-            (const char *)m.u.error.message);
-  assert_int_equal(m.u.error.code, code);
-  return m.hdr.stream_id;
+  return tr_expect_error(f->env, fd, stream, code, f->buf, BUFSZ);
 }
 
 static void expect_alive(fx *f, int fd) {
-  hr_msg m;
-
-  memset(&m, 0, sizeof m);
-  m.hdr.type = HR_MSG_PING;
-  m.u.ping = 0x5151;
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
-  assert_true(
-      tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m, 5000));
-  assert_int_equal(m.u.ping, 0x5151);
+  tr_expect_alive(f->env, fd, 0x5151, f->buf, BUFSZ);
 }
 
 /* Runs the loop for up to `ms` and says whether `fd` became readable. */
@@ -203,38 +181,13 @@ static int readable_within(fx *f, int fd, int ms) {
 
 static void send_request(fx *f, int fd, uint32_t sid, const char *key,
                          uint32_t flags, uint16_t max_shards) {
-  hr_msg m;
-
-  memset(&m, 0, sizeof m);
-  m.hdr.type = HR_MSG_TENSOR_REQUEST;
-  m.hdr.stream_id = sid;
-  m.u.request.key = (const uint8_t *)key;
-  m.u.request.key_len = (uint16_t)strlen(key);
-  m.u.request.flags = flags;
-  m.u.request.preferred_device = HR_DEV_CPU;
-  m.u.request.max_shards = max_shards;
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
+  tr_send_request(f->env, fd, sid, key, flags, HR_DEV_CPU, max_shards);
 }
 
 /* A TENSOR_PUT head of a UINT8 [bytes] tensor. */
 static void put_head(hr_msg *m, uint32_t sid, const char *key,
                      uint64_t bytes) {
-  hr_descriptor *d = &m->u.put.desc;
-
-  memset(m, 0, sizeof *m);
-  m->hdr.type = HR_MSG_TENSOR_PUT;
-  m->hdr.stream_id = sid;
-  m->u.put.key = (const uint8_t *)key;
-  m->u.put.key_len = (uint16_t)strlen(key);
-  d->descriptor_version = 1;
-  d->element_type = HR_ELEM_UINT8;
-  d->rank = 1;
-  d->shape[0] = bytes;
-  d->layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d->buffer_count = 1;
-  d->buffers[0].size_bytes = bytes;
-  m->u.put.xport.total_data_bytes = bytes;
-  m->u.put.xport.total_shards = 1;
+  tr_put_head(m, sid, key, HR_ELEM_UINT8, bytes, bytes);
 }
 
 static uint64_t now_ms(void) {

@@ -24,6 +24,16 @@ typedef struct ch_cli {
   size_t out_cap, err_cap;
 } ch_cli;
 
+/* Defines this program's runner `H`, running `prog`, with the buffers
+ * `out` and `err` (64 KiB each) holding the last command's output. */
+#define CH_CLI_DEFINE(prog)                                                    \
+  static char out[1 << 16], err[1 << 16];                                      \
+  static ch_cli H = {.bin = (prog),                                            \
+                     .out = out,                                               \
+                     .out_cap = sizeof out,                                    \
+                     .err = err,                                               \
+                     .err_cap = sizeof err}
+
 /* Creates a fresh directory "/tmp/STEM_XXXXXX" into c->dir and ignores
  * SIGPIPE (a server may go while we write to it).  Returns 0 or -1. */
 int ch_tmpdir(ch_cli *c, const char *stem);

@@ -26,12 +26,7 @@
 #include "common/cli_harness.h"
 #include "tl.h"
 
-static char out[1 << 16], err[1 << 16];
-static ch_cli H = {.bin = HURRAY_BIN,
-                   .out = out,
-                   .out_cap = sizeof out,
-                   .err = err,
-                   .err_cap = sizeof err};
+CH_CLI_DEFINE(HURRAY_BIN);
 static char url[64];
 static int port;
 static pid_t server_pid;

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "tc.h"
+#include "tr.h"
 
 #define BUFSZ (1u << 20)
 
@@ -63,77 +64,28 @@ static int teardown(void **state) {
 
 /* A raw client that completed the HELLO exchange. */
 static int raw_client(fx *f) {
-  int fd = tl_raw_connect(f->srv.port);
-  hr_msg m;
-
-  assert_true(fd >= 0);
-  tl_hello(&m, 0);
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
-  assert_true(tl_raw_expect(f->env, fd, HR_MSG_SERVER_HELLO, 0, f->buf, BUFSZ,
-                            &m, 5000));
-  return fd;
+  return tr_client(f->env, f->srv.port, NULL, f->buf, BUFSZ);
 }
 
 /* Expects ERROR `code` on `stream`. */
 static void expect_error(fx *f, int fd, uint32_t stream, uint32_t code) {
-  hr_msg m;
-
-  assert_true(
-      tl_raw_expect(f->env, fd, HR_MSG_ERROR, stream, f->buf, BUFSZ, &m, 5000));
-  if (m.u.error.code != code)
-    fprintf(stderr, "expected %s, got %s: %.*s\n", hr_wire_error_name(code),
-            hr_wire_error_name(m.u.error.code), (int)m.u.error.message_len,
-            (const char *)m.u.error.message);
-  assert_int_equal(m.u.error.code, code);
+  tr_expect_error(f->env, fd, stream, code, f->buf, BUFSZ);
 }
 
 /* The connection still works: a PING gets its PONG. */
 static void expect_alive(fx *f, int fd) {
-  hr_msg m;
-
-  memset(&m, 0, sizeof m);
-  m.hdr.type = HR_MSG_PING;
-  m.u.ping = 0x1234;
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
-  assert_true(
-      tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m, 5000));
-  assert_int_equal(m.u.ping, 0x1234);
+  tr_expect_alive(f->env, fd, 0x1234, f->buf, BUFSZ);
 }
 
 static void send_request(fx *f, int fd, uint32_t sid, const char *key,
                          uint32_t flags, uint8_t device) {
-  hr_msg m;
-
-  memset(&m, 0, sizeof m);
-  m.hdr.type = HR_MSG_TENSOR_REQUEST;
-  m.hdr.stream_id = sid;
-  m.u.request.key = (const uint8_t *)key;
-  m.u.request.key_len = (uint16_t)strlen(key);
-  m.u.request.flags = flags;
-  m.u.request.preferred_device = device;
-  m.u.request.max_shards = 1;
-  assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
+  tr_send_request(f->env, fd, sid, key, flags, device, 1);
 }
 
 /* A TENSOR_PUT of a float32 [4] tensor; `tweak` may spoil it. */
 static void put_msg(hr_msg *m, uint32_t sid, const char *key,
                     void (*tweak)(hr_msg *)) {
-  hr_descriptor *d = &m->u.put.desc;
-
-  memset(m, 0, sizeof *m);
-  m->hdr.type = HR_MSG_TENSOR_PUT;
-  m->hdr.stream_id = sid;
-  m->u.put.key = (const uint8_t *)key;
-  m->u.put.key_len = (uint16_t)strlen(key);
-  d->descriptor_version = 1;
-  d->element_type = HR_ELEM_FLOAT32;
-  d->rank = 1;
-  d->shape[0] = 4;
-  d->layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d->buffer_count = 1;
-  d->buffers[0].size_bytes = 16;
-  m->u.put.xport.total_data_bytes = 16;
-  m->u.put.xport.total_shards = 1;
+  tr_put_head(m, sid, key, HR_ELEM_FLOAT32, 4, 16);
   if (tweak)
     tweak(m);
 }

@@ -30,6 +30,8 @@
 #include <hurray/session.h>
 #include <hurray/store.h>
 
+#include "lanes_get.h"
+
 static void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -233,22 +235,6 @@ static void on_conn(hr_conn *c, int status, void *ud) {
     cc->closed = 1;
 }
 
-typedef struct got {
-  int done;
-  hr_tensor *t;
-  hr_transfer_record rec;
-} got;
-
-static void on_got(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  got *g = ud;
-  (void)s;
-  (void)sid;
-  g->done = 1;
-  g->t = t;
-  g->rec = *rec;
-}
-
 /* Runs the loop until *flag (up to 60 s). */
 static void run_until(const int *flag) {
   struct timeval tick = {0, 20000};
@@ -262,23 +248,7 @@ static void run_until(const int *flag) {
 static void get(hr_engine *e, cconn *cc, const char *key, uint16_t k,
                 const uint64_t *off, const uint64_t *shp, unsigned rank,
                 got *g) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  if (k) {
-    o.flags |= HR_REQ_PARALLEL_OK;
-    o.max_shards = k;
-  }
-  if (off) {
-    o.flags |= HR_REQ_REGION;
-    o.region_rank = (uint8_t)rank;
-    o.region_offset = off;
-    o.region_shape = shp;
-  }
-  memset(g, 0, sizeof *g);
-  CHECK(hr_session_get(hr_conn_session(cc->c), &o, on_got, g, NULL) == 0);
-  CHECK(hr_engine_flush(e) == 0);
+  CHECK(lanes_get_start(e, cc->c, key, k, off, shp, rank, g) == 0);
 }
 
 static void same(got *g, const spec *sp, const uint64_t *off,

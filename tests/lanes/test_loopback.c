@@ -23,6 +23,7 @@
 #include <hurray/store.h>
 
 #include "engine_io/tl.h"
+#include "lanes/lanes_get.h"
 
 /* Server settings that let tensors of a few MB take many shards. */
 static hr_engine_config server_cfg(void) {
@@ -66,22 +67,6 @@ static void cconn_open(tl_env *env, hr_engine *e, const char *url,
   assert_int_equal(hr_conn_lanes(cc->c), lanes);
 }
 
-typedef struct got {
-  int done;
-  hr_tensor *t;
-  hr_transfer_record rec;
-} got;
-
-static void on_got(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  got *g = ud;
-  (void)s;
-  (void)sid;
-  g->done = 1;
-  g->t = t;
-  g->rec = *rec;
-}
-
 static int got_done(void *ud) {
   return ((got *)ud)->done;
 }
@@ -102,24 +87,7 @@ static int all_done(void *ud) {
 static void get_start(hr_engine *e, cconn *cc, const char *key, uint16_t k,
                       const uint64_t *off, const uint64_t *shape, unsigned rank,
                       got *g) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  if (k) {
-    o.flags |= HR_REQ_PARALLEL_OK;
-    o.max_shards = k;
-  }
-  if (off) {
-    o.flags |= HR_REQ_REGION;
-    o.region_rank = (uint8_t)rank;
-    o.region_offset = off;
-    o.region_shape = shape;
-  }
-  memset(g, 0, sizeof *g);
-  assert_int_equal(hr_session_get(hr_conn_session(cc->c), &o, on_got, g, NULL),
-                   0);
-  assert_int_equal(hr_engine_flush(e), 0);
+  assert_int_equal(lanes_get_start(e, cc->c, key, k, off, shape, rank, g), 0);
 }
 
 static int conn_closed(void *ud) {

@@ -25,12 +25,7 @@
 static certs C;
 static char url[64];
 static pid_t server_pid;
-static char out[1 << 16], err[1 << 16];
-static ch_cli H = {.bin = HURRAY_BIN,
-                   .out = out,
-                   .out_cap = sizeof out,
-                   .err = err,
-                   .err_cap = sizeof err};
+CH_CLI_DEFINE(HURRAY_BIN);
 
 static const char *tpath(const char *name) {
   return ch_path(&H, name);
