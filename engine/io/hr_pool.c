@@ -33,10 +33,24 @@ static void notify(int fd) {
   } while (n < 0 && errno == EINTR);
 }
 
+/* Appends a finished job to the completion list (the lock held).  One
+ * wake-up per batch: the loop thread takes the whole list. */
+static void done_push(hr__pool *p, hr__job *j) {
+  int was_empty = p->done_head == NULL;
+
+  j->next = NULL;
+  if (p->done_tail)
+    p->done_tail->next = j;
+  else
+    p->done_head = j;
+  p->done_tail = j;
+  if (was_empty)
+    notify(p->notify_fd);
+}
+
 static void *worker(void *arg) {
   hr__pool *p = arg;
   hr__job *j;
-  int was_empty;
 
   pthread_mutex_lock(&p->lock);
   for (;;) {
@@ -53,16 +67,7 @@ static void *worker(void *arg) {
     j->run(j);
 
     pthread_mutex_lock(&p->lock);
-    j->next = NULL;
-    was_empty = p->done_head == NULL;
-    if (p->done_tail)
-      p->done_tail->next = j;
-    else
-      p->done_head = j;
-    p->done_tail = j;
-    /* One wake-up per batch: the loop thread takes the whole list. */
-    if (was_empty)
-      notify(p->notify_fd);
+    done_push(p, j);
   }
   pthread_mutex_unlock(&p->lock);
   return NULL;
@@ -131,18 +136,8 @@ void hr__pool_end_async(hr__pool *p) {
 }
 
 void hr__pool_post_done(hr__pool *p, hr__job *j) {
-  int was_empty;
-
   pthread_mutex_lock(&p->lock);
-  j->next = NULL;
-  was_empty = p->done_head == NULL;
-  if (p->done_tail)
-    p->done_tail->next = j;
-  else
-    p->done_head = j;
-  p->done_tail = j;
-  if (was_empty)
-    notify(p->notify_fd);
+  done_push(p, j);
   pthread_mutex_unlock(&p->lock);
 }
 

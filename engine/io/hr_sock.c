@@ -134,11 +134,19 @@ static int sock_fail(const hr__addr *a, const char *verb, int err, char *why,
   return HR_ERR_IO;
 }
 
-static void unix_sockaddr(const hr__addr *a, struct sockaddr_un *sun) {
+/* A non-blocking, close-on-exec Unix stream socket and the address of
+ * a->path in *sun; -1 with *err set when there is no socket. */
+static int unix_socket(const hr__addr *a, struct sockaddr_un *sun, int *err) {
+  int fd;
+
   memset(sun, 0, sizeof *sun);
   sun->sun_family = AF_UNIX;
   /* hr__addr_parse() bounded the path below sizeof sun_path. */
   memcpy(sun->sun_path, a->path, strlen(a->path) + 1);
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    *err = errno;
+  return fd;
 }
 
 /* Whether the socket file at `sun` is stale: a socket nobody accepts on.
@@ -162,12 +170,9 @@ static int unix_listen(const hr__addr *a, char *why, size_t why_len) {
   struct sockaddr_un sun;
   int fd, err;
 
-  unix_sockaddr(a, &sun);
-  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    err = errno;
+  fd = unix_socket(a, &sun, &err);
+  if (fd < 0)
     goto fail;
-  }
   if (bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0) {
     err = errno;
     /* EADDRINUSE stands unless the file is a socket nobody serves. */
@@ -235,12 +240,9 @@ static int unix_connect(const hr__addr *a, int *in_progress, char *why,
   struct sockaddr_un sun;
   int fd, err;
 
-  unix_sockaddr(a, &sun);
-  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    err = errno;
+  fd = unix_socket(a, &sun, &err);
+  if (fd < 0)
     goto fail;
-  }
   if (connect(fd, (struct sockaddr *)&sun, sizeof sun) == 0) {
     *in_progress = 0;
     return fd;

@@ -26,36 +26,16 @@
 
 #include <hurray/shm.h>
 
+#include "sock_dir.h"
 #include "tc.h"
 #include "tl.h"
 
-typedef struct fixture {
-  char dir[64];
-  char path[128];
-  char url[160];
-} fixture;
-
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f)
-    return -1;
-  strcpy(f->dir, "/tmp/hr_shm_XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->path, sizeof f->path, "%s/s.sock", f->dir);
-  snprintf(f->url, sizeof f->url, "unix:%s", f->path);
-  *state = f;
-  return 0;
+  return sock_dir_setup(state, "hr_shm");
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  unlink(f->path);
-  int rv = rmdir(f->dir);
-  free(f);
-  return rv;
+  return sock_dir_teardown(state);
 }
 
 static int fd_count(void) {

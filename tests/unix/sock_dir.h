@@ -1,0 +1,22 @@
+/*
+ * The fixture of the Unix socket tests (test_unix.c, test_shm.c): a fresh
+ * directory under /tmp, the socket path in it and its "unix:PATH" URL.
+ */
+#ifndef HR_SOCK_DIR_H
+#define HR_SOCK_DIR_H
+
+typedef struct fixture {
+  char dir[64];
+  char path[128]; /* dir/s.sock */
+  char url[160];  /* unix:path */
+} fixture;
+
+/* cmocka group setup: makes "/tmp/STEM_XXXXXX" and a fixture for it in
+ * *state.  Returns 0 or -1. */
+int sock_dir_setup(void **state, const char *stem);
+
+/* cmocka group teardown: removes the socket file and the directory (which
+ * must hold nothing else), frees the fixture.  Returns 0 or -1. */
+int sock_dir_teardown(void **state);
+
+#endif /* HR_SOCK_DIR_H */
