@@ -58,7 +58,8 @@ void ch_write_file(const char *path, const char *text);
 int ch_runv(ch_cli *c, char *const *env, const char *const *args);
 
 /* ch_runv(c, NULL, {ARGS..., NULL}); a NULL among ARGS ends them early. */
-#define CH_RUN(c, ...) ch_runv((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
+#define CH_RUN(c, ...)                                                         \
+  ch_runv((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Starts `argv[0] argv[1]...` in the background (NULL-terminated), its
  * stdout a pipe (*out_fd receives the read end) and its stderr the file
