@@ -6,7 +6,10 @@
  * a private poll()-based event loop (an hr_loop_ops) driving an ordinary
  * hr_engine on the calling thread until its answer arrived — there is no
  * hidden thread; nothing happens between calls (keepalive PINGs included),
- * and a server's GOAWAY or ERROR is noticed at the next call.
+ * and a server's GOAWAY or ERROR is noticed at the next call.  (The
+ * engine's one worker runs jobs the call waits for: a host name's lookup
+ * in hr_client_connect(), as hr_engine_connect() does it, and
+ * transcoding.)
  *
  * Thread safety: one hr_client belongs to one thread at a time.  Several
  * clients may run in parallel on different threads.
