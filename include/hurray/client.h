@@ -7,9 +7,9 @@
  * hr_engine on the calling thread until its answer arrived — there is no
  * hidden thread; nothing happens between calls (keepalive PINGs included),
  * and a server's GOAWAY or ERROR is noticed at the next call.  (The
- * engine's one worker runs jobs the call waits for: a host name's lookup
- * in hr_client_connect(), as hr_engine_connect() does it, and
- * transcoding.)
+ * engine's one worker thread, started on first use, runs only jobs a call
+ * waits for, such as a host name's lookup in hr_client_connect(), made as
+ * hr_engine_connect() makes it.)
  *
  * Thread safety: one hr_client belongs to one thread at a time.  Several
  * clients may run in parallel on different threads.
