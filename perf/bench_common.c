@@ -63,20 +63,24 @@ int bc_connect_to(int port) {
   return fd;
 }
 
+void bc_bytes_desc(hr_descriptor *d, uint64_t bytes, uint8_t align_log2) {
+  memset(d, 0, sizeof *d);
+  d->descriptor_version = 1;
+  d->element_type = HR_ELEM_UINT8;
+  d->rank = 1;
+  d->shape[0] = bytes;
+  d->layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d->buffer_count = 1;
+  d->buffers[0].size_bytes = bytes;
+  d->buffers[0].alignment_log2 = align_log2;
+}
+
 hr_tensor *bc_big_tensor(uint64_t bytes) {
   hr_descriptor d;
   hr_tensor *t;
   uint64_t *p, i;
 
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = bytes;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = bytes;
-  d.buffers[0].alignment_log2 = 6;
+  bc_bytes_desc(&d, bytes, 6);
   if (hr_tensor_alloc(&t, &d, 12, NULL) != 0)
     bc_die("hr_tensor_alloc");
   p = hr_tensor_buffer(t, 0);

@@ -32,6 +32,10 @@ int bc_listen_any(int *port);
 /* A blocking TCP connection to 127.0.0.1:port with TCP_NODELAY. */
 int bc_connect_to(int port);
 
+/* The descriptor of a 1-D UINT8 ROW_MAJOR tensor of `bytes` bytes in one
+ * buffer aligned to 2^align_log2. */
+void bc_bytes_desc(hr_descriptor *d, uint64_t bytes, uint8_t align_log2);
+
 /* A 1-D UINT8 ROW_MAJOR tensor of `bytes` bytes (a multiple of 8),
  * 64-byte aligned on the heap, filled with a pattern every word of
  * which differs. */

@@ -46,15 +46,7 @@ static void die(const char *what) {
 static hr_tensor *seg_tensor(uint64_t bytes) {
   hr_descriptor d;
   hr_tensor *t;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = bytes;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = bytes;
-  d.buffers[0].alignment_log2 = 12;
+  bc_bytes_desc(&d, bytes, 12);
   if (hr_shm_tensor_alloc(&t, &d, NULL) != 0)
     die("hr_shm_tensor_alloc");
   uint8_t *p = hr_tensor_buffer(t, 0);
