@@ -102,8 +102,9 @@ pid_t ch_spawn_piped(const char *const *argv, const char *log, int *out_fd) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
   posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  if (log)
+    posix_spawn_file_actions_addopen(&fa, 2, log,
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
   assert_int_equal(
       posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
   posix_spawn_file_actions_destroy(&fa);
@@ -155,7 +156,7 @@ pid_t ch_serve(ch_cli *c, const char *const *args, int *port, int *out_fd) {
 int ch_stop(pid_t pid) {
   int st;
 
-  kill(pid, SIGTERM);
+  assert_int_equal(kill(pid, SIGTERM), 0);
   assert_int_equal(waitpid(pid, &st, 0), pid);
   return exit_status(st);
 }

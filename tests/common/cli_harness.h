@@ -1,7 +1,8 @@
 /*
  * Harness of the tests that run the `hurray` command as a user would
  * (tests/engine_io/test_cli.c, tests/tls/test_tls_cli.c,
- * tests/attack/test_cli_policy.c, tests/metrics/test_cli_metrics.c):
+ * tests/attack/test_cli_policy.c, tests/metrics/test_cli_metrics.c,
+ * tests/engine_io/test_examples.c):
  * a temporary directory, commands run to completion with their output
  * captured, and servers started in the background with the port they
  * print.
@@ -63,7 +64,7 @@ int ch_runv(ch_cli *c, char *const *env, const char *const *args);
 
 /* Starts `argv[0] argv[1]...` in the background (NULL-terminated), its
  * stdout a pipe (*out_fd receives the read end) and its stderr the file
- * `log`.  Returns the pid. */
+ * `log` (NULL: ours).  Returns the pid. */
 pid_t ch_spawn_piped(const char *const *argv, const char *log, int *out_fd);
 
 /* Reads one line from fd, byte by byte (what follows stays unread),

@@ -3,10 +3,8 @@
  * (epoll loop, libevent loop) fetch from it and from `hurray serve`, and
  * the server drains and exits 0 on SIGTERM.
  */
-#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,26 +16,13 @@
 
 #include <cmocka.h>
 
-extern char **environ;
+#include "common/cli_harness.h"
 
 static char out[1 << 14];
 
 /* Spawns argv with stdout into a pipe; returns the pid and *rd. */
 static pid_t spawn(const char *const *argv, int *rd) {
-  posix_spawn_file_actions_t fa;
-  int p[2];
-  pid_t pid;
-
-  assert_int_equal(pipe(p), 0);
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addclose(&fa, p[0]);
-  assert_int_equal(
-      posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  *rd = p[0];
-  return pid;
+  return ch_spawn_piped(argv, NULL, rd);
 }
 
 /* Runs to completion; the exit status, stdout in `out`. */
@@ -58,13 +43,10 @@ static int run(const char *const *argv) {
 /* Starts a server that prints "listening on HOST:PORT" first. */
 static pid_t start(const char *const *argv, char *url, size_t cap) {
   char line[256];
-  size_t n = 0;
   int rd;
   pid_t pid = spawn(argv, &rd);
 
-  while (n < sizeof line - 1 && read(rd, line + n, 1) == 1 && line[n] != '\n')
-    n++;
-  line[n] = '\0';
+  ch_read_line(rd, line, sizeof line);
   close(rd);
   assert_non_null(strstr(line, "listening on "));
   snprintf(url, cap, "hurray://%s", line + strlen("listening on "));
@@ -72,11 +54,7 @@ static pid_t start(const char *const *argv, char *url, size_t cap) {
 }
 
 static void stop(pid_t pid) {
-  int st;
-  assert_int_equal(kill(pid, SIGTERM), 0);
-  assert_int_equal(waitpid(pid, &st, 0), pid);
-  assert_true(WIFEXITED(st));
-  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_int_equal(ch_stop(pid), 0);
 }
 
 static void test_examples(void **state) {
