@@ -660,12 +660,14 @@ ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
 static ssize_t write_some(hr__tls *t, const uint8_t *p, size_t len) {
   size_t off = 0;
 
+  /* A successful call leaves the queue empty: clearing it once is enough
+   * (per record it was measurable). */
+  ERR_clear_error();
   while (off < len) {
     size_t chunk = len - off, w = 0;
     int ret;
     if (chunk > WRITE_CHUNK)
       chunk = WRITE_CHUNK;
-    ERR_clear_error();
     errno = 0;
     ret = SSL_write_ex(t->ssl, p + off, chunk, &w);
     if (ret != 1) {
