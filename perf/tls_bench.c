@@ -71,10 +71,20 @@ static void cpu_s(double out[2]) {
   out[1] = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* One measurement: GB/s and the CPU seconds (user, system) it took. */
+/* CPU seconds of one thread. */
+static double thread_cpu_s(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One measurement: GB/s, the CPU seconds (user, system) it took, and
+ * those of each side: [0] the sending thread (server), [1] the receiving
+ * one (client). */
 typedef struct sample {
   double gbs;
   double cpu[2];
+  double side[2];
 } sample;
 
 static int cmp_double(const void *a, const void *b) {
@@ -249,6 +259,7 @@ typedef struct ossl_sender {
   const uint8_t *src;
   uint64_t n;
   int ktls_tx;
+  double cpu; /* the sending thread's CPU seconds, from "go" on */
 } ossl_sender;
 
 static void *ossl_send_main(void *arg) {
@@ -268,6 +279,7 @@ static void *ossl_send_main(void *arg) {
   r->ktls_tx = BIO_get_ktls_send(SSL_get_wbio(ssl)) ? 1 : 0;
   if (SSL_read(ssl, &go, 1) != 1)
     die("go");
+  r->cpu = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   while (off < r->n) {
     size_t k = r->n - off > (8u << 20) ? (8u << 20) : (size_t)(r->n - off);
     size_t w = 0;
@@ -275,6 +287,7 @@ static void *ossl_send_main(void *arg) {
       die("SSL_write");
     off += w;
   }
+  r->cpu = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - r->cpu;
   SSL_shutdown(ssl);
   SSL_free(ssl);
   close(fd);
@@ -291,7 +304,7 @@ static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
   pthread_t th;
   int port, fd;
   uint64_t off = 0;
-  double t0, t1, c0[2], c1[2];
+  double t0, t1, c0[2], c1[2], rc;
   sample sm;
 
   r.lfd = listen_any(&port);
@@ -314,6 +327,7 @@ static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
   snprintf(cipher, cipher_len, "%s",
            SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)));
   cpu_s(c0);
+  rc = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   t0 = now_s();
   if (SSL_write(ssl, "g", 1) != 1)
     die("go");
@@ -324,6 +338,7 @@ static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
     off += k;
   }
   t1 = now_s();
+  rc = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - rc;
   pthread_join(th, NULL);
   cpu_s(c1);
   *ktls_tx = r.ktls_tx;
@@ -339,6 +354,8 @@ static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
   sm.gbs = (double)n / (t1 - t0) / 1e9;
   sm.cpu[0] = c1[0] - c0[0];
   sm.cpu[1] = c1[1] - c0[1];
+  sm.side[0] = r.cpu;
+  sm.side[1] = rc;
   return sm;
 }
 
@@ -346,8 +363,8 @@ static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
 /* 2, 3. hurray GETs                                                         */
 /* ------------------------------------------------------------------------ */
 
-static sample hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
-                         uint64_t n, hr_tls_info *ti) {
+static sample hurray_get(const server *srv, int tls, hr_tensor *ref,
+                         uint8_t *dst, uint64_t n, hr_tls_info *ti) {
   hr_client_options co;
   hr_tls_config tc;
   hr_client_error err;
@@ -357,7 +374,8 @@ static sample hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   hr_tensor *t;
   hr_transfer_record rec;
   char url[64];
-  double c0[2], c1[2];
+  double c0[2], c1[2], s0, r0;
+  clockid_t sid;
   sample sm;
 
   hr_client_options_default(&co);
@@ -367,7 +385,9 @@ static sample hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   co.tls = &tc;
   co.timeout_ms = 120000;
   snprintf(url, sizeof url, "%s://127.0.0.1:%d", tls ? "hurrays" : "hurray",
-           port);
+           srv->port);
+  if (pthread_getcpuclockid(srv->th, &sid) != 0)
+    die("pthread_getcpuclockid");
   if (hr_client_connect(&c, url, &co, NULL, &err) != 0) {
     fprintf(stderr, "connect %s: %s\n", url, err.message);
     exit(1);
@@ -383,10 +403,14 @@ static sample hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   dest.capacity = n;
   o.dest = &dest;
   cpu_s(c0);
+  s0 = thread_cpu_s(sid);
+  r0 = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   if (hr_client_get(c, &o, &t, &rec) != 0) {
     fprintf(stderr, "GET failed: %s\n", hr_client_last_error(c)->message);
     exit(1);
   }
+  sm.side[0] = thread_cpu_s(sid) - s0;
+  sm.side[1] = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - r0;
   cpu_s(c1);
   sm.gbs = (double)n / ((double)(rec.finished - rec.started) / 1e9) / 1e9;
   sm.cpu[0] = c1[0] - c0[0];
@@ -466,6 +490,7 @@ int main(int argc, char **argv) {
       if (only >= 0 && m != only) {
         sm[m][i].gbs = 1;
         sm[m][i].cpu[0] = sm[m][i].cpu[1] = 0;
+        sm[m][i].side[0] = sm[m][i].side[1] = 0;
         continue;
       }
       memset(dst, 0, 4096);
@@ -473,13 +498,14 @@ int main(int argc, char **argv) {
         sm[0][i] = ossl_bulk(hr_tensor_buffer(t, 0), dst, g_bytes, &ktx,
                              &krx, cipher, sizeof cipher);
       else
-        sm[m][i] = hurray_get(m == 1 ? tls_srv.port : tcp_srv.port, m == 1,
-                              t, dst, g_bytes, &ti);
+        sm[m][i] = hurray_get(m == 1 ? &tls_srv : &tcp_srv, m == 1, t, dst,
+                              g_bytes, &ti);
     }
     if (only >= 0)
-      printf("  run %d: %s %.2f GB/s, CPU s user %.2f sys %.2f\n", i + 1,
-             names[only], sm[only][i].gbs, sm[only][i].cpu[0],
-             sm[only][i].cpu[1]);
+      printf("  run %d: %s %.2f GB/s, CPU s user %.2f sys %.2f, sender "
+             "%.2f receiver %.2f\n",
+             i + 1, names[only], sm[only][i].gbs, sm[only][i].cpu[0],
+             sm[only][i].cpu[1], sm[only][i].side[0], sm[only][i].side[1]);
     else
       printf("  run %d: openssl %.2f GB/s  hurray TLS GET %.2f GB/s  "
            "hurray TCP GET %.2f GB/s  TLS/openssl %.2f  TLS/TCP %.2f\n",
@@ -499,7 +525,7 @@ int main(int argc, char **argv) {
   if (strcmp(cipher, ti.cipher) != 0)
     printf("  WARNING: the ciphers differ; the comparison is unfair\n");
   for (m = 0; m < 3; m++) {
-    double cu, cs;
+    double cu, cs, ss, rs;
     best[m] = 0;
     for (i = 0; i < runs; i++) {
       v[i] = sm[m][i].gbs;
@@ -513,11 +539,18 @@ int main(int argc, char **argv) {
     for (i = 0; i < runs; i++)
       v[i] = sm[m][i].cpu[1];
     cs = median(v, runs) / gib;
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].side[0];
+    ss = median(v, runs) / gib;
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].side[1];
+    rs = median(v, runs) / gib;
     /* CPU time per GiB, both ends together: the steadier figure on a
-     * loaded machine (with two cores, GB/s cannot beat 2 / this). */
+     * loaded machine.  With two cores GB/s cannot beat 2 / (user + sys),
+     * nor 1 / the busier side. */
     printf("  %-15s median %.2f GB/s, best %.2f GB/s; CPU s per GiB: user "
-           "%.2f + sys %.2f = %.2f\n",
-           names[m], med[m], best[m], cu, cs, cu + cs);
+           "%.2f + sys %.2f = %.2f (sender %.2f, receiver %.2f)\n",
+           names[m], med[m], best[m], cu, cs, cu + cs, ss, rs);
   }
   for (i = 0; i < runs; i++)
     v[i] = sm[1][i].gbs / sm[0][i].gbs;
