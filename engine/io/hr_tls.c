@@ -335,6 +335,9 @@ static void switch_bios(hr__tls *t) {
     t->ibuf = hr__mem_malloc(&t->mem, IBUF_SIZE);
     if (t->ibuf && (b = new_bio(t)) != NULL) {
       SSL_set0_rbio(t->ssl, b);
+      /* A host's context may ask for read-ahead: with this BIO it would
+       * only bring back the memmove.  What it already read stays first. */
+      SSL_set_read_ahead(t->ssl, 0);
     } else {
       hr__mem_free(&t->mem, t->ibuf);
       t->ibuf = NULL;
