@@ -9,7 +9,8 @@
  * record on the sending side and a copy quadratic in the read size on the
  * receiving side.  So, once the handshake is done and the kernel does not
  * do the record layer (kernel TLS), the SSL object talks to the socket
- * through this file's own BIO (docs/internals/engine.md, "TLS"):
+ * through this file's own BIO (docs/internals/engine.md, "The socket
+ * BIO"):
  *  - writes: the records of one hr__tls_sendv() are gathered into `obuf`
  *    (OBUF_SIZE) and leave in one send() per OBUF_SIZE bytes, so TCP sees
  *    writes as large as a plain connection's;
