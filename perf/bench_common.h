@@ -22,9 +22,6 @@ _Noreturn void bc_die(const char *what);
 /* CLOCK_MONOTONIC in seconds. */
 double bc_now_s(void);
 
-/* CPU seconds (user and system) of the whole process. */
-double bc_cpu_s(void);
-
 /* A TCP socket listening on 127.0.0.1, port 0 (SO_REUSEADDR, backlog
  * 64); *port receives the port. */
 int bc_listen_any(int *port);
