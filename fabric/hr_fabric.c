@@ -34,7 +34,9 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -101,8 +103,25 @@ struct fab_xop {
   char why[160];
 };
 
+/* The few functions libfabric really exports (the rest of its API is
+ * static inline, calling through the ops tables of the objects these
+ * return).  libfabric is loaded at run time: linking it would run its
+ * providers' constructors (libinfinipath's among them, tens of
+ * milliseconds) in every process that links libhurray, fabric or not. */
+typedef struct fab_lib {
+  void *handle; /* dlopen() */
+  __typeof__(fi_getinfo) *getinfo;
+  __typeof__(fi_freeinfo) *freeinfo;
+  __typeof__(fi_dupinfo) *dupinfo;
+  __typeof__(fi_fabric) *fabric;
+  __typeof__(fi_strerror) *strerror;
+  __typeof__(fi_tostr) *tostr;
+  __typeof__(fi_version) *version;
+} fab_lib;
+
 struct hr_fabric {
   hr_mem mem;
+  fab_lib lib;
   hr_fabric_config cfg;
   char provider[64];
   char node[64];
@@ -140,8 +159,10 @@ struct hr_fabric {
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void fi_why(char *why, size_t cap, const char *what, int rv) {
-  hr__fab_why(why, cap, "%s: %s (%d)", what, fi_strerror(rv < 0 ? -rv : rv),
+static void fi_why(const hr_fabric *f, char *why, size_t cap, const char *what,
+                   int rv) {
+  hr__fab_why(why, cap, "%s: %s (%d)", what,
+              f->lib.strerror(rv < 0 ? -rv : rv),
               rv);
 }
 
@@ -202,7 +223,7 @@ static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
       break;
   }
   if (rv) {
-    fi_why(why, cap, "fi_mr_regattr", rv);
+    fi_why(f, why, cap, "fi_mr_regattr", rv);
     return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
   }
   if ((f->mr_mode & FI_MR_ENDPOINT) && !probe) {
@@ -211,7 +232,7 @@ static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
       rv = fi_mr_enable(*out);
     if (rv) {
       fi_close(&(*out)->fid);
-      fi_why(why, cap, "fi_mr_bind/enable", rv);
+      fi_why(f, why, cap, "fi_mr_bind/enable", rv);
       return HR_ERR_IO;
     }
   }
@@ -269,8 +290,9 @@ static int host_staged(const char *prov) {
 /* Asks libfabric for `prov` with the capabilities the data plane needs,
  * relaxing the optional ones (delivery completion, directed receive,
  * FI_HMEM) one by one when the provider refuses them. */
-static int get_info(const hr_fabric_config *cfg, const char *prov,
-                    const char *node, struct fi_info **out) {
+static int get_info(const hr_fabric *f, const char *prov, const char *node,
+                    struct fi_info **out) {
+  const hr_fabric_config *cfg = &f->cfg;
   static const int variants[][3] = {/* delivery_complete, directed_recv, hmem */
                                     {1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1},
                                     {1, 1, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 0}};
@@ -278,7 +300,7 @@ static int get_info(const hr_fabric_config *cfg, const char *prov,
   for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
     if (variants[v][2] && !cfg->hmem)
       continue;
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = f->lib.dupinfo(NULL); /* fi_allocinfo() */
     if (!h)
       return -FI_ENOMEM;
     h->caps = FI_RMA | FI_TAGGED;
@@ -297,12 +319,12 @@ static int get_info(const hr_fabric_config *cfg, const char *prov,
       h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     h->fabric_attr->prov_name = strdup(prov); /* lint-ok: fi_freeinfo */
     if (!h->fabric_attr->prov_name) {
-      fi_freeinfo(h);
+      f->lib.freeinfo(h);
       return -FI_ENOMEM;
     }
     struct fi_info *info = NULL;
-    int rv = fi_getinfo(HR_FI_VERSION, node, NULL, 0, h, &info);
-    fi_freeinfo(h);
+    int rv = f->lib.getinfo(HR_FI_VERSION, node, NULL, 0, h, &info);
+    f->lib.freeinfo(h);
     if (rv == 0 && info) {
       /* The layered name must match exactly: asking for "tcp" also
        * returns "tcp;ofi_rxm", and that is the one we want to name. */
@@ -318,10 +340,10 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
   const hr_fabric_config *c = &f->cfg;
   const char *node = f->node[0] ? f->node : NULL;
   if (f->provider[0]) {
-    int rv = get_info(c, f->provider, strcmp(f->provider, "shm") ? node : NULL,
+    int rv = get_info(f, f->provider, strcmp(f->provider, "shm") ? node : NULL,
                       &f->info);
     if (rv) {
-      hr__fab_why(why, cap, "provider %s: %s", f->provider, fi_strerror(-rv));
+      hr__fab_why(why, cap, "provider %s: %s", f->provider, f->lib.strerror(-rv));
       return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
     }
     return 0;
@@ -333,11 +355,11 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
   static const char *const network[] = {"cxi",  "verbs;ofi_rxm", "efa", "opx",
                                         "psm3", "psm2",          "ucx"};
   for (size_t i = 0; i < sizeof network / sizeof *network; i++)
-    if (get_info(c, network[i], node, &f->info) == 0)
+    if (get_info(f, network[i], node, &f->info) == 0)
       return 0;
-  if (local && get_info(c, "shm", NULL, &f->info) == 0)
+  if (local && get_info(f, "shm", NULL, &f->info) == 0)
     return 0;
-  if (get_info(c, "tcp;ofi_rxm", node, &f->info) == 0)
+  if (get_info(f, "tcp;ofi_rxm", node, &f->info) == 0)
     return 0;
   hr__fab_why(why, cap, "no provider with FI_RMA and FI_TAGGED (%s scope)",
               local ? "local" : "network");
@@ -368,6 +390,47 @@ static int probe_hmem(hr_fabric *f, const hr_fabric_config *c) {
   return ok;
 }
 
+/* Loads libfabric and resolves its exported functions into f->lib.
+ * RTLD_NODELETE: providers hook memory functions (the registration cache's
+ * monitors) and start threads, so the library must never be unmapped;
+ * the handle is closed with the fabric, the library stays. */
+static int lib_load(hr_fabric *f, const char *name, char *why, size_t cap) {
+  static const char *const syms[] = {"fi_getinfo", "fi_freeinfo",
+                                     "fi_dupinfo", "fi_fabric",
+                                     "fi_strerror", "fi_tostr", "fi_version"};
+  void **slots[] = {(void **)&f->lib.getinfo,  (void **)&f->lib.freeinfo,
+                    (void **)&f->lib.dupinfo,  (void **)&f->lib.fabric,
+                    (void **)&f->lib.strerror, (void **)&f->lib.tostr,
+                    (void **)&f->lib.version};
+  if (!name)
+    name = "libfabric.so.1";
+  f->lib.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!f->lib.handle) {
+    const char *e = dlerror();
+    hr__fab_why(why, cap, "libfabric is not available: %s", e ? e : name);
+    return HR_ERR_UNSUPPORTED;
+  }
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+    void *p = dlsym(f->lib.handle, syms[i]);
+    if (!p) {
+      hr__fab_why(why, cap, "libfabric is not available: %s lacks %s", name,
+                  syms[i]);
+      return HR_ERR_UNSUPPORTED;
+    }
+    /* POSIX guarantees that object and function pointers convert. */
+    memcpy(slots[i], &p, sizeof p);
+  }
+  uint32_t v = f->lib.version();
+  if (FI_MAJOR(v) != FI_MAJOR_VERSION || v < FI_VERSION(1, 17)) {
+    hr__fab_why(why, cap,
+                "libfabric is not available: %s is version %u.%u, 1.17 or a "
+                "later 1.x is needed",
+                name, FI_MAJOR(v), FI_MINOR(v));
+    return HR_ERR_UNSUPPORTED;
+  }
+  return 0;
+}
+
 static void close_all(hr_fabric *f) {
   hr__mrc_del(f->cache);
   f->cache = NULL;
@@ -382,7 +445,9 @@ static void close_all(hr_fabric *f) {
   if (f->fabric)
     fi_close(&f->fabric->fid);
   if (f->info)
-    fi_freeinfo(f->info);
+    f->lib.freeinfo(f->info);
+  if (f->lib.handle)
+    dlclose(f->lib.handle);
 }
 
 int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
@@ -412,17 +477,22 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
     return HR_ERR_NOMEM;
   }
   f->mem = *mem;
-  f->cfg = *cfg;
+  /* A version 1 configuration ends before `library`. */
+  memcpy(&f->cfg, cfg,
+         cfg->version >= 2 ? sizeof *cfg : offsetof(hr_fabric_config, library));
   f->cfg.provider = NULL;
   f->cfg.node = NULL;
   f->cfg.hmem_devices = NULL; /* only read during hr_fabric_new */
+  f->cfg.library = NULL;
   f->wait_fd = -1;
   if (cfg->provider)
     memcpy(f->provider, cfg->provider, strlen(cfg->provider) + 1);
   if (cfg->node)
     memcpy(f->node, cfg->node, strlen(cfg->node) + 1);
 
-  int rv = select_provider(f, why, cap);
+  int rv = lib_load(f, cfg->version >= 2 ? cfg->library : NULL, why, cap);
+  if (!rv)
+    rv = select_provider(f, why, cap);
   if (rv)
     goto fail;
   struct fi_info *i = f->info;
@@ -445,7 +515,7 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
 
   int step;
   const char *what = "fi_fabric";
-  step = fi_fabric(i->fabric_attr, &f->fabric, NULL);
+  step = f->lib.fabric(i->fabric_attr, &f->fabric, NULL);
   if (!step) {
     what = "fi_domain";
     step = fi_domain(f->fabric, i, &f->domain, NULL);
@@ -505,7 +575,7 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
     step = fi_getname(&f->ep->fid, f->name, &f->name_len);
   }
   if (step) {
-    fi_why(why, cap, what, step);
+    fi_why(f, why, cap, what, step);
     rv = step == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_IO;
     goto fail;
   }
@@ -651,7 +721,7 @@ static int check_name(const hr_fabric *f, const uint8_t *name, uint16_t len,
   }
 bad:
   hr__fab_why(why, cap, "not a %s endpoint name",
-              fi_tostr(&f->info->addr_format, FI_TYPE_ADDR_FORMAT));
+              f->lib.tostr(&f->info->addr_format, FI_TYPE_ADDR_FORMAT));
   return HR_ERR_UNSUPPORTED;
 }
 
@@ -698,7 +768,7 @@ static int fab_peer_add(void *ctx, const uint8_t *prov, uint16_t prov_len,
   int n = fi_av_insert(f->av, p->name, 1, &p->addr, 0, NULL);
   if (n != 1) {
     hr__mem_free(&f->mem, p);
-    fi_why(why, cap, "fi_av_insert", n < 0 ? n : -FI_EADDRNOTAVAIL);
+    fi_why(f, why, cap, "fi_av_insert", n < 0 ? n : -FI_EADDRNOTAVAIL);
     return HR_ERR_UNSUPPORTED;
   }
   p->refs = 1;
@@ -778,7 +848,7 @@ static int fab_reg(void *ctx, const hr_fabric_region *r, int access,
     rv = fi_mr_raw_attr(m, &base, key->raw_key, &ks, 0);
     if (rv || ks == 0 || ks > HR_FABRIC_RAW_KEY_MAX) {
       fi_close(&m->fid);
-      fi_why(why, cap, "fi_mr_raw_attr", rv ? rv : -FI_ETOOSMALL);
+      fi_why(f, why, cap, "fi_mr_raw_attr", rv ? rv : -FI_ETOOSMALL);
       return HR_ERR_UNSUPPORTED;
     }
     key->raw_key_len = (uint16_t)ks;
@@ -938,7 +1008,7 @@ static void post_more(hr_fabric *f, fab_xop *x) {
     if (rv) {
       x->cur = save;
       x->status = HR_ERR_IO;
-      fi_why(x->why, sizeof x->why,
+      fi_why(f, x->why, sizeof x->why,
              x->kind == K_WRITE  ? "fi_writemsg"
              : x->kind == K_SEND ? "fi_tsendmsg"
                                  : "fi_trecvmsg",
@@ -1060,7 +1130,7 @@ static int drain(hr_fabric *f, int *more) {
         const char *pt = fi_cq_strerror(f->cq, err.prov_errno, err.err_data,
                                         buf, sizeof buf);
         hr__fab_why(text, sizeof text, "completion error: %s (%s)",
-                    fi_strerror(err.err), pt ? pt : "");
+                    f->lib.strerror(err.err), pt ? pt : "");
         if (err.op_context)
           piece_done(f, err.op_context, err.err, err.len, text);
         budget--;
@@ -1068,7 +1138,7 @@ static int drain(hr_fabric *f, int *more) {
       }
     }
     char text[160];
-    fi_why(text, sizeof text, "fi_cq_read", (int)n);
+    fi_why(f, text, sizeof text, "fi_cq_read", (int)n);
     f->cq_failed = 1;
     fail_everything(f, text);
     return HR_ERR_IO;
@@ -1197,7 +1267,7 @@ static int fab_write(void *ctx, void *peer, const hr_fabric_region *src,
                           &x->rkey, 0);
     if (m) {
       xop_free(f, x);
-      fi_why(why, cap, "fi_mr_map_raw", m);
+      fi_why(f, why, cap, "fi_mr_map_raw", m);
       return HR_ERR_UNSUPPORTED;
     }
     x->key_mapped = 1;

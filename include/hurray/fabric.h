@@ -184,7 +184,7 @@ HR_EXTERN int hr_fabric_placement(const hr_descriptor *d,
 
 typedef struct hr_fabric hr_fabric;
 
-#define HR_FABRIC_CONFIG_VERSION 1
+#define HR_FABRIC_CONFIG_VERSION 2
 
 /* Where the peers are, for automatic provider selection. */
 enum hr_fabric_scope {
@@ -233,18 +233,26 @@ typedef struct hr_fabric_config {
   void *hmem_user_data;
   const uint8_t *hmem_devices; /* device tags to probe (HR_DEV_CUDA, ...) */
   uint8_t hmem_device_count;
+  /* Version 2.  libfabric is loaded (dlopen) by hr_fabric_new(), not
+   * linked: this names the library to load, NULL for "libfabric.so.1"
+   * (a path, or a name the dynamic loader searches for).  Once loaded it
+   * stays loaded for the life of the process (providers install memory
+   * hooks that must not be unmapped). */
+  const char *library;
 } hr_fabric_config;
 
 /* Fills `c` with the defaults documented above. */
 HR_EXTERN void hr_fabric_config_default(hr_fabric_config *c);
 
 /*
- * Opens the fabric, domain, completion queue (FI_WAIT_FD where the provider
- * has it, else none), address vector and RDM endpoint.  `cfg` is copied
- * (NULL: defaults); `mem` NULL: hr_mem_default().  On failure a reason goes
- * to why[0..why_cap).
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED (no such provider,
- * or none with FI_RMA and FI_TAGGED), HR_ERR_IO (a libfabric call failed),
+ * Loads libfabric (cfg->library) on first use, then opens the fabric,
+ * domain, completion queue (FI_WAIT_FD where the provider has it, else
+ * none), address vector and RDM endpoint.  `cfg` is copied (NULL:
+ * defaults); `mem` NULL: hr_mem_default().  On failure a reason goes to
+ * why[0..why_cap).
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED (libfabric cannot
+ * be loaded or is older than 1.17, no such provider, or none with FI_RMA
+ * and FI_TAGGED), HR_ERR_IO (a libfabric call failed),
  * HR_ERR_NOMEM.  May not be called from callbacks of this fabric.
  */
 HR_EXTERN int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
