@@ -1134,6 +1134,17 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
     next = e->drain_deadline;
   if (next == e->timer_at)
     return;
+  if (e->ops.timer_ns) {
+    /* Nanoseconds: a fabric's short poll deadline is slept, not spun. */
+    int64_t ns = next == HR_TSTAMP_NEVER ? -1
+                 : next <= now           ? 0
+                 : next - now > (hr_tstamp)INT64_MAX
+                     ? INT64_MAX
+                     : (int64_t)(next - now);
+    if (e->ops.timer_ns(e->loop_data, ns) == 0)
+      e->timer_at = next;
+    return;
+  }
   if (next == HR_TSTAMP_NEVER) {
     ms = -1;
   } else if (next <= now || (next == fab && next - now < 1000000u)) {
