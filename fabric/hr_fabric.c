@@ -143,6 +143,7 @@ struct hr_fabric {
   int hmem;
   int gpudirect;
   hr__mrc *cache;
+  hr__fab_track *track; /* memory freed on other threads */
   fab_peer *peers;
   fab_xop *ops;
   uint64_t remote_mrs;
@@ -432,6 +433,10 @@ static int lib_load(hr_fabric *f, const char *name, char *why, size_t cap) {
 }
 
 static void close_all(hr_fabric *f) {
+  /* Tensors may outlive the fabric and still report into the tracker. */
+  hr__fab_track_set_wake(f->track, NULL, NULL);
+  hr__fab_track_unref(f->track);
+  f->track = NULL;
   hr__mrc_del(f->cache);
   f->cache = NULL;
   if (f->ep)
@@ -581,6 +586,8 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
   }
   rv = hr__mrc_new(&f->cache, cache_reg, cache_dereg, f, cfg->mr_cache_entries,
                    cfg->mr_cache_bytes, mem);
+  if (!rv)
+    rv = hr__fab_track_new(&f->track, mem);
   if (rv) {
     hr__fab_why(why, cap, "out of memory");
     goto fail;
@@ -637,6 +644,21 @@ int hr_fabric_fd(const hr_fabric *f) {
 void hr_fabric_invalidate(hr_fabric *f, const void *ptr, uint64_t len) {
   if (f)
     hr__mrc_invalidate(f->cache, ptr, len);
+}
+
+static void drained(void *ctx, const void *ptr, uint64_t len) {
+  hr__mrc_invalidate(((hr_fabric *)ctx)->cache, ptr, len);
+}
+
+/* Closes the registrations of memory freed on any thread, before the
+ * cache could hand one of them out again. */
+static void take_invalidations(hr_fabric *f) {
+  hr__fab_track_drain(f->track, drained, f);
+}
+
+void hr_fabric_set_wake(hr_fabric *f, void (*wake)(void *ctx), void *ctx) {
+  if (f)
+    hr__fab_track_set_wake(f->track, wake, ctx);
 }
 
 void hr_fabric_get_stats(const hr_fabric *f, hr_fabric_stats *st) {
@@ -934,6 +956,7 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
       return HR_ERR_NOMEM;
     }
   }
+  take_invalidations(f);
   for (unsigned k = 0; k < r->nseg; k++) {
     if (r->seg[k].len == 0)
       continue;
@@ -1167,6 +1190,7 @@ static void service(hr_fabric *f) {
 int hr_fabric_progress(hr_fabric *f, hr_tstamp now) {
   f->last_poll = now;
   f->st.progress_calls++;
+  take_invalidations(f);
   if (f->down) {
     f->need_progress = 0;
     return 0;
@@ -1232,7 +1256,7 @@ int hr_fabric_shutdown(hr_fabric *f) {
 }
 
 hr_tstamp hr_fabric_get_expiry(const hr_fabric *f) {
-  if (f->need_progress)
+  if (f->need_progress || hr__fab_track_pending(f->track))
     return 0;
   if (f->wait_fd >= 0)
     return f->armed ? HR_TSTAMP_NEVER : 0;
@@ -1341,6 +1365,18 @@ static void fab_cancel(void *ctx, hr_fabric_op *op) {
   f->need_progress = 1;
 }
 
+static void *fab_tracker(void *ctx) {
+  return hr__fab_track_ref(((hr_fabric *)ctx)->track);
+}
+
+static void fab_tracker_invalidate(void *trk, const void *ptr, uint64_t len) {
+  hr__fab_track_push(trk, ptr, len);
+}
+
+static void fab_tracker_unref(void *trk) {
+  hr__fab_track_unref(trk);
+}
+
 static const hr_fabric_ops fabric_ops = {sizeof(hr_fabric_ops),
                                          fab_peer_add,
                                          fab_peer_del,
@@ -1349,7 +1385,10 @@ static const hr_fabric_ops fabric_ops = {sizeof(hr_fabric_ops),
                                          fab_write,
                                          fab_send,
                                          fab_recv,
-                                         fab_cancel};
+                                         fab_cancel,
+                                         fab_tracker,
+                                         fab_tracker_invalidate,
+                                         fab_tracker_unref};
 
 const hr_fabric_ops *hr_fabric_get_ops(void) {
   return &fabric_ops;

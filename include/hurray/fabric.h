@@ -141,6 +141,19 @@ typedef struct hr_fabric_ops {
   /* Asks a started op to end early.  It still ends through `done`, once,
    * when no piece of it is in flight any more. */
   void (*cancel)(void *ctx, hr_fabric_op *op);
+  /* Registration invalidation from any thread (NULL: the backend caches
+   * nothing).  tracker() (the fabric's thread) returns a new reference on
+   * the backend's thread-safe invalidation handle, the same handle for
+   * every call on one backend (NULL: out of memory).  With it, from any
+   * thread and even after the backend is gone: tracker_invalidate() says
+   * that [ptr, ptr + len) is being freed (the backend closes its cached
+   * registrations there before it registers anything again, and wakes its
+   * loop through hr_fabric_set_wake()); tracker_unref() drops the
+   * reference.  The session watches every tensor it moves over the data
+   * plane and reports its buffers when the tensor is freed. */
+  void *(*tracker)(void *ctx);
+  void (*tracker_invalidate)(void *trk, const void *ptr, uint64_t len);
+  void (*tracker_unref)(void *trk);
 } hr_fabric_ops;
 
 /*
@@ -329,14 +342,28 @@ HR_EXTERN int hr_fabric_progress(hr_fabric *f, hr_tstamp now);
  * Registration cache.  Local registrations (the memory an RMA write or a
  * tagged send reads, or the tagged receives fill) are cached by address
  * range, so that a tensor served many times is registered once.  The
- * application's release of a buffer must be reported here (the engine does
- * it from the tensor's release callback): registrations overlapping
+ * application's release of a buffer must be reported here, or through the
+ * ops' tracker_invalidate() (the session does it for every tensor it
+ * moved over the data plane, when the tensor is freed): registrations
+ * overlapping
  * [ptr, ptr + len) are closed at once, or when their last user ends.
  * Remote registrations (the keys RDMA_REGISTER carries) are never cached:
  * each is closed when its transfer ends.
  */
 HR_EXTERN void hr_fabric_invalidate(hr_fabric *f, const void *ptr,
                                     uint64_t len);
+
+/*
+ * `wake(ctx)` is called, from whichever thread frees a tensor, when an
+ * invalidation is queued through the ops' tracker_invalidate(): the
+ * engine wakes its loop (it writes its eventfd), whose next
+ * hr_fabric_progress() closes the registrations (hr_fabric_get_expiry()
+ * is 0 while some are queued).  wake must be thread-safe and must not
+ * call into the fabric.  NULL removes it; once this returns, wake is no
+ * longer called (it may be running on another thread until then).
+ */
+HR_EXTERN void hr_fabric_set_wake(hr_fabric *f, void (*wake)(void *ctx),
+                                  void *ctx);
 
 /* Counters, for --stats and the tests. */
 typedef struct hr_fabric_stats {
