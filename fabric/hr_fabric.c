@@ -344,7 +344,8 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
     int rv = get_info(f, f->provider, strcmp(f->provider, "shm") ? node : NULL,
                       &f->info);
     if (rv) {
-      hr__fab_why(why, cap, "provider %s: %s", f->provider, f->lib.strerror(-rv));
+      hr__fab_why(why, cap, "provider %s: %s", f->provider,
+                  f->lib.strerror(-rv));
       return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
     }
     return 0;

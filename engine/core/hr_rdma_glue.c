@@ -358,8 +358,9 @@ static void tensor_freed(void *a, void *b, hr_tensor *t) {
  * whose destination buffer it wrapped. */
 static int watch_tensor(hr_rdma_glue *g, hr_tensor *t) {
   const hr_fabric_ops *ops = g->ops;
-  if (ops->size < offsetof(hr_fabric_ops, tracker_unref) + sizeof ops->tracker_unref ||
-      !ops->tracker || !ops->tracker_invalidate || !ops->tracker_unref)
+  size_t need = offsetof(hr_fabric_ops, tracker_unref) + sizeof(void *);
+  if (ops->size < need || !ops->tracker || !ops->tracker_invalidate ||
+      !ops->tracker_unref)
     return 0; /* a backend that caches nothing */
   void *trk = ops->tracker(g->ctx);
   if (!trk)
