@@ -413,6 +413,8 @@ static uint8_t *shard_where(hr_recv *rv, uint32_t i, uint64_t off,
 
 uint8_t *hr__recv_where(hr_recv *rv, uint32_t sid, uint8_t bi, uint64_t off,
                         uint64_t *run) {
+  if (rv->dev)
+    return hr__devrx_where(rv, bi, off, run);
   if (rv->assembled && rv->shards) {
     uint32_t i = sid - rv->base;
     if (i >= rv->nshards || !rv->shards[i].began || bi != 0)

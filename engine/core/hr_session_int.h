@@ -202,8 +202,18 @@ void hr__devrx_free(hr_session *s, hr_devrx *d);
  * HR_ERR_UNSUPPORTED (a composite, a second tensor). */
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
                    hr_tensor **out);
-/* Bytes [off, off + n) of buffer bi landed. */
+/* Bytes [off, off + n) of buffer bi landed (where hr__devrx_where said). */
 void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n);
+/* Where byte `off` of buffer bi lands (a staging slot; *run bytes from
+ * there on), or NULL when no slot is free now. */
+uint8_t *hr__devrx_where(hr_recv *rv, unsigned bi, uint64_t off,
+                         uint64_t *run);
+/* Copies n received bytes into place, keeping aside what a full ring
+ * cannot take yet.  0, or the error that fails the GET. */
+int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
+                    uint64_t n);
+/* 1 when byte `off` of buffer bi must wait for a slot (stop reading). */
+int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off);
 /* Every byte landed (`landed` taken over): completes the GET now (P2) or
  * once the copies are done (P1); ends the stream either way. */
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
@@ -509,6 +519,7 @@ struct hr_session {
   int shm_ok;         /* both HELLOs carry SHM_DATA_PLANE */
   int shm_off;        /* server: the client could not map a segment */
   int pull_fd;        /* the fd of the last pull, or -1 */
+  unsigned dev_spilling; /* GETs into a device holding bytes aside */
 };
 
 /* Makes `p` send device tensor t (whole, or buffer 0's [start, start +

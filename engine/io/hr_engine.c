@@ -720,7 +720,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   /* Bytes TLS already holds are read past the budget: no readiness of
    * the socket would ever report them. */
   while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
-         hr_session_want_read(c->s)) {
+         hr_session_want_read(c->s) && !hr_session_recv_paused(c->s)) {
     void *dst;
     size_t want, nfds = 0;
     ssize_t n;
@@ -867,7 +867,10 @@ static int conn_events(hr_conn *c) {
   switch (c->state) {
   case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
-    if (hr_session_want_read(c->s) && !c->peer_eof)
+    /* A session waiting for its device (recv_paused) leaves the input
+     * in the socket: backpressure on the peer. */
+    if (hr_session_want_read(c->s) && !c->peer_eof &&
+        !hr_session_recv_paused(c->s))
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
@@ -1489,6 +1492,11 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
        * connection ended: it frees the work item itself. */
       hr_session_work_done(c->s, jb->w, now);
       hr__mem_free(&e->mem, j);
+      /* A session that paused its input may take it again: what TLS
+       * already decrypted is never reported by the socket. */
+      if (c->state == CS_OPEN && c->tls && hr__tls_pending(c->tls) &&
+          !hr_session_recv_paused(c->s) && hr_err_is_fatal(conn_read(c, now)))
+        c->want_close = 1;
       if (c->state == CS_DEAD && c->work_inflight == 0) {
         list_remove(&e->dead, c);
         conn_free(c);

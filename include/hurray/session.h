@@ -152,6 +152,14 @@ typedef struct hr_settings {
   int rdma_destination;
   /* Source owner: tensors smaller than this go as frames (0: 64 KiB). */
   uint64_t rdma_min_bytes;
+  /* ---- appended: GET into device memory (hr_get_opts.device) ----
+   * The bytes pass through a ring of `device_pieces` pinned staging
+   * pieces of `device_piece` bytes each (0: 8 MiB and 4; at least 4 KiB,
+   * 2 to 16 pieces): a GET pins at most that much host memory whatever
+   * the tensor's size, and input waits (hr_session_recv_paused()) while
+   * every piece is being copied. */
+  uint64_t device_piece;
+  uint32_t device_pieces;
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */
@@ -368,9 +376,12 @@ typedef struct hr_get_opts {
   const uint64_t *region_shape;
   const hr_get_dest *dest; /* NULL: allocate */
   /* Receive into device memory (NULL: host memory).  The bytes land in
-   * pinned host memory of `device` and are copied to device memory piece
-   * by piece (transcode_chunk bytes) as they arrive, each copy overlapping
-   * the receive of what follows.  The tensor delivered is a device tensor
+   * a bounded ring of pinned staging pieces of `device`
+   * (settings.device_piece, device_pieces) and each piece is copied to
+   * device memory as soon as it is complete, the copy overlapping the
+   * receive of what follows; a piece is reused once its copy is done, and
+   * the session stops reading while none is free.  Over the SHM data
+   * plane the pieces are filled from the mapped segment.  The tensor delivered is a device tensor
    * (hr_tensor_on_device; hr_tensor_gpu_buf gives its memory, its
    * descriptor carries the device's device_tag and `device_sync`) that
    * owns its device buffers: they are freed when it dies.  `device_sync`
@@ -596,6 +607,13 @@ HR_EXTERN int hr_session_recv_fds(hr_session *s, const int *fds, size_t n,
 
 /* nghttp2 rule: both 0 means the connection should be closed. */
 HR_EXTERN int hr_session_want_read(const hr_session *s);
+/* 1 while the session cannot take input now although it wants to read:
+ * a GET into device memory waits for a free staging piece (its copies are
+ * in flight).  The host stops reading (and watching for input) until a
+ * work item completes (hr_session_work_done()), then asks again.  Bytes
+ * fed anyway are kept, up to a bound, then fail that GET.  Not a reason
+ * to close: hr_session_want_read() stays 1.  version-added: 0.2 */
+HR_EXTERN int hr_session_recv_paused(const hr_session *s);
 HR_EXTERN int hr_session_want_write(const hr_session *s);
 
 /* The next timer deadline, or HR_TSTAMP_NEVER. */
