@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +120,22 @@ void hr__gpu_sleep_ns(uint64_t ns) {
                         (long)(ns % 1000000000u)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+void hr__gpu_advise_huge(void *p, uint64_t len) {
+#ifdef MADV_HUGEPAGE
+  const uintptr_t page = 4096;
+  if (!p || len < ((uint64_t)2 << 20) || len > SIZE_MAX)
+    return;
+  /* madvise() wants whole pages: those inside [p, p + len). */
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)p + (size_t)len) & ~(page - 1);
+  if (hi > lo)
+    (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)len;
+#endif
 }
 
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src) {

@@ -58,6 +58,15 @@ uint64_t hr__gpu_now_ns(void);
 /* Sleeps `ns` nanoseconds (restarting after signals). */
 void hr__gpu_sleep_ns(uint64_t ns);
 
+/*
+ * Advises transparent huge pages for [p, p + len) when len is 2 MiB or
+ * more (advice only; ignored where refused).  For backends whose "device
+ * memory" is ordinary host memory (sim, a CPU Vulkan device such as
+ * lavapipe): each new buffer is otherwise faulted in 4 KiB at a time by
+ * its first copy, which costs more than the copy itself (issue 6).
+ */
+void hr__gpu_advise_huge(void *p, uint64_t len);
+
 /* Copies a NUL-terminated name into a fixed buffer, truncating. */
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src);
 

@@ -179,6 +179,7 @@ struct vk_dev {
   uint32_t family;
   uint32_t type_device, type_host, type_unified; /* UINT32_MAX: none */
   int device_mapped; /* type_device is host-visible and coherent */
+  int cpu_device;    /* a CPU implementation (lavapipe): memory is host's */
   char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
   uint64_t total_memory;
   pthread_mutex_t mu;
@@ -385,6 +386,7 @@ static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   VkPhysicalDeviceProperties props;
   d->f.vkGetPhysicalDeviceProperties(d->phys, &props);
   hr__gpu_copy_name(d->name, sizeof d->name, props.deviceName);
+  d->cpu_device = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   VkPhysicalDeviceMemoryProperties mp;
   d->f.vkGetPhysicalDeviceMemoryProperties(d->phys, &mp);
   d->type_device = find_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
@@ -485,6 +487,8 @@ static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
   if (map && d->f.vkMapMemory(d->dev, m->mem, 0, VK_WHOLE_SIZE, 0, &m->map) !=
                  VK_SUCCESS)
     goto fail;
+  if (d->cpu_device && m->map)
+    hr__gpu_advise_huge(m->map, size);
   *out = m;
   return 0;
 fail:
