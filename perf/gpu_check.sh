@@ -140,6 +140,8 @@ build_direct() {
                -I"$root/engine/core" -I"$root/engine/io" -I"$root/gpu"
                -I"$root/tests/gpu"
                -I"$cuda_root/include")
+  # engine/io/hr_tls.c needs OpenSSL 3 (Debian: libssl-dev).
+  local libs=(-lssl -lcrypto -lpthread -ldl -lm)
   local objs=()
   for f in "${lib[@]}"; do
     # engine/core and engine/io both have an hr_client.c: keep the folder.
@@ -148,13 +150,13 @@ build_direct() {
     objs+=("$o")
   done
   "$cc" "${flags[@]}" "$root/tests/gpu/test_gpu_api.c" "${objs[@]}" \
-    -o "$b/gpu_api" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_api" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/tests/gpu/test_gpu_contract.c" "${objs[@]}" \
-    -o "$b/gpu_contract" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_contract" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/perf/gpu_bench.c" "${objs[@]}" \
-    -o "$b/gpu_bench" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_bench" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/perf/gpu_engine_bench.c" "${objs[@]}" \
-    -o "$b/gpu_engine_bench" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_engine_bench" "${libs[@]}" || return 1
   bin_engine_bench=$b/gpu_engine_bench
   bin_api=$b/gpu_api
   bin_contract=$b/gpu_contract
