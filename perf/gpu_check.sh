@@ -28,8 +28,10 @@
 # Usage: bash perf/gpu_check.sh [SIZE]     e.g. SIZE=1G (default), 256M
 # Environment: HR_CUDA_ROOT (toolkit), HR_GPU_CHECK_DIR (build directory,
 # default build/gpu-check), HR_GPU_CHECK_DIRECT=1 (skip CMake).
-# Exit status: 0 when everything passed, 1 when a build or test failed,
-# 77 when nothing failed but something was skipped (no CUDA device here).
+# Exit status: 0 when everything passed, 1 when a build or test failed
+# (a CUDA check that skips counts as failed when nvidia-smi lists a GPU:
+# the device is there but the backend could not use it), 77 when nothing
+# failed but something was skipped (no CUDA device here).
 # A benchmark below its target is reported in the summary, not failed.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,9 +44,15 @@ status=0
 skipped=0
 
 step() { printf '\n==== %s ====\n' "$*"; }
+have_gpu=0 # nvidia-smi lists a GPU: a CUDA check that skips is a failure
 record() { # record NAME RESULT
-  results+=("$(printf '%-34s %s' "$1" "$2")")
-  case $2 in
+  local r=$2
+  case $r in
+    SKIPPED*cuda* | SKIPPED*"backend unavailable"* | SKIPPED*"no device"*)
+      [ $have_gpu = 1 ] && r="FAIL (skipped although nvidia-smi lists a GPU: ${r#SKIPPED })" ;;
+  esac
+  results+=("$(printf '%-34s %s' "$1" "$r")")
+  case $r in
     PASS* | "BELOW TARGET"*) ;;
     SKIPPED*) skipped=1 ;;
     *) status=1 ;;
@@ -60,6 +68,7 @@ step "machine"
 uname -a
 echo "cores: $jobs"
 if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L | grep -q '^GPU ' && have_gpu=1
   nvidia-smi -L || true
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 else
@@ -209,7 +218,7 @@ if [ -n "$bin_xc" ]; then
   rc=$?
   case $rc in
     0) record "transpose vs D2D copy" "PASS (see GB/s above)" ;;
-    77) record "transpose vs D2D copy" "SKIPPED" ;;
+    77) record "transpose vs D2D copy" "SKIPPED (no device or no nvcc)" ;;
     *) record "transpose vs D2D copy" "FAIL (exit $rc)" ;;
   esac
 else

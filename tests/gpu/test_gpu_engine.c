@@ -64,8 +64,8 @@ static _Atomic uint64_t cnt_live, cnt_peak;
 static int cnt_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
   int rv = cnt_base->mem_alloc(dev, kind, size, out);
   if (rv == 0 && kind == HR_GPU_MEM_PINNED) {
-    uint64_t now = cnt_live += size;
-    uint64_t peak = cnt_peak;
+    uint64_t now = atomic_fetch_add(&cnt_live, size) + size;
+    uint64_t peak = atomic_load(&cnt_peak);
     while (now > peak && !atomic_compare_exchange_weak(&cnt_peak, &peak, now)) {
     }
   }
@@ -74,7 +74,7 @@ static int cnt_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
 
 static void cnt_free(void *dev, const hr_gpu_mem_info *m) {
   if (m->kind == HR_GPU_MEM_PINNED)
-    cnt_live -= m->size;
+    atomic_fetch_sub(&cnt_live, m->size);
   cnt_base->mem_free(dev, m);
 }
 
