@@ -402,10 +402,10 @@ static void progress(hr_devrx *d, int from_work) {
      * ends the GET with an ERROR to the server. */
     if (from_work && (d->err || (d->spill_head && !d->works))) {
       hr_stream *st = stream_of(d);
-      int rv = hr__stream_error(
-          d->s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
-          d->err ? "copying to the device failed"
-                 : "frames beyond the device staging ring");
+      int rv =
+          hr__stream_error(d->s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                           d->err ? "copying to the device failed"
+                                  : "frames beyond the device staging ring");
       if (rv < 0)
         hr__fatal(d->s, rv);
     }

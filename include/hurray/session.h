@@ -381,14 +381,16 @@ typedef struct hr_get_opts {
    * device memory as soon as it is complete, the copy overlapping the
    * receive of what follows; a piece is reused once its copy is done, and
    * the session stops reading while none is free.  Over the SHM data
-   * plane the pieces are filled from the mapped segment.  The tensor delivered is a device tensor
-   * (hr_tensor_on_device; hr_tensor_gpu_buf gives its memory, its
-   * descriptor carries the device's device_tag and `device_sync`) that
-   * owns its device buffers: they are freed when it dies.  `device_sync`
+   * plane the pieces are filled from the mapped segment.  The tensor
+   * delivered is a device tensor (hr_tensor_on_device; hr_tensor_gpu_buf
+   * gives its memory, its descriptor carries the device's device_tag and
+   * `device_sync`) that owns its device buffers: they are freed when it
+   * dies.  `device_sync`
    * says when it is delivered (ADR-018):
    *   HR_SYNC_PRODUCER_SYNCED (P1): once the device finished the copies;
    *     use it at once.
-   *   HR_SYNC_EVENT (P2): as soon as the last byte arrived;
+   *   HR_SYNC_EVENT (P2): as soon as the last piece's copy is enqueued
+   *     (the last byte arrived);
    *     hr_tensor_gpu_event() is the event to wait on
    *     (hr_gpu_stream_wait_event) on every stream that touches it.
    * Any placement the server chose (the device's tag or CPU) lands on the

@@ -94,8 +94,8 @@ static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
   cs.device_pieces = 2;
   assert_int_equal(pair_open(p, &cs, NULL), 0);
   uint64_t shape[1] = {n};
-  hr_tensor *t = dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0,
-                       11);
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 11);
   store_put(&p->st, "k", t);
   return t;
 }
