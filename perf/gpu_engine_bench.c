@@ -21,7 +21,9 @@
  * the transport); the ratio to the copy alone is printed too.
  *
  *   gpu_engine_bench [--backend NAME] [--size BYTES[K|M|G]] [--iters N]
- *                    [--target RATIO]
+ *                    [--target RATIO] [--piece BYTES] [--pieces N]
+ * (--piece/--pieces: the client's device receive ring, settings
+ * device_piece/device_pieces; default 8 MiB x 4)
  * Exit status: 0 when both ratios reach the target, 1 when one does not,
  * 2 on an error, 77 when the backend is unavailable here.
  */
@@ -182,13 +184,21 @@ static double fresh_gbps(hr_gpu *g, hr_gpu_stream *s, hr_gpu_buf *src,
 /* Best GB/s of `iters` GETs of `key` (after one warm-up), on one
  * connection; into host memory `dst` or into device g (then `verify`
  * receives the first result's tensor). */
+/* The client's device receive ring (--piece, --pieces; 0: defaults). */
+static uint64_t ring_piece;
+static uint32_t ring_pieces;
+
 static double get_gbps(int port, const char *key, uint64_t n, int iters,
                        uint8_t *dst, hr_gpu *g, hr_tensor **verify) {
   hr_client *c;
+  hr_client_options co;
   char url[64];
   double best = 0;
   snprintf(url, sizeof url, "127.0.0.1:%d", port);
-  CHECK("hr_client_connect", hr_client_connect(&c, url, NULL, NULL, NULL));
+  hr_client_options_default(&co);
+  co.settings.device_piece = ring_piece;
+  co.settings.device_pieces = ring_pieces;
+  CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
   for (int i = 0; i <= iters; i++) {
     hr_get_opts o;
     hr_get_dest dest;
@@ -238,9 +248,13 @@ int main(int argc, char **argv) {
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--target") && i + 1 < argc)
       target = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--piece") && i + 1 < argc)
+      ring_piece = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "--pieces") && i + 1 < argc)
+      ring_pieces = (uint32_t)atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: gpu_engine_bench [--backend NAME] [--size N] "
-                      "[--iters N] [--target R]\n");
+                      "[--iters N] [--target R] [--piece N] [--pieces N]\n");
       return 2;
     }
   }
