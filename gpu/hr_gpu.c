@@ -122,19 +122,23 @@ void hr__gpu_sleep_ns(uint64_t ns) {
   }
 }
 
-void hr__gpu_advise_huge(void *p, uint64_t len) {
-#ifdef MADV_HUGEPAGE
+void hr__gpu_host_backed(void *p, uint64_t len) {
   const uintptr_t page = 4096;
-  if (!p || len < ((uint64_t)2 << 20) || len > SIZE_MAX)
+  if (!p || len < ((uint64_t)64 << 10) || len > SIZE_MAX)
     return;
-  /* madvise() wants whole pages: those inside [p, p + len). */
+  /* madvise() wants whole pages: those inside [p, p + len).  Both calls
+   * are advice: a kernel that refuses them (no THP, older than 5.14)
+   * leaves the memory working as before, so results are ignored. */
   uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)p + (size_t)len) & ~(page - 1);
-  if (hi > lo)
+  if (hi <= lo)
+    return;
+#ifdef MADV_HUGEPAGE
+  if (len >= ((uint64_t)2 << 20))
     (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)len;
+#endif
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 #endif
 }
 

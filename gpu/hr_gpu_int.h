@@ -59,13 +59,16 @@ uint64_t hr__gpu_now_ns(void);
 void hr__gpu_sleep_ns(uint64_t ns);
 
 /*
- * Advises transparent huge pages for [p, p + len) when len is 2 MiB or
- * more (advice only; ignored where refused).  For backends whose "device
- * memory" is ordinary host memory (sim, a CPU Vulkan device such as
- * lavapipe): each new buffer is otherwise faulted in 4 KiB at a time by
- * its first copy, which costs more than the copy itself (issue 6).
+ * Makes [p, p + len) behave like device memory, which is resident once
+ * allocated, for backends whose "device memory" is ordinary host memory
+ * (sim, a CPU Vulkan device such as lavapipe): populates it at once
+ * (MADV_POPULATE_WRITE) in huge pages where it is 2 MiB or more
+ * (MADV_HUGEPAGE).  Otherwise each new buffer is faulted in 4 KiB at a
+ * time by its first copy, on the device's thread, which cost more than the
+ * copy itself and made a GET into device memory run at ~0.1 GB/s
+ * (issue 6).  Advice only; buffers under 64 KiB are left alone.
  */
-void hr__gpu_advise_huge(void *p, uint64_t len);
+void hr__gpu_host_backed(void *p, uint64_t len);
 
 /* Copies a NUL-terminated name into a fixed buffer, truncating. */
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src);

@@ -231,7 +231,7 @@ static int sim_mem_alloc(void *dev, int kind, uint64_t size,
   void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);
   if (!p)
     return HR_ERR_NOMEM;
-  hr__gpu_advise_huge(p, size);
+  hr__gpu_host_backed(p, size);
   out->handle = p;
   out->device_ptr = p;
   out->host_ptr = p;

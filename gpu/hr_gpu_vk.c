@@ -488,7 +488,7 @@ static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
                  VK_SUCCESS)
     goto fail;
   if (d->cpu_device && m->map)
-    hr__gpu_advise_huge(m->map, size);
+    hr__gpu_host_backed(m->map, size);
   *out = m;
   return 0;
 fail:
