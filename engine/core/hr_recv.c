@@ -90,6 +90,9 @@ static int shm_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
 
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
+  /* Imported device memory is already the device tensor (hr_shm_dev.c). */
+  if (rv->shm_next && hr_tensor_on_device(rv->shm_next))
+    return shm_tensor(s, rv, d, out);
   if (rv->dev)
     return hr__devrx_dest(s, rv, d, out);
   if (rv->shm_next)
