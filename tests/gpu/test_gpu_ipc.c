@@ -37,6 +37,7 @@
 #include <cmocka.h>
 
 #include <hurray/handoff.h>
+#include <hurray/shm.h>
 #include <hurray/tensor.h>
 
 #include "gpu_testutil.h"
@@ -634,8 +635,25 @@ static void engine_fallbacks(void **state) {
     tl_put(&nt.srv, "shared", t);
     hr_tensor_unref(t);
   }
+  /* A host tensor in a shared segment. */
+  hr_descriptor hd = bytes_desc(n, HR_DEV_CPU);
+  assert_int_equal(hr_shm_tensor_alloc(&t, &hd, NULL), 0);
+  gt_fill(hr_tensor_buffer(t, 0), n, SEED_NEW);
+  tl_put(&nt.srv, "host", t);
+  hr_tensor_unref(t);
   hr_get_opts o;
   tc_res r;
+  /* A GET into the device answered with a host segment: its bytes are
+   * copied to the device (they once were not: the GET delivered
+   * whatever the device memory held). */
+  get_opts_dev(&o, "host", g, HR_SYNC_PRODUCER_SYNCED);
+  assert_int_equal(tc_get(&c, &o, &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  assert_true(hr_tensor_on_device(r.t));
+  assert_int_equal(r.rec.bytes, n);
+  assert_int_equal(device_is(g, hr_tensor_gpu_buf(r.t, 0), NULL, n, SEED_NEW),
+                   1);
+  tc_res_clear(&r);
   /* Ordinary device memory: staged frames. */
   get_opts_dev(&o, "plain", g, HR_SYNC_PRODUCER_SYNCED);
   assert_int_equal(tc_get(&c, &o, &r), 0);
