@@ -507,8 +507,8 @@ int hr__tx_ready(const hr_stream *st) {
   if (tx->phase != HR_TXP_DATA)
     return 1;
   const hr_part *p = &tx->parts[tx->cur];
-  if (p->xmode == HR_XM_DIRECT)
-    return 1;
+  if (p->xmode == HR_XM_DIRECT || p->shm)
+    return 1; /* an SHM part has no frames: DATA_END is next */
   if (p->xmode == HR_XM_WHOLE)
     return 0;
   if (tx->off >= part_buf_len(p, tx->buf))
