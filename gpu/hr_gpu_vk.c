@@ -598,9 +598,10 @@ static int mem_create_ext(vk_dev *d, uint32_t type, int map, uint64_t size,
     goto fail;
   }
   if (ext == EXT_EXPORT) {
-    VkMemoryGetFdInfoKHR gi = {.sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
-                               .memory = m->mem,
-                               .handleType = OPAQUE_FD};
+    VkMemoryGetFdInfoKHR gi = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+        .memory = m->mem,
+        .handleType = OPAQUE_FD};
     int fd = -1;
     if (d->f.vkGetMemoryFdKHR(d->dev, &gi, &fd) != VK_SUCCESS || fd < 0) {
       rv = HR_ERR_IO;

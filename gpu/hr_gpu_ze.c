@@ -454,8 +454,10 @@ static int ze_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                           &ignored) == 0 &&
         d->ext.DeviceGetExternalMemoryProperties(d->dev, &ep) ==
             ZE_RESULT_SUCCESS &&
-        (ep.memoryAllocationExportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) &&
-        (ep.memoryAllocationImportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF);
+        (ep.memoryAllocationExportTypes &
+         ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) &&
+        (ep.memoryAllocationImportTypes &
+         ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF);
   }
   if (rv != 0) {
     ze_close(d);
