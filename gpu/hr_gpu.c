@@ -639,3 +639,53 @@ int hr_gpu_ipc_event_import(hr_gpu *g, const hr_gpu_ipc_handle *h,
   e->flags = HR_GPU_EVENT_IPC;
   return event_finish(g, e, g->ops->ipc_event_import(g->dev, h, &e->h), out);
 }
+
+/* ---- IPC through a file descriptor ------------------------------------ */
+
+static int has_ipc_fd(const hr_gpu *g) {
+  return (g->caps.flags & HR_GPU_CAP_IPC_FD) &&
+         HAS_OP(g->ops, mem_alloc_shareable) &&
+         HAS_OP(g->ops, ipc_mem_export_fd) && HAS_OP(g->ops, ipc_mem_import_fd);
+}
+
+int hr_gpu_buf_alloc_shareable(hr_gpu *g, uint64_t size, hr_gpu_buf **out) {
+  if (size == 0)
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_gpu_buf *b;
+  int rv = new_buf(g, out, &b);
+  if (rv != 0)
+    return rv;
+  rv = has_ipc_fd(g) ? g->ops->mem_alloc_shareable(g->dev, size, &b->m)
+                     : HR_ERR_UNSUPPORTED;
+  b->m.size = size;
+  b->m.kind = HR_GPU_MEM_DEVICE;
+  return finish_buf(g, b, rv, out);
+}
+
+int hr_gpu_ipc_mem_export_fd(hr_gpu_buf *b, int *fd) {
+  if (!b || !fd)
+    return HR_ERR_INVALID_ARGUMENT;
+  *fd = -1;
+  hr_gpu *g = b->g;
+  if (b->m.kind != HR_GPU_MEM_DEVICE || !has_ipc_fd(g))
+    return HR_ERR_UNSUPPORTED;
+  int rv = g->ops->ipc_mem_export_fd(g->dev, &b->m, fd);
+  if (rv == 0 && *fd < 0)
+    rv = HR_ERR_UNSUPPORTED;
+  return rv;
+}
+
+int hr_gpu_ipc_mem_import_fd(hr_gpu *g, int fd, uint64_t size,
+                             hr_gpu_buf **out) {
+  if (fd < 0 || size == 0)
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_gpu_buf *b;
+  int rv = new_buf(g, out, &b);
+  if (rv != 0)
+    return rv;
+  rv = has_ipc_fd(g) ? g->ops->ipc_mem_import_fd(g->dev, fd, size, &b->m)
+                     : HR_ERR_UNSUPPORTED;
+  b->m.size = size;
+  b->m.kind = HR_GPU_MEM_DEVICE;
+  return finish_buf(g, b, rv, out);
+}

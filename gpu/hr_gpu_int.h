@@ -76,6 +76,26 @@ void hr__gpu_copy_name(char *dst, size_t cap, const char *src);
 /* The backend's device object behind `g` (its ops->open() result). */
 void *hr__gpu_backend_dev(const hr_gpu *g);
 
+/* Memory in a sealed memfd (hr_gpu_ipc.c), for backends whose device
+ * memory is host memory.  `fd` is the read-only descriptor to export (-1
+ * for an import). */
+typedef struct hr__gpu_memfd {
+  void *addr;
+  size_t len;
+  int fd;
+} hr__gpu_memfd;
+/* A new memfd of `size` bytes (rounded up to pages), sealed against
+ * resizing, mapped read-write; *out->fd is its read-only reopening.
+ * Returns 0, HR_ERR_NOMEM, HR_ERR_IO. */
+int hr__gpu_memfd_new(uint64_t size, hr__gpu_memfd *out);
+/* Maps the first `size` bytes of another process's memfd read-only after
+ * checking it (a regular file, that large, sealed against shrinking).
+ * `fd` is not taken.  Returns 0, HR_ERR_PROTO (not acceptable),
+ * HR_ERR_NOMEM. */
+int hr__gpu_memfd_import(int fd, uint64_t size, hr__gpu_memfd *out);
+/* Unmaps and closes what new/import made. */
+void hr__gpu_memfd_free(hr__gpu_memfd *m);
+
 #ifdef HR_GPU_HAVE_CUDA
 /*
  * Kernel launch on the cuda backend, for layers that embed device code

@@ -23,7 +23,10 @@
 #      libevent), and perf/gpu_engine_bench: a GET of a SIZE-byte device
 #      tensor to the host and a GET into device memory, through the engine
 #      over loopback, against the pinned copy and the loopback GET, printing
-#      the ratios (target >= 0.85 of the slower of the two).
+#      the ratios (target >= 0.85 of the slower of the two);
+#   7. runs the IPC tests (tests/gpu/test_gpu_ipc.c: shareable memory
+#      exported as a POSIX fd and imported by a child process, the engine
+#      handing it over a Unix socket) on sim and on CUDA (CMake builds).
 #
 # Usage: bash perf/gpu_check.sh [SIZE]     e.g. SIZE=1G (default), 256M
 # Environment: HR_CUDA_ROOT (toolkit), HR_GPU_CHECK_DIR (build directory,
@@ -101,7 +104,7 @@ echo "compiler: $($cc --version | head -1)"
 
 # ---- build ---------------------------------------------------------------
 bin_api="" bin_contract="" bin_bench="" bin_xc="" bin_xc_bench=""
-bin_engine="" bin_engine_bench=""
+bin_engine="" bin_engine_bench="" bin_ipc=""
 build_cmake() {
   command -v cmake >/dev/null || { echo "cmake: not found"; return 1; }
   local gen=()
@@ -120,7 +123,7 @@ build_cmake() {
     return 1
   }
   cmake --build "$b" -j"$jobs" --target gpu_api gpu_contract gpu_bench \
-    xc_cuda xc_cuda_bench gpu_engine gpu_engine_bench \
+    xc_cuda xc_cuda_bench gpu_engine gpu_engine_bench gpu_ipc \
     >"$out/cmake-build.log" 2>&1 || {
     echo "CMake build failed (tail of $out/cmake-build.log):"
     tail -20 "$out/cmake-build.log"
@@ -132,6 +135,7 @@ build_cmake() {
   bin_xc=$b/tests/transcode_cuda/xc_cuda
   bin_xc_bench=$b/transcode/cuda/xc_cuda_bench
   bin_engine=$b/tests/gpu/gpu_engine
+  bin_ipc=$b/tests/gpu/gpu_ipc
   bin_engine_bench=$b/perf/gpu_engine_bench
 }
 
@@ -140,8 +144,8 @@ build_direct() {
   mkdir -p "$b"
   local lib=("$root"/proto/*.c "$root"/engine/core/*.c "$root"/engine/io/*.c
              "$root"/engine/store/*.c)
-  for f in hr_gpu hr_gpu_cpu hr_gpu_sim hr_stager hr_handoff hr_dlpack \
-           hr_gpu_cuda; do
+  for f in hr_gpu hr_gpu_cpu hr_gpu_sim hr_gpu_ipc hr_stager hr_handoff \
+           hr_dlpack hr_gpu_cuda; do
     lib+=("$root/gpu/$f.c")
   done
   local flags=(-std=c11 -O2 -g -D_GNU_SOURCE -DHR_GPU_HAVE_CUDA
@@ -240,6 +244,12 @@ if [ -n "$bin_engine" ]; then
   run_test "engine device tests on cuda" "$bin_engine" cuda
 else
   record "engine device tests" "SKIPPED (direct build: needs CMake, cmocka, libevent)"
+fi
+if [ -n "$bin_ipc" ]; then
+  run_test "IPC tests on sim" "$bin_ipc" sim
+  run_test "IPC tests on cuda" "$bin_ipc" cuda
+else
+  record "IPC tests" "SKIPPED (direct build: needs CMake, cmocka, libevent)"
 fi
 
 step "engine staging benchmark ($size)"

@@ -699,6 +699,10 @@ static int send_hello(hr_session *s, uint16_t minor) {
   h->device_count = s->set.devices ? s->set.device_count : 1;
   h->memory_classes = std_memory;
   h->memory_class_count = 1;
+  if (hr__shm_dev_advertise(s)) {
+    h->memory_classes = hr__shm_dev_classes;
+    h->memory_class_count = 2; /* PINNED: exported device memory */
+  }
   uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX + 1024];
   size_t n = 0;
   int w;

@@ -620,6 +620,13 @@ static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
 }
 
+static int cb_shm_wake(hr_session *s, hr_shm_mapping *out, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  return hr__shm_wake_token(c->e->wake_fd, out);
+}
+
 static int cb_alloc_tensor(hr_session *s, const hr_descriptor *d,
                            unsigned min_alignment_log2, hr_tensor **out,
                            void *ud) {
@@ -667,6 +674,7 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
   if (unix_sock && !e->cfg.no_shm) {
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
+    cbs->shm_wake = cb_shm_wake; /* device memory (hr_shm_dev.c) */
     /* What a local client PUTs lands in a shared segment, so that local
      * clients fetch it later without a copy.  Not for TCP PUTs: without
      * transparent huge pages for shmem (a common default), sending from

@@ -35,4 +35,8 @@ ssize_t hr__shm_recv(int sock, void *buf, size_t len, int *fds, size_t *nfds);
 /* sendmsg() of `mh` with descriptor `fd` attached (none when fd < 0). */
 ssize_t hr__shm_sendmsg(int sock, struct msghdr *mh, int fd, int flags);
 
+/* The client's shm_wake (hr_shm_wake.c): a token whose unmap writes a
+ * duplicate of `wake_fd` once.  Returns 0 or -1. */
+int hr__shm_wake_token(int wake_fd, hr_shm_mapping *out);
+
 #endif /* HR_SHM_IO_H */

@@ -530,6 +530,16 @@ typedef struct hr_session_callbacks {
    * For logs and metrics; NULL: not reported. */
   void (*on_request)(hr_session *s, const hr_transfer_record *rec,
                      void *user_data);
+  /* ---- appended in 0.3: device memory over the SHM data plane ----
+   * Client: a token for a device tensor imported from the server's
+   * exported memory (wire-v1 § 16 PINNED; docs/internals/shm.md).  Fill
+   * out->unmap/ctx (base unused) so that unmap(ctx), called exactly once
+   * from whichever thread drops the tensor (possibly after the session is
+   * gone), makes the host call hr_session_pull() soon: the session owes
+   * the server a BUFFER_RELEASE.  Return 0, or non-zero when it cannot.
+   * NULL: device memory over SHM is refused (ERROR DEVICE_UNAVAILABLE,
+   * then frames).  version-added: 0.3 */
+  int (*shm_wake)(hr_session *s, struct hr_shm_mapping *out, void *user_data);
 } hr_session_callbacks;
 
 /* A segment mapped by hr_session_callbacks.shm_map. */
