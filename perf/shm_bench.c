@@ -19,7 +19,14 @@
  * mapping once (the page faults an application reading it pays).
  * Target: SHM >= 10x faster than TCP at 1 GiB.
  *
- *   shm_bench [--mib N]
+ * --sweep: SHM GETs of 4 KiB .. 1 GiB tensors (--max-mib caps it), per-GET
+ * latency (one GET at a time, released before the next) and GETs/s with
+ * 64 in flight on one connection (each released in its callback), for
+ * tensors in their own segment and, where the library has them
+ * (HURRAY_SHM_ARENA), tensors in a shared arena, with the client's mapping
+ * cache on and off.
+ *
+ *   shm_bench [--mib N] [--sweep [--max-mib N]]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -188,8 +195,157 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
   return r;
 }
 
+/* ---- the sweep ---------------------------------------------------------- */
+
+static volatile uint8_t sink;
+
+typedef struct inflight {
+  int left, bad;
+} inflight;
+
+static void sweep_cb(hr_session *s, uint32_t sid, hr_tensor *t,
+                     const hr_transfer_record *rec, void *ud) {
+  inflight *f = ud;
+  (void)s;
+  (void)sid;
+  if (!t || rec->data_plane != HR_PLANE_SHM)
+    f->bad++;
+  else
+    sink ^= ((const volatile uint8_t *)hr_tensor_buffer(t, 0))[0];
+  hr_tensor_unref(t);
+  f->left--;
+}
+
+static int sweep_done(void *ud) { return ((inflight *)ud)->left <= 0; }
+
+/* Per-GET latency (us) and GETs/s with `depth` in flight for `key`. */
+static void sweep_one(const char *url, const char *key, uint64_t bytes,
+                      int cache, double *lat_us, double *rate) {
+  hr_client_options co;
+  hr_client *c;
+  hr_get_opts o;
+  hr_tensor *t;
+  hr_transfer_record rec;
+  int n = bytes <= (1u << 20) ? 2000 : bytes <= (64u << 20) ? 200 : 10;
+  int depth = 64, rounds = n / depth > 4 ? n / depth : 4;
+  double t0;
+
+  hr_client_options_default(&co);
+  co.timeout_ms = 120000;
+#ifdef HURRAY_SHM_ARENA
+  co.shm_map_cache = cache ? 0 : -1;
+#else
+  (void)cache;
+#endif
+  if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
+    die("connect");
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)key;
+  o.key_len = (uint16_t)strlen(key);
+  o.max_shards = 1;
+  for (int i = 0; i < 3; i++) { /* warm-up */
+    if (hr_client_get(c, &o, &t, &rec) != 0 || rec.data_plane != HR_PLANE_SHM)
+      die("sweep warm-up");
+    hr_tensor_unref(t);
+  }
+  t0 = now_s();
+  for (int i = 0; i < n; i++) {
+    if (hr_client_get(c, &o, &t, &rec) != 0)
+      die(hr_client_last_error(c)->message);
+    const volatile uint8_t *p = hr_tensor_buffer(t, 0);
+    sink ^= p[0] ^ p[bytes - 1]; /* read it, as an application would */
+    hr_tensor_unref(t);
+  }
+  *lat_us = (now_s() - t0) / n * 1e6;
+  t0 = now_s();
+  for (int r = 0; r < rounds; r++) {
+    inflight f = {depth, 0};
+    for (int i = 0; i < depth; i++)
+      if (hr_session_get(hr_client_session(c), &o, sweep_cb, &f, NULL) != 0)
+        die("hr_session_get");
+    if (hr_client_wait(c, sweep_done, &f, 120000) != 0 || f.bad)
+      die("in-flight GETs failed");
+  }
+  *rate = (double)rounds * depth / (now_s() - t0);
+  hr_client_close(c);
+}
+
+static int sweep(uint64_t max_mib) {
+  server s;
+  char unix_url[128];
+  static const uint64_t sizes[] = {4096,      65536,      1u << 20,
+                                   16u << 20, 256u << 20, 1024u << 20};
+  hr_store_config sc;
+
+  memset(&s, 0, sizeof s);
+  hr_store_config_default(&sc);
+#ifdef HURRAY_SHM_ARENA
+  sc.shm_arena_bytes = (max_mib + 64) << 20;
+#endif
+  hr_store_new(&s.store, &sc, NULL);
+  snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
+  pthread_create(&s.th, NULL, srv_main, &s);
+  while (!atomic_load(&s.ready))
+    usleep(1000);
+  snprintf(unix_url, sizeof unix_url, "unix:%s", s.path);
+  printf("shm_bench --sweep: SHM GETs, one connection (one run; "
+         "indicative)\n");
+  printf("  %-9s %-22s %12s %14s\n", "size", "tensor in", "us per GET",
+         "GETs/s (64 in flight)");
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    uint64_t b = sizes[i];
+    char label[32];
+    double lat, rate;
+    if (b > (max_mib << 20))
+      break;
+    if (b >= (1u << 20))
+      snprintf(label, sizeof label, "%llu MiB", (unsigned long long)(b >> 20));
+    else
+      snprintf(label, sizeof label, "%llu KiB", (unsigned long long)(b >> 10));
+    hr_tensor *seg = seg_tensor(b);
+    hr_store_put(s.store, "seg", 3, seg, HR_PUT_REPLACE);
+    sweep_one(unix_url, "seg", b, 0, &lat, &rate);
+    printf("  %-9s %-22s %12.1f %14.0f\n", label, "own segment, no cache",
+           lat, rate);
+#ifdef HURRAY_SHM_ARENA
+    sweep_one(unix_url, "seg", b, 1, &lat, &rate);
+    printf("  %-9s %-22s %12.1f %14.0f\n", label, "own segment, cache", lat,
+           rate);
+    /* The same bytes as a heap tensor: the store copies it into the
+     * arena. */
+    {
+      hr_tensor *h, *got;
+      if (hr_tensor_alloc(&h, hr_tensor_descriptor(seg), 0, NULL) != 0)
+        die("alloc");
+      memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(seg, 0), (size_t)b);
+      hr_store_put(s.store, "arena", 5, h, HR_PUT_REPLACE);
+      hr_tensor_unref(h);
+      if (hr_store_get(s.store, "arena", 5, &got) != 0 ||
+          !hr_shm_arena_owns(hr_store_arena(s.store), got))
+        die("the tensor did not go into the arena");
+      hr_tensor_unref(got);
+    }
+    sweep_one(unix_url, "arena", b, 0, &lat, &rate);
+    printf("  %-9s %-22s %12.1f %14.0f\n", label, "arena, no cache", lat,
+           rate);
+    sweep_one(unix_url, "arena", b, 1, &lat, &rate);
+    printf("  %-9s %-22s %12.1f %14.0f\n", label, "arena, cache", lat, rate);
+    hr_store_remove(s.store, "arena", 5);
+#endif
+    hr_store_remove(s.store, "seg", 3);
+    hr_tensor_unref(seg);
+    fflush(stdout);
+  }
+  atomic_store(&s.stop, 1);
+  hr_engine_wakeup(s.e);
+  pthread_join(s.th, NULL);
+  unlink(s.path);
+  hr_store_del(s.store);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  uint64_t mib = 1024, n;
+  uint64_t mib = 1024, n, max_mib = 1024;
   server s;
   hr_tensor *big, *small;
   uint8_t *dst;
@@ -200,6 +356,12 @@ int main(int argc, char **argv) {
   for (i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--mib") && i + 1 < argc)
       mib = strtoull(argv[++i], NULL, 10);
+  for (i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--max-mib") && i + 1 < argc)
+      max_mib = strtoull(argv[++i], NULL, 10);
+  for (i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--sweep"))
+      return sweep(max_mib);
   n = mib << 20;
   big = seg_tensor(n);
   small = seg_tensor(64ull << 20);
