@@ -19,7 +19,8 @@
  * file.  Files that cannot be sealed (a served .npy) keep the one mapping
  * per GET of hr__shm_map(): a server could truncate them.
  *
- * Bounds: an entry in use (some received tensor still points into it)
+ * Bounds: a file larger than the idle byte bound is not cached (the range
+ * is mapped per GET, as without a cache); an entry in use (some received tensor still points into it)
  * stays; idle entries are kept, least recently used first out, up to a
  * count and a byte total (hr_engine_config.shm_map_cache,
  * shm_map_cache_bytes).  An idle entry keeps the server's pages of that
@@ -260,10 +261,11 @@ int hr__shm_cache_map(hr__shm_cache *c, int fd, uint64_t offset, uint64_t len,
   if (!align)
     align = 1;
   /* The checks of hr__shm_map(), which also answers every case the
-   * cache does not take. */
+   * cache does not take: a file larger than the idle bound (a server
+   * must not make us map more than that for one tensor) among them. */
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0 ||
       !hr__add_u64(offset, len, &end) || (uint64_t)sb.st_size < end ||
-      (uint64_t)sb.st_size > SIZE_MAX / 2 || align > BIG_ALIGN ||
+      (uint64_t)sb.st_size > c->max_idle_bytes || align > BIG_ALIGN ||
       offset % align != 0 || len == 0)
     return hr__shm_map(fd, offset, len, align, c->wake_fd, out, why, why_len);
   u = malloc(sizeof *u); /* freed on any thread */
