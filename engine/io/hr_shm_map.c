@@ -29,7 +29,9 @@
  * Threads: a received tensor may be released on any thread, and after the
  * engine is gone.  The cache is reference-counted (the engine's hold and
  * one per live mapping) and its state is under a mutex; the wake-up
- * eventfd is a dup owned by the cache.
+ * eventfd is a dup owned by the cache.  Its memory comes from libc, as
+ * hr_shm_io.c's per-GET mappings do: it may be freed after the engine,
+ * whose hr_mem context need not live that long.
  */
 #include <errno.h>
 #include <fcntl.h>
