@@ -1144,6 +1144,17 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
     next = e->drain_deadline;
   if (next == e->timer_at)
     return;
+  if (e->ops.timer_ns) {
+    /* Nanoseconds: a fabric's short poll deadline is slept, not spun. */
+    int64_t ns = next == HR_TSTAMP_NEVER ? -1
+                 : next <= now           ? 0
+                 : next - now > (hr_tstamp)INT64_MAX
+                     ? INT64_MAX
+                     : (int64_t)(next - now);
+    if (e->ops.timer_ns(e->loop_data, ns) == 0)
+      e->timer_at = next;
+    return;
+  }
   if (next == HR_TSTAMP_NEVER) {
     ms = -1;
   } else if (next <= now || (next == fab && next - now < 1000000u)) {
@@ -1581,6 +1592,12 @@ static int copy_settings(hr_engine *e) {
   return 0;
 }
 
+#ifdef HR_HAVE_FABRIC
+static void fabric_wake(void *ctx) {
+  hr_engine_wakeup(ctx);
+}
+#endif
+
 /* The RDMA data plane: opens (or takes) the fabric, puts it into the
  * sessions' settings with the FABRIC_ADDRESS extension, and watches its
  * completion fd. */
@@ -1623,6 +1640,9 @@ static int fabric_open(hr_engine *e) {
   s->hello_ext = e->fab_ext;
   s->hello_ext_len = (uint16_t)n;
   s->hello_ext_count = 1;
+  /* A tensor freed on another thread queues its registrations' closing:
+   * the loop wakes and progresses the fabric, which closes them. */
+  hr_fabric_set_wake(f, fabric_wake, e);
   e->fab_fd = hr_fabric_fd(f);
   if (e->fab_fd >= 0) {
     e->fab_obj.kind = OBJ_FABRIC;
@@ -1636,6 +1656,7 @@ static int fabric_open(hr_engine *e) {
   }
   return 0;
 fail:
+  hr_fabric_set_wake(f, NULL, NULL);
   if (e->own_fabric)
     hr_fabric_del(f);
   e->fabric = NULL;
@@ -1655,6 +1676,7 @@ static void fabric_close(hr_engine *e) {
 #ifdef HR_HAVE_FABRIC
   if (!e->fabric)
     return;
+  hr_fabric_set_wake(e->fabric, NULL, NULL);
   if (e->fab_watching)
     e->ops.watch(e->loop_data, e->fab_fd, 0, &e->fab_cookie);
   if (e->fab_fd >= 0)

@@ -72,6 +72,13 @@ typedef struct hr_loop_ops {
    * everything and cancelled its timer, so a binding can free `loop_data`
    * (NULL: nothing to do). */
   void (*release)(void *loop_data);
+  /* Optional (NULL: `timer` is used): `timer` in nanoseconds, for hosts
+   * whose timer is finer than a millisecond (ns 0: the next loop turn, -1:
+   * cancel).  With it, a fabric polled without a wait fd (shm) sleeps
+   * between its polls (hr_fabric_config.poll_interval, 50 us) instead of
+   * spinning through zero-timeout loop turns while a transfer runs.  The
+   * libevent binding and the blocking client set it. */
+  int (*timer_ns)(void *loop_data, int64_t ns);
 } hr_loop_ops;
 
 /* The host reports readiness (`revents`: HR_POLL_IN|HR_POLL_OUT, plus
