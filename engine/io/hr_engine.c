@@ -221,6 +221,9 @@ struct hr_engine {
   void *fab_cookie;
   int fab_watching;
   uint8_t fab_ext[600];
+  /* Client: the SHM mapping cache (hr_shm_map.c), made at the first
+   * mapping; it outlives the engine while received tensors use it. */
+  hr__shm_cache *shm_cache;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -617,6 +620,13 @@ static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   hr_conn *c = ud;
 
   (void)s;
+  if (!c->e->shm_cache && c->e->cfg.shm_map_cache >= 0)
+    (void)hr__shm_cache_new(&c->e->shm_cache, c->e->wake_fd,
+                            c->e->cfg.shm_map_cache,
+                            c->e->cfg.shm_map_cache_bytes);
+  if (c->e->shm_cache)
+    return hr__shm_cache_map(c->e->shm_cache, fd, offset, len, align, out,
+                             why, why_len);
   return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
 }
 
@@ -1939,6 +1949,7 @@ int hr_engine_del(hr_engine *e) {
   hr_registry_del(e->reg);
   hr__tls_ctx_del(e->tls_srv);
   hr__tls_ctx_del(e->tls_cli);
+  hr__shm_cache_close(e->shm_cache);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);

@@ -241,6 +241,17 @@ typedef struct hr_get_info {
 
 HR_EXTERN const hr_get_info *hr_srv_get_info(const hr_srv_get *g);
 
+/* Marks the GET as coming from a client that may read only some of the
+ * provider's keys (hr_auth_wrap() does it for a token bounded to key
+ * prefixes, before the inner provider's on_get runs).  A provider must
+ * then not answer with memory that also holds other keys' bytes, such as
+ * the segment of a shared arena (<hurray/shm.h>): hr_store answers such a
+ * GET from a private copy instead.  hr_get_narrow() tells whether the mark
+ * is set (0 for NULL).  Call from on_get, before answering.
+ * version-added: 0.2 */
+HR_EXTERN void hr_get_set_narrow(hr_srv_get *g);
+HR_EXTERN int hr_get_narrow(const hr_srv_get *g);
+
 /* Answers a GET with a tensor (a reference is taken; the caller keeps its
  * own).  The session picks the layout, device, shards and transcoding
  * (see docs/protocol.md); a request it cannot serve (device, region,
