@@ -366,8 +366,8 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
         hr__tensor_set_release(t, st->cg.dest.release, st->cg.dest.release_ctx);
         st->cg.dest.release = NULL;
       }
-      /* Imported device memory (hr_shm_dev.c) is delivered as is. */
-      if (st->rv.dev && t && !hr_tensor_on_device(t))
+      /* Imported device memory (hr_shm_dev.c) has no ring: as is. */
+      if (st->rv.dev && t)
         return hr__devrx_finish(s, st, t);
       get_complete(s, st, t);
       hr__stream_end(s, st);

@@ -90,26 +90,12 @@ static int shm_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
 
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
-  /* Imported device memory is already the device tensor (hr_shm_dev.c). */
-  if (rv->shm_next && hr_tensor_on_device(rv->shm_next))
+  /* Imported device memory is already the device tensor (hr_shm_dev.c):
+   * no staging ring, and it is delivered as is. */
+  if (rv->shm_next && hr_tensor_on_device(rv->shm_next)) {
+    hr__devrx_free(s, rv->dev);
+    rv->dev = NULL;
     return shm_tensor(s, rv, d, out);
-  if (rv->dev && rv->shm_next) {
-    /* A GET into a device answered with a host segment: its bytes are
-     * all here, so they go to the device as if every frame had landed
-     * (one copy into pinned memory), and the segment is released at once
-     * (BUFFER_RELEASE). */
-    hr_tensor *m = rv->shm_next;
-    rv->shm_next = NULL;
-    int rc = hr__devrx_dest(s, rv, d, out);
-    for (unsigned k = 0; rc == 0 && k < d->buffer_count; k++) {
-      uint64_t n = d->buffers[k].size_bytes;
-      if (n)
-        memcpy(hr_tensor_buffer(*out, k), hr_tensor_buffer(m, k), (size_t)n);
-      rv->bytes += n;
-      hr__devrx_landed(rv, k, 0, n);
-    }
-    hr_tensor_unref(m);
-    return rc;
   }
   if (rv->dev)
     return hr__devrx_dest(s, rv, d, out);
