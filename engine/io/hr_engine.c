@@ -242,6 +242,9 @@ struct hr_engine {
   void *fab_cookie;
   int fab_watching;
   uint8_t fab_ext[600];
+  /* Client: the SHM mapping cache (hr_shm_map.c), made at the first
+   * mapping; it outlives the engine while received tensors use it. */
+  hr__shm_cache *shm_cache;
   lookup *lookups; /* name lookups out on the pool (lookup_done) */
 };
 
@@ -644,7 +647,21 @@ static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   hr_conn *c = ud;
 
   (void)s;
+  if (!c->e->shm_cache && c->e->cfg.shm_map_cache >= 0)
+    (void)hr__shm_cache_new(&c->e->shm_cache, c->e->wake_fd,
+                            c->e->cfg.shm_map_cache,
+                            c->e->cfg.shm_map_cache_bytes);
+  if (c->e->shm_cache)
+    return hr__shm_cache_map(c->e->shm_cache, fd, offset, len, align, out,
+                             why, why_len);
   return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
+}
+
+static int cb_shm_wake(hr_session *s, hr_shm_mapping *out, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  return hr__shm_wake_token(c->e->wake_fd, out);
 }
 
 static int cb_alloc_tensor(hr_session *s, const hr_descriptor *d,
@@ -694,6 +711,7 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
   if (unix_sock && !e->cfg.no_shm) {
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
+    cbs->shm_wake = cb_shm_wake; /* device memory (hr_shm_dev.c) */
     /* What a local client PUTs lands in a shared segment, so that local
      * clients fetch it later without a copy.  Not for TCP PUTs: without
      * transparent huge pages for shmem (a common default), sending from
@@ -747,7 +765,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   /* Bytes TLS already holds are read past the budget: no readiness of
    * the socket would ever report them. */
   while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
-         hr_session_want_read(c->s)) {
+         hr_session_want_read(c->s) && !hr_session_recv_paused(c->s)) {
     void *dst;
     size_t want, nfds = 0;
     ssize_t n;
@@ -894,7 +912,10 @@ static int conn_events(hr_conn *c) {
   switch (c->state) {
   case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
-    if (hr_session_want_read(c->s) && !c->peer_eof)
+    /* A session waiting for its device (recv_paused) leaves the input
+     * in the socket: backpressure on the peer. */
+    if (hr_session_want_read(c->s) && !c->peer_eof &&
+        !hr_session_recv_paused(c->s))
       ev |= HR_POLL_IN;
     if (c->out_blocked)
       ev |= HR_POLL_OUT;
@@ -1551,6 +1572,11 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
        * connection ended: it frees the work item itself. */
       hr_session_work_done(c->s, jb->w, now);
       hr__mem_free(&e->mem, j);
+      /* A session that paused its input may take it again: what TLS
+       * already decrypted is never reported by the socket. */
+      if (c->state == CS_OPEN && c->tls && hr__tls_pending(c->tls) &&
+          !hr_session_recv_paused(c->s) && hr_err_is_fatal(conn_read(c, now)))
+        c->want_close = 1;
       if (c->state == CS_DEAD && c->work_inflight == 0) {
         list_remove(&e->dead, c);
         conn_free(c);
@@ -1975,6 +2001,7 @@ int hr_engine_del(hr_engine *e) {
   hr_registry_del(e->reg);
   hr__tls_ctx_del(e->tls_srv);
   hr__tls_ctx_del(e->tls_cli);
+  hr__shm_cache_close(e->shm_cache);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);

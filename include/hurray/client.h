@@ -62,6 +62,9 @@ typedef struct hr_client_options {
   const char *fabric_provider;
   const char *fabric_node;
   uint32_t fabric_caps;
+  /* ---- appended for the SHM mapping cache ---- */
+  int shm_map_cache; /* hr_engine_config.shm_map_cache: idle segment
+                        mappings kept (0: 16; -1: none) */
 } hr_client_options;
 
 /* Why a call failed. */

@@ -183,6 +183,17 @@ typedef struct hr_engine_config {
    * over max_connections, answered RESOURCE_EXHAUSTED; never OPENED).
    * hr_conn_peer() and hr_conn_role() work in it. */
   void (*on_conn)(hr_conn *c, int event, void *user_data);
+  /* ---- appended for the SHM mapping cache ---- */
+  /* Client: segments received over SHM that are sealed against shrinking
+   * (memfds: arenas, per-tensor segments) are mapped whole once and the
+   * mapping is shared by every GET that receives the same file (keyed by
+   * device, inode and size), so a GET costs no mmap.  Mappings in use
+   * stay; idle ones are kept up to shm_map_cache entries (0: 16; -1:
+   * none, every GET maps and unmaps its own range) and
+   * shm_map_cache_bytes bytes (0: 4 GiB), least recently used out first.
+   * An idle mapping keeps the server's pages of that segment alive. */
+  int shm_map_cache;
+  uint64_t shm_map_cache_bytes;
 } hr_engine_config;
 
 /* hr_engine_config.on_conn events. */
