@@ -92,6 +92,8 @@ struct hr_devrx {
   spill *spill_head, *spill_tail;
   uint64_t spilled; /* bytes in the spill */
   hr_tensor *src;   /* SHM: the mapped segment the pieces come from */
+  hr_tensor *host;  /* RDMA without GPUDirect: the host landing tensor,
+                       the pieces' source once the transfer completed */
   uint64_t src_next;
   int finished;       /* every byte arrived (hr__devrx_finish ran) */
   hr_descriptor desc; /* the tensor's, kept by finish */
@@ -436,6 +438,7 @@ void hr__devrx_free(hr_session *s, hr_devrx *d) {
   for (unsigned k = 0; k < d->nslots; k++)
     hr_tensor_unref(d->slot[k].blk);
   hr_tensor_unref(d->src);
+  hr_tensor_unref(d->host);
   hr__mem_free(&s->mem, d->filled);
   hr__mem_free(&s->mem, d->at);
   hr__mem_free(&s->mem, d);
@@ -525,10 +528,27 @@ int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
   return 0;
 }
 
+hr_tensor *hr__devrx_rdma_host(hr_session *s, hr_recv *rv,
+                               const hr_descriptor *desc) {
+  hr_devrx *d = rv->dev;
+  if (!d || !d->have_dest || d->src || d->host || d->npieces == 0)
+    return NULL;
+  /* Host memory, whatever the peer's buffers live in (§ 16.4 rule 3: the
+   * landing memory is what a destination registration describes). */
+  hr_descriptor hd = *desc;
+  for (unsigned k = 0; k < hd.buffer_count; k++) {
+    hd.buffers[k].device_tag = HR_DEV_CPU;
+    hd.buffers[k].device_index = 0;
+  }
+  if (hr_tensor_alloc(&d->host, &hd, rv->min_align, &s->mem))
+    return NULL;
+  return d->host;
+}
+
 uint8_t *hr__devrx_where(hr_recv *rv, unsigned bi, uint64_t off,
                          uint64_t *run) {
   hr_devrx *d = rv->dev;
-  if (!d || !d->have_dest || d->src || bi >= d->nbuf || off >= d->size[bi])
+  if (!d || !d->have_dest || d->src || d->host || bi >= d->nbuf || off >= d->size[bi])
     return NULL;
   uint64_t j = off / d->piece, g = d->first[bi] + j;
   int k = slot_for(d, g);
@@ -663,6 +683,12 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
   hr_devrx *d = st->rv.dev;
   d->desc = *hr_tensor_descriptor(landed);
   hr_tensor_unref(landed);
+  if (d->host) {
+    /* The RDMA transfer into host memory completed: its pieces go to the
+     * device through the ring like a mapped segment's. */
+    d->src = d->host;
+    d->host = NULL;
+  }
   /* A data plane that writes the landing memory itself (RDMA, for a
    * tensor of one piece) bypasses hr__devrx_landed: copy what it filled. */
   d->busy = 1;

@@ -564,14 +564,35 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
   void *bufs[HR_MAX_BUFFERS] = {0};
   const char *refuse = land ? NULL : "no landing tensor";
   int all_cpu = 1;
+  if (land && rv->dev) {
+    /* A GET into device memory: the data plane writes host memory only,
+     * so the transfer lands in a host tensor whose pieces then go to the
+     * device through the staging ring (hr_devrx.c).  Never silent: the
+     * record says so, and why no device destination was used. */
+    const char *gd = NULL;
+    char fb[192];
+    if (hr_rdma_conn_gpudirect(g->conn, &gd))
+      gd = "RDMA into device memory is not implemented by the engine";
+    snprintf(fb, sizeof fb,
+             "device destination: RDMA into host memory, then copied to "
+             "the device (%s)",
+             gd ? gd : "no GPUDirect");
+    note_fallback(st, fb);
+    land = hr__devrx_rdma_host(s, rv, d);
+    if (!land)
+      refuse = "no host memory for the device GET's RDMA landing";
+  }
   for (unsigned k = 0; k < d->buffer_count && !refuse; k++) {
     uint64_t run = 0, size = d->buffers[k].size_bytes;
-    uint8_t *p = hr__recv_where(rv, sid, (uint8_t)k, 0, &run);
+    uint8_t *p = rv->dev ? hr_tensor_buffer(land, k)
+                         : hr__recv_where(rv, sid, (uint8_t)k, 0, &run);
+    if (rv->dev)
+      run = size;
     if (size && (!p || run < size))
       refuse = "the landing buffer is not contiguous (a shard of this "
                "layout)";
     bufs[k] = p;
-    if (d->buffers[k].device_tag != HR_DEV_CPU)
+    if (d->buffers[k].device_tag != HR_DEV_CPU && !rv->dev)
       all_cpu = 0;
   }
   if (refuse) {

@@ -224,6 +224,12 @@ int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off);
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
 /* The stream goes: a pending P1 completion forgets it. */
 void hr__devrx_detach(hr_recv *rv);
+/* RDMA into a device GET without GPUDirect: a host tensor of `desc`'s
+ * buffers (CPU) that the transfer lands in, copied to the device through
+ * the ring once hr__devrx_finish() runs.  The ring keeps the reference;
+ * NULL when it cannot be had (no memory, a ring already fed). */
+hr_tensor *hr__devrx_rdma_host(hr_session *s, hr_recv *rv,
+                               const hr_descriptor *desc);
 /* hr_client.c: calls the GET's completion with t (taken over). */
 void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
 

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <hurray/fabric.h>
+#include <hurray/gpu.h>
 #include <hurray/session.h>
 #include <hurray/tensor.h>
 
@@ -132,6 +133,9 @@ static void settings_for(world *w, hr_settings *st, hr__fake_ep *ep,
 
 static void pump(world *w);
 
+/* The client's device staging piece for the next world (0: default). */
+static uint64_t next_device_piece;
+
 static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
@@ -143,6 +147,8 @@ static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   settings_for(w, &ss, w->es, w->ext_s, &w->ext_s_len, caps);
   sc.rdma_destination = dest;
   ss.rdma_destination = dest;
+  sc.device_piece = next_device_piece;
+  sc.device_pieces = 2;
   hr_provider prov;
   memset(&prov, 0, sizeof prov);
   prov.size = sizeof prov;
@@ -285,6 +291,92 @@ static void put(world *w, hr_tensor *t) {
 }
 
 /* ---- tests --------------------------------------------------------------- */
+
+/* The device tensor's bytes equal `want` (copied back after its event). */
+static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
+                         uint64_t n) {
+  hr_gpu_stream *s;
+  hr_gpu_buf *h;
+  void *p = calloc(1, n);
+  assert_non_null(p);
+  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &h), 0);
+  hr_gpu_event *ev = hr_tensor_gpu_event(t);
+  if (ev)
+    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
+  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
+                   0);
+  assert_int_equal(hr_gpu_stream_sync(s), 0);
+  int eq = memcmp(p, want, n) == 0;
+  hr_gpu_buf_del(h);
+  hr_gpu_stream_del(s);
+  free(p);
+  return eq;
+}
+
+/* A GET into device memory over the data plane: the transfer lands in
+ * host memory (tagged sends, or a host destination registration) and goes
+ * to the device through the staging ring, in pieces smaller than the
+ * tensor; the record names the fallback. */
+static void device_get(uint32_t caps, int dest, uint8_t sync) {
+  hr_gpu_config cfg;
+  hr_gpu *g;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = "sim";
+  assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
+  next_device_piece = 64 << 10;
+  world *w = world_open(caps, dest);
+  next_device_piece = 0;
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.device = g;
+  o.device_sync = sync;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_non_null(w->got);
+  assert_true(hr_tensor_on_device(w->got));
+  assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode, sync);
+  assert_true(device_equals(g, w->got, hr_tensor_buffer(w->served, 0), SIZE));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_non_null(strstr(w->rec.fallback, "device destination: RDMA into "
+                                          "host memory, then copied to the "
+                                          "device"));
+  assert_non_null(strstr(w->rec.fallback, caps & HR_CAP_RDMA_GPUDIRECT
+                                              ? "not implemented"
+                                              : "RDMA_GPUDIRECT is not in "
+                                                "both HELLOs"));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  if (dest)
+    assert_true(st.writes > 0);
+  else
+    assert_true(st.sends > 0);
+  hr_tensor_unref(w->got);
+  w->got = NULL;
+  world_close(w);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+static void test_device_get_p1(void **state) {
+  (void)state;
+  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_PRODUCER_SYNCED);
+}
+
+static void test_device_get_p2(void **state) {
+  (void)state;
+  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_EVENT);
+}
+
+static void test_device_get_host_destination(void **state) {
+  (void)state;
+  device_get(HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT, 1,
+             HR_SYNC_PRODUCER_SYNCED);
+}
 
 static void test_get_tagged(void **state) {
   (void)state;
@@ -561,6 +653,9 @@ int main(void) {
       cmocka_unit_test(test_terminate),
       cmocka_unit_test(test_small),
       cmocka_unit_test(test_freed_tensors_invalidate),
+      cmocka_unit_test(test_device_get_p1),
+      cmocka_unit_test(test_device_get_p2),
+      cmocka_unit_test(test_device_get_host_destination),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
