@@ -67,7 +67,25 @@ struct hr__fake_ep {
   hr__fake_faults faults;
   hr__fake_stats st;
   hr__fab_track *track; /* memory freed on any thread */
+  int hmem;             /* hr__fake_set_hmem(): a device kind is reached */
+  uint8_t hmem_tag;
 };
+
+/* Host memory always; device memory only of the kind the test granted
+ * (a fabric without FI_HMEM refuses the rest, as the real one does). */
+static int reaches(const hr__fake_ep *e, const hr_fabric_region *r, char *why,
+                   size_t why_cap) {
+  if (r->device_tag == HR_DEV_CPU || (e->hmem && r->device_tag == e->hmem_tag))
+    return 1;
+  hr__fab_why(why, why_cap, "device memory (tag 0x%02x) needs FI_HMEM",
+              r->device_tag);
+  return 0;
+}
+
+void hr__fake_set_hmem(hr__fake_ep *e, uint8_t device_tag) {
+  e->hmem = 1;
+  e->hmem_tag = device_tag;
+}
 
 struct hr__fake_world {
   hr_mem mem;
@@ -280,6 +298,9 @@ static int fake_reg_fn(void *ctx, const hr_fabric_region *r, int access,
     hr__fab_why(why, why_cap, "injected: registration refused");
     return HR_ERR_UNSUPPORTED;
   }
+  if (!reaches(e, r, why, why_cap))
+    return HR_ERR_UNSUPPORTED;
+  e->st.last_reg_device_tag = r->device_tag;
   fake_reg *g = hr__mem_calloc(&e->w->mem, 1, sizeof *g);
   if (!g) {
     hr__fab_why(why, why_cap, "out of memory");
@@ -512,6 +533,8 @@ static int fake_recv(void *ctx, void *peer, uint64_t tag,
     hr__fab_why(why, why_cap, "injected: receives refused");
     return HR_ERR_UNSUPPORTED;
   }
+  if (!reaches(e, dst, why, why_cap))
+    return HR_ERR_UNSUPPORTED;
   for (fake_piece *p = e->posted; p; p = p->next)
     if (p->tag == tag && p->src == peer) {
       hr__fab_why(why, why_cap, "receives with tag %llu are posted already",

@@ -53,6 +53,7 @@ typedef struct hr__fake_stats {
   uint64_t invalidations;
   const void *last_invalidated;
   uint64_t last_invalidated_len;
+  uint8_t last_reg_device_tag; /* of the last registration made */
 } hr__fake_stats;
 
 /* Creates a world (mem NULL: default).  Returns 0 or HR_ERR_NOMEM. */
@@ -72,6 +73,14 @@ int hr__fake_ep_new(hr__fake_ep **out, hr__fake_world *w, const char *name,
 void hr__fake_ep_del(hr__fake_ep *e);
 
 const hr_fabric_ops *hr__fake_ops(void);
+
+/* The endpoint reaches device memory of `device_tag` (FI_HMEM for that
+ * kind): it registers and receives into it.  Without this call it refuses
+ * every region whose device_tag is not HR_DEV_CPU, like a fabric without
+ * FI_HMEM.  A test option only: the simulated device's tag
+ * (HR_GPU_DEV_SIM) is host-backed memory the fake's memcpy reaches; the
+ * real backend never registers it. */
+void hr__fake_set_hmem(hr__fake_ep *e, uint8_t device_tag);
 
 /* The FABRIC_ADDRESS value of the endpoint (provider "fake"). */
 int64_t hr__fake_address(const hr__fake_ep *e, uint8_t *out, size_t cap);

@@ -94,6 +94,10 @@ struct hr_devrx {
   hr_tensor *src;   /* SHM: the mapped segment the pieces come from */
   hr_tensor *host;  /* RDMA without GPUDirect: the host landing tensor,
                        the pieces' source once the transfer completed */
+  /* RDMA with GPUDirect: the data plane writes the device buffers, which
+   * this tensor owns from then on (dev[] only borrows them), so that they
+   * outlive the GET while the fabric may still write. */
+  hr_tensor *direct;
   uint64_t src_next;
   int finished;       /* every byte arrived (hr__devrx_finish ran) */
   hr_descriptor desc; /* the tensor's, kept by finish */
@@ -127,6 +131,7 @@ typedef struct devout {
   hr_gpu_buf *dev[HR_MAX_BUFFERS];
   unsigned nbuf;
   hr_gpu_event *ev;
+  hr_tensor *keep; /* GPUDirect: the owner of the device buffers */
 } devout;
 
 static void progress(hr_devrx *d, int from_work);
@@ -141,6 +146,7 @@ static void devout_release(void *ctx) {
   hr_gpu_event_del(o->ev);
   for (unsigned k = 0; k < o->nbuf; k++)
     hr_gpu_buf_del(o->dev[k]);
+  hr_tensor_unref(o->keep);
   hr_mem mem = o->mem;
   hr__mem_free(&mem, o);
 }
@@ -434,7 +440,9 @@ void hr__devrx_free(hr_session *s, hr_devrx *d) {
     hr__mem_free(&s->mem, sp);
   }
   for (unsigned k = 0; k < d->nbuf; k++)
-    hr_gpu_buf_del(d->dev[k]);
+    if (!d->direct)
+      hr_gpu_buf_del(d->dev[k]);
+  hr_tensor_unref(d->direct);
   for (unsigned k = 0; k < d->nslots; k++)
     hr_tensor_unref(d->slot[k].blk);
   hr_tensor_unref(d->src);
@@ -545,10 +553,48 @@ hr_tensor *hr__devrx_rdma_host(hr_session *s, hr_recv *rv,
   return d->host;
 }
 
+int hr__devrx_device_region(hr_recv *rv, const hr_descriptor *desc,
+                            hr_descriptor *local, void **ptrs) {
+  hr_devrx *d = rv->dev;
+  hr_gpu_caps caps;
+  if (!d || !d->have_dest || d->src || d->host || d->direct ||
+      desc->buffer_count != d->nbuf || hr_gpu_query(d->g, &caps))
+    return HR_ERR_UNSUPPORTED;
+  *local = *desc;
+  for (unsigned k = 0; k < d->nbuf; k++) {
+    local->buffers[k].device_tag = d->tag;
+    local->buffers[k].device_index = caps.device_index;
+    ptrs[k] = hr_gpu_buf_device_ptr(d->dev[k]);
+    if (d->size[k] && !ptrs[k])
+      return HR_ERR_UNSUPPORTED;
+  }
+  return 0;
+}
+
+hr_tensor *hr__devrx_rdma_device(hr_session *s, hr_recv *rv,
+                                 const hr_descriptor *local) {
+  hr_devrx *d = rv->dev;
+  devout *o = hr__mem_calloc(&s->mem, 1, sizeof *o);
+  if (!o)
+    return NULL;
+  o->mem = s->mem;
+  o->nbuf = d->nbuf;
+  for (unsigned k = 0; k < d->nbuf; k++)
+    o->dev[k] = d->dev[k];
+  hr_tensor *t = NULL;
+  if (hr_tensor_wrap_device(&t, local, d->dev, NULL, devout_release, o,
+                            &s->mem)) {
+    hr__mem_free(&s->mem, o);
+    return NULL;
+  }
+  d->direct = t;
+  return hr_tensor_ref(t);
+}
+
 uint8_t *hr__devrx_where(hr_recv *rv, unsigned bi, uint64_t off,
                          uint64_t *run) {
   hr_devrx *d = rv->dev;
-  if (!d || !d->have_dest || d->src || d->host || bi >= d->nbuf || off >= d->size[bi])
+  if (!d || !d->have_dest || d->src || d->host || d->direct || bi >= d->nbuf || off >= d->size[bi])
     return NULL;
   uint64_t j = off / d->piece, g = d->first[bi] + j;
   int k = slot_for(d, g);
@@ -666,12 +712,15 @@ static void deliver(hr_devrx *d) {
     hr__stream_end(s, st);
     return;
   }
-  /* The device buffers are the tensor's now. */
+  /* The device buffers are the tensor's now (GPUDirect: through the
+   * tensor that owns them). */
   o->mem = s->mem;
-  o->nbuf = d->nbuf;
+  o->nbuf = d->direct ? 0 : d->nbuf;
   o->ev = ev;
+  o->keep = d->direct;
+  d->direct = NULL;
   for (unsigned k = 0; k < d->nbuf; k++) {
-    o->dev[k] = d->dev[k];
+    o->dev[k] = o->nbuf ? d->dev[k] : NULL;
     d->dev[k] = NULL;
   }
   hr__cli_get_deliver(s, st, out);
@@ -688,6 +737,16 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
      * device through the ring like a mapped segment's. */
     d->src = d->host;
     d->host = NULL;
+  }
+  if (d->direct) {
+    /* GPUDirect: the data plane's completion (TENSOR_DATA_END after the
+     * writes, or every tagged receive) says the bytes are in the device
+     * memory; no copy is needed.  P2's event is recorded at the delivery,
+     * after that point. */
+    d->enqueued = d->completed = d->npieces;
+    d->finished = 1;
+    progress(d, 0);
+    return 0;
   }
   /* A data plane that writes the landing memory itself (RDMA, for a
    * tensor of one piece) bypasses hr__devrx_landed: copy what it filled. */

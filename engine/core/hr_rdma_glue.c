@@ -552,6 +552,57 @@ int hr__rdma_tx_start(hr_session *s, hr_stream *st) {
 
 /* ---- receiver ------------------------------------------------------------ */
 
+/* A GET into device memory: with GPUDirect negotiated and the fabric able
+ * to register this device's memory (tried once here: a provider that
+ * registers it has FI_HMEM for it, so its tagged receives reach it too),
+ * the transfer lands in the device buffers themselves; returns their
+ * owner (a reference), with `local` the descriptor of that memory and
+ * bufs[] its addresses.  Otherwise NULL, and the record says why: the
+ * transfer then lands in host memory and goes to the device through the
+ * staging ring (hr_devrx.c). */
+static hr_tensor *device_landing(hr_session *s, hr_rdma_glue *g, hr_stream *st,
+                                 hr_recv *rv, const hr_descriptor *d,
+                                 hr_descriptor *local, void **bufs) {
+  const char *gd = NULL;
+  char why[128] = "";
+  hr_tensor *t = NULL;
+  if (!hr_rdma_conn_gpudirect(g->conn, &gd))
+    ;
+  else if (hr__devrx_device_region(rv, d, local, bufs))
+    gd = "the device has no address the fabric can use";
+  else {
+    hr_fabric_region r;
+    memset(&r, 0, sizeof r);
+    r.device_tag = local->buffers[0].device_tag;
+    r.device_index = local->buffers[0].device_index;
+    r.nseg = (uint8_t)local->buffer_count;
+    for (unsigned k = 0; k < local->buffer_count; k++) {
+      r.seg[k].ptr = bufs[k];
+      r.seg[k].len = local->buffers[k].size_bytes;
+      r.length += r.seg[k].len;
+    }
+    hr_fabric_key key;
+    void *mr = NULL;
+    int rv2 = g->ops->reg(g->ctx, &r, HR_FABRIC_REMOTE_WRITE, &key, &mr, why,
+                          sizeof why);
+    if (rv2 == 0) {
+      g->ops->dereg(g->ctx, mr);
+      t = hr__devrx_rdma_device(s, rv, local);
+      if (!t)
+        gd = "out of memory";
+    } else {
+      gd = why;
+    }
+  }
+  if (!t) {
+    char fb[256];
+    snprintf(fb, sizeof fb, "RDMA into host memory, copied to the device: %s",
+             gd && gd[0] ? gd : "no GPUDirect");
+    note_fallback(st, fb);
+  }
+  return t;
+}
+
 int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
                       const hr_descriptor *d, const hr_transport_fields *xp) {
   s = st->s;
@@ -564,25 +615,20 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
   void *bufs[HR_MAX_BUFFERS] = {0};
   const char *refuse = land ? NULL : "no landing tensor";
   int all_cpu = 1;
+  hr_descriptor ld;
+  hr_tensor *dland = NULL; /* GPUDirect: the device buffers' owner */
   if (land && rv->dev) {
-    /* A GET into device memory: the data plane writes host memory only,
-     * so the transfer lands in a host tensor whose pieces then go to the
-     * device through the staging ring (hr_devrx.c).  Never silent: the
-     * record says so, and why no device destination was used. */
-    const char *gd = NULL;
-    char fb[192];
-    if (hr_rdma_conn_gpudirect(g->conn, &gd))
-      gd = "RDMA into device memory is not implemented by the engine";
-    snprintf(fb, sizeof fb,
-             "device destination: RDMA into host memory, then copied to "
-             "the device (%s)",
-             gd ? gd : "no GPUDirect");
-    note_fallback(st, fb);
-    land = hr__devrx_rdma_host(s, rv, d);
-    if (!land)
-      refuse = "no host memory for the device GET's RDMA landing";
+    dland = device_landing(s, g, st, rv, d, &ld, bufs);
+    if (dland) {
+      land = dland;
+      d = &ld; /* the region is device memory of our device */
+    } else {
+      land = hr__devrx_rdma_host(s, rv, d);
+      if (!land)
+        refuse = "no host memory for the device GET's RDMA landing";
+    }
   }
-  for (unsigned k = 0; k < d->buffer_count && !refuse; k++) {
+  for (unsigned k = 0; k < d->buffer_count && !refuse && !dland; k++) {
     uint64_t run = 0, size = d->buffers[k].size_bytes;
     uint8_t *p = rv->dev ? hr_tensor_buffer(land, k)
                          : hr__recv_where(rv, sid, (uint8_t)k, 0, &run);
@@ -607,12 +653,15 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
   }
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
   hold *h = hold_new(s, land);
+  hr_tensor_unref(dland); /* the hold's reference keeps it */
   if (!xf || !h) {
     hr__mem_free(&s->mem, xf);
     if (h)
       hold_release(h);
     return HR_ERR_NOMEM;
   }
+  if (dland)
+    all_cpu = 0;
   hr_rdma_config rc;
   memset(&rc, 0, sizeof rc);
   rc.side = HR_RDMA_RECEIVER;
@@ -621,8 +670,9 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
   rc.desc = d;
   rc.total_data_bytes = xp->total_data_bytes;
   rc.buffers = bufs;
-  /* § 16.4 rule 3: the landing memory is host memory, as described. */
-  rc.register_destination = g->destination && all_cpu;
+  /* § 16.4 rule 3: the landing memory is what the region describes:
+   * host memory, or (GPUDirect) our device's. */
+  rc.register_destination = g->destination && (all_cpu || dland);
   rc.release = hold_release;
   rc.release_ctx = h;
   xf->s = s;

@@ -230,6 +230,16 @@ void hr__devrx_detach(hr_recv *rv);
  * NULL when it cannot be had (no memory, a ring already fed). */
 hr_tensor *hr__devrx_rdma_host(hr_session *s, hr_recv *rv,
                                const hr_descriptor *desc);
+/* RDMA with GPUDirect: `local` is `desc` with the device's tag and index,
+ * ptrs[] the device buffers' addresses.  Returns 0 or HR_ERR_UNSUPPORTED
+ * (a ring already fed, a device without device pointers). */
+int hr__devrx_device_region(hr_recv *rv, const hr_descriptor *desc,
+                            hr_descriptor *local, void **ptrs);
+/* ... then: the data plane lands in the device buffers themselves.  The
+ * returned reference (NULL: out of memory, nothing changed) owns them
+ * from now on, for the caller's data-plane hold. */
+hr_tensor *hr__devrx_rdma_device(hr_session *s, hr_recv *rv,
+                                 const hr_descriptor *local);
 /* hr_client.c: calls the GET's completion with t (taken over). */
 void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
 

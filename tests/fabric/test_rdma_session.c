@@ -318,7 +318,7 @@ static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
  * host memory (tagged sends, or a host destination registration) and goes
  * to the device through the staging ring, in pieces smaller than the
  * tensor; the record names the fallback. */
-static void device_get(uint32_t caps, int dest, uint8_t sync) {
+static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
   hr_gpu_config cfg;
   hr_gpu *g;
   hr_gpu_config_default(&cfg);
@@ -327,6 +327,9 @@ static void device_get(uint32_t caps, int dest, uint8_t sync) {
   next_device_piece = 64 << 10;
   world *w = world_open(caps, dest);
   next_device_piece = 0;
+  if (hmem)
+    hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
+  int direct = hmem && (caps & HR_CAP_RDMA_GPUDIRECT);
   hr_get_opts o;
   memset(&o, 0, sizeof o);
   o.key = (const uint8_t *)"t";
@@ -342,15 +345,23 @@ static void device_get(uint32_t caps, int dest, uint8_t sync) {
   assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode, sync);
   assert_true(device_equals(g, w->got, hr_tensor_buffer(w->served, 0), SIZE));
   assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-  assert_non_null(strstr(w->rec.fallback, "device destination: RDMA into "
-                                          "host memory, then copied to the "
-                                          "device"));
-  assert_non_null(strstr(w->rec.fallback, caps & HR_CAP_RDMA_GPUDIRECT
-                                              ? "not implemented"
-                                              : "RDMA_GPUDIRECT is not in "
-                                                "both HELLOs"));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
+  if (direct) {
+    /* GPUDirect: no fallback; the destination registered as the device's
+     * memory (a probe, then the destination itself). */
+    assert_string_equal(w->rec.fallback, "");
+    hr__fake_get_stats(w->ec, &st);
+    assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
+    assert_int_equal(st.regs, dest ? 2 : 1);
+  } else {
+    assert_non_null(strstr(w->rec.fallback, "RDMA into host memory, copied "
+                                            "to the device: "));
+    assert_non_null(strstr(w->rec.fallback,
+                           caps & HR_CAP_RDMA_GPUDIRECT
+                               ? "device memory (tag 0xf0) needs FI_HMEM"
+                               : "RDMA_GPUDIRECT is not in both HELLOs"));
+  }
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   hr__fake_get_stats(w->es, &st);
   if (dest)
     assert_true(st.writes > 0);
@@ -362,20 +373,42 @@ static void device_get(uint32_t caps, int dest, uint8_t sync) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+#define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
+
+/* No GPUDirect in the HELLOs (the fabric could reach the device). */
 static void test_device_get_p1(void **state) {
   (void)state;
-  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_PRODUCER_SYNCED);
+  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_PRODUCER_SYNCED, 1);
 }
 
 static void test_device_get_p2(void **state) {
   (void)state;
-  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_EVENT);
+  device_get(HR_CAP_RDMA_DATA_PLANE, 0, HR_SYNC_EVENT, 0);
 }
 
+/* GPUDirect negotiated, but this fabric cannot register the device's
+ * memory: a host destination registration, then the ring. */
 static void test_device_get_host_destination(void **state) {
   (void)state;
-  device_get(HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT, 1,
-             HR_SYNC_PRODUCER_SYNCED);
+  device_get(GD, 1, HR_SYNC_PRODUCER_SYNCED, 0);
+}
+
+/* GPUDirect: RMA writes into the device buffers, P1 and P2. */
+static void test_device_get_gpudirect_p1(void **state) {
+  (void)state;
+  device_get(GD, 1, HR_SYNC_PRODUCER_SYNCED, 1);
+}
+
+static void test_device_get_gpudirect_p2(void **state) {
+  (void)state;
+  device_get(GD, 1, HR_SYNC_EVENT, 1);
+}
+
+/* GPUDirect without destination registration: tagged receives posted
+ * into the device buffers. */
+static void test_device_get_gpudirect_tagged(void **state) {
+  (void)state;
+  device_get(GD, 0, HR_SYNC_EVENT, 1);
 }
 
 static void test_get_tagged(void **state) {
@@ -656,6 +689,9 @@ int main(void) {
       cmocka_unit_test(test_device_get_p1),
       cmocka_unit_test(test_device_get_p2),
       cmocka_unit_test(test_device_get_host_destination),
+      cmocka_unit_test(test_device_get_gpudirect_p1),
+      cmocka_unit_test(test_device_get_gpudirect_p2),
+      cmocka_unit_test(test_device_get_gpudirect_tagged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
