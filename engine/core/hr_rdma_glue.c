@@ -490,7 +490,11 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
     return 0; /* small tensors go as frames by design */
   if (st->tx.nparts != 1 || p->xmode != HR_XM_DIRECT ||
       p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
+    /* Device memory is not registered as a source (it would have to wait
+     * for the producer's event first): it is staged and framed. */
     note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
+                      : p->dsrc[0]       ? "a device tensor is staged to host "
+                                           "memory and goes as frames"
                                          : "transcoded output goes as frames");
     return 0;
   }

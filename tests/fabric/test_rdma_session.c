@@ -375,6 +375,49 @@ static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
 
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
 
+/* Serving a device tensor: it is staged to host memory and framed, even
+ * with GPUDirect negotiated and a fabric that reaches the device; both
+ * records say so. */
+static void test_device_served(void **state) {
+  (void)state;
+  hr_gpu_config cfg;
+  hr_gpu *g;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = "sim";
+  assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
+  hr_gpu_caps caps;
+  assert_int_equal(hr_gpu_query(g, &caps), 0);
+  world *w = world_open(GD, 1);
+  hr__fake_set_hmem(w->es, HR_GPU_DEV_SIM);
+  hr_descriptor d = *hr_tensor_descriptor(w->served);
+  d.buffers[0].device_tag = caps.device_tag;
+  hr_gpu_buf *b;
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, SIZE, &b), 0);
+  hr_gpu_stream *gs;
+  hr_gpu_buf *h;
+  assert_int_equal(hr_gpu_stream_new(g, &gs), 0);
+  assert_int_equal(
+      hr_gpu_buf_wrap_host(g, hr_tensor_buffer(w->served, 0), SIZE, &h), 0);
+  assert_int_equal(hr_gpu_copy_async(gs, b, 0, h, 0, SIZE), 0);
+  assert_int_equal(hr_gpu_stream_sync(gs), 0);
+  hr_gpu_buf_del(h);
+  hr_gpu_stream_del(gs);
+  hr_tensor *dt;
+  assert_int_equal(hr_tensor_wrap_device(&dt, &d, &b, NULL, NULL, NULL, NULL),
+                   0);
+  hr_tensor *host = w->served;
+  w->served = dt;
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(same(w->got, host));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  assert_non_null(strstr(w->srv_rec.fallback, "a device tensor is staged"));
+  world_close(w);
+  hr_tensor_unref(host);
+  hr_gpu_buf_del(b);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 /* No GPUDirect in the HELLOs (the fabric could reach the device). */
 static void test_device_get_p1(void **state) {
   (void)state;
@@ -692,6 +735,7 @@ int main(void) {
       cmocka_unit_test(test_device_get_gpudirect_p1),
       cmocka_unit_test(test_device_get_gpudirect_p2),
       cmocka_unit_test(test_device_get_gpudirect_tagged),
+      cmocka_unit_test(test_device_served),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
