@@ -228,7 +228,10 @@ int hr_client_connect(hr_client **out, const char *url,
     }
     cfg.tls_client = cl->o.tls;
   }
-  cfg.worker_threads = 1;
+  /* One worker per lane: each lane's bulk reads (and a PUT's writes) run
+   * on a thread of their own, so that lanes use as many cores. */
+  cfg.worker_threads = cl->o.lanes > 1 ? cl->o.lanes : 1;
+  cfg.bulk_offload_min = cl->o.bulk_offload_min;
   cfg.fabric_provider = cl->o.fabric_provider;
   cfg.fabric_node = cl->o.fabric_node;
   cfg.fabric_caps = cl->o.fabric_caps;

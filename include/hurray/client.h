@@ -59,6 +59,12 @@ typedef struct hr_client_options {
   const char *fabric_provider;
   const char *fabric_node;
   uint32_t fabric_caps;
+  /* ---- appended: bulk I/O (0: the default) ---- */
+  /* hr_engine_config.bulk_offload_min of the client's engine: reads and
+   * writes of tensor bytes of at least this size run on the client's
+   * worker threads (one per lane), so that lanes use as many cores
+   * (0: 1 MiB; UINT64_MAX: never, every byte on the caller's thread). */
+  uint64_t bulk_offload_min;
 } hr_client_options;
 
 /* Why a call failed. */
