@@ -764,19 +764,22 @@ static int bulk_submit(hr_conn *c, hr__bulk *b, int dir, hr_tstamp now) {
   return 1;
 }
 
-/* Writes a pull's iovecs on the pool.  Returns 1 when the job is out. */
+/* Writes the first `total` bytes of a pull's iovecs on the pool.  Returns
+ * 1 when the job is out. */
 static int bulk_tx(hr_conn *c, const hr_iov *hv, int n, size_t total,
                    hr_tstamp now) {
   hr__bulk *b = bulk_get(c, HR_IO_TX);
+  size_t left = total;
   int i;
 
   if (!b || n > HR__BULK_IOV)
     return 0;
-  for (i = 0; i < n; i++) {
+  for (i = 0; i < n && left; i++) {
     b->iov[i].iov_base = (void *)hv[i].base;
-    b->iov[i].iov_len = hv[i].len;
+    b->iov[i].iov_len = hv[i].len < left ? hv[i].len : left;
+    left -= b->iov[i].iov_len;
   }
-  b->niov = n;
+  b->niov = i;
   b->total = total;
   return bulk_submit(c, b, HR_IO_TX, now);
 }
@@ -1033,10 +1036,12 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
       iov[i].iov_len = hv[i].len;
       total += hv[i].len;
     }
-    /* Tensor frames go to a worker; the loop serves other sockets.  An
-     * SHM descriptor (Unix sockets) is sent by the loop. */
-    if (bulk_wanted(c, HR_IO_TX, total) && hr_session_pull_fd(c->s) < 0 &&
-        bulk_tx(c, hv, n, total, now))
+    /* Tensor frames go to a worker, at most the byte budget of a turn;
+     * the loop serves other sockets.  An SHM descriptor (Unix sockets) is
+     * sent by the loop. */
+    if (bulk_wanted(c, HR_IO_TX, total < budget ? total : budget) &&
+        hr_session_pull_fd(c->s) < 0 &&
+        bulk_tx(c, hv, n, total < budget ? total : budget, now))
       return;
     /* sendmsg() is writev() with MSG_NOSIGNAL: a peer that vanished must
      * give EPIPE, not kill the host with SIGPIPE. */

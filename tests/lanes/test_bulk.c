@@ -46,7 +46,7 @@ static hr_engine_config cfg_with(uint64_t bulk_min) {
   hr_engine_config_default(&c);
   c.bulk_offload_min = bulk_min;
   c.worker_threads = 8;
-  /* Shards of a few MB: every lane gets some of a 24 MB tensor. */
+  /* Shards of a MB or more: every lane gets some of a test tensor. */
   c.session.shard_bytes = 1u << 20;
   return c;
 }
@@ -213,8 +213,8 @@ static void transfers(uint64_t bulk_min) {
   int before = threads_now();
 
   tl_server_start(env, &srv, &scfg, NULL);
-  /* 24 MB: several 4 MiB frames per shard up to 4 lanes. */
-  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 2048}, 21);
+  /* 12 MB: shards of 1.5 MB or more, several frames each. */
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 1024}, 21);
   tl_put(&srv, "w", t);
   hr_engine_config ccfg = cfg_with(bulk_min);
   hr_engine *ce = tl_engine(env, &ccfg);
@@ -313,8 +313,8 @@ static void interrupted(int how, unsigned lanes) {
   scfg.on_conn = srv_on_conn;
   scfg.user_data = &sc;
   tl_server_start(env, &srv, &scfg, NULL);
-  /* 96 MB: the interruption lands mid-transfer. */
-  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){6144, 4096}, 23);
+  /* 48 MB: the interruption lands mid-transfer. */
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 4096}, 23);
   tl_put(&srv, "w", t);
   hr_engine_config ccfg = cfg_with(SMALL_MIN);
   hr_engine *ce = tl_engine(env, &ccfg);
