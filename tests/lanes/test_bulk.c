@@ -6,7 +6,8 @@
  * a cancel and a cut connection (either side) while jobs are out, into an
  * application buffer that is freed as soon as its GET completes (ASan
  * sees a worker that would still write there), and the connection or the
- * server serving byte-exact afterwards.
+ * server serving byte-exact afterwards; a peer that stops reading does
+ * not keep the server's only worker from serving another.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -393,6 +394,70 @@ static void server_cut_while_out(void **state) {
   interrupted(CUT_SERVER, 4);
 }
 
+/* ---- a peer that stops reading -------------------------------------------- */
+
+typedef struct two {
+  tl_env *a, *b;
+} two;
+
+/* Runs both loops in turn until done(ud) or timeout_ms. */
+static int pump(two *w, int (*done)(void *), void *ud, int timeout_ms) {
+  for (int t = 0; t < timeout_ms; t += 2) {
+    if (tl_run(w->a, done, ud, 1) || tl_run(w->b, done, ud, 1))
+      return 1;
+  }
+  return done(ud);
+}
+
+static void stalled_peer(void **state) {
+  (void)state;
+  /* The server and client B on one loop, client A on another that stops
+   * running: A's socket fills, the job writing to it gives up, and the
+   * server's only worker serves B meanwhile. */
+  two w = {tl_new(TL_EPOLL), tl_new(TL_EPOLL)};
+  tl_server srv;
+  hr_engine_config scfg = cfg_with(SMALL_MIN);
+  scfg.worker_threads = 1;
+  scfg.socket_buffer = 128 * 1024;
+  tl_server_start(w.a, &srv, &scfg, NULL);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 1024}, 24);
+  tl_put(&srv, "w", t);
+  hr_engine_config ccfg = cfg_with(SMALL_MIN);
+  ccfg.socket_buffer = 128 * 1024;
+  hr_engine *ea = tl_engine(w.b, &ccfg);
+  hr_engine *eb = tl_engine(w.a, &ccfg);
+  cconn ca, cb;
+  memset(&ca, 0, sizeof ca);
+  assert_int_equal(
+      hr_engine_connect_group(ea, srv.url, 1, NULL, on_conn, &ca, &ca.c), 0);
+  assert_true(pump(&w, conn_settled, &ca, 10000));
+  assert_true(ca.up);
+  cconn_open(w.a, eb, srv.url, 1, &cb);
+  got ga;
+  get_start(ea, &ca, "w", 0, 0, &ga);
+  partway pw = {&ca, &ga, 1u << 20};
+  assert_true(pump(&w, got_partway, &pw, 10000));
+  assert_false(ga.done);
+  /* A stops reading.  B's GET must not wait for it. */
+  got gb;
+  get_start(eb, &cb, "w", 0, 0, &gb);
+  assert_true(tl_run(w.a, got_done, &gb, 5000));
+  got_check(&gb, t);
+  /* A reads again and gets every byte. */
+  assert_true(pump(&w, got_done, &ga, 20000));
+  got_check(&ga, t);
+  hr_conn_close(ca.c);
+  assert_true(pump(&w, conn_closed, &ca, 10000));
+  hr_conn_close(cb.c);
+  assert_true(tl_run(w.a, conn_closed, &cb, 10000));
+  tl_engine_finish(w.b, ea);
+  tl_engine_finish(w.a, eb);
+  hr_tensor_unref(t);
+  tl_server_stop(w.a, &srv);
+  tl_free(w.a);
+  tl_free(w.b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(offloaded),
@@ -400,6 +465,7 @@ int main(void) {
       cmocka_unit_test(cancel_while_out),
       cmocka_unit_test(client_cut_while_out),
       cmocka_unit_test(server_cut_while_out),
+      cmocka_unit_test(stalled_peer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
