@@ -17,7 +17,11 @@
  * (sendmsg: writev with MSG_NOSIGNAL) of the session's iovecs (frame
  * prefixes plus pointers into tensors); input is recv() straight into
  * hr_session_recv_target() when the session names a destination, and
- * into a 64 KiB staging buffer for control messages.
+ * into a 64 KiB staging buffer for control messages.  Large writes and
+ * reads of a plain socket run on the worker pool (hr_bulk.h: one job per
+ * connection and direction, the session holding the memory with
+ * hr_session_io_hold() and stopping the job through io_fence before it
+ * drops it), so that lanes and busy connections use several cores.
  *
  * Teardown.  A finished connection's session is terminated (its streams'
  * completions run), the client's close callback runs, and the socket

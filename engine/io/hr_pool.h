@@ -8,8 +8,8 @@
  * finished jobs with hr__pool_take_done() and completes them there.  No
  * job ever completes on a worker thread.
  *
- * Threads start lazily on the first submission, so engines that never
- * transcode (clients, the blocking API) never create a thread.
+ * Threads start lazily on the first submission, so engines that neither
+ * transcode nor move bulk bytes (hr_bulk.h) never create a thread.
  */
 #ifndef HR_POOL_H
 #define HR_POOL_H
