@@ -77,6 +77,9 @@ static void run(hr__job *j) {
       b->err = errno;
       break;
     }
+    /* Would wait: other jobs may go first (the loop waits instead). */
+    if (hr__pool_queued(b->pool))
+      break;
     uint64_t spent = mono_ns() - start;
     if (spent >= HR__BULK_STALL_NS) {
       b->stalled = 1;
@@ -86,6 +89,9 @@ static void run(hr__job *j) {
         {b->fd, (short)(b->dir == HR_IO_TX ? POLLOUT : POLLIN), 0},
         {b->abort_fd, POLLIN, 0}};
     int ms = (int)((HR__BULK_STALL_NS - spent + 999999u) / 1000000u);
+    /* Short naps: a job queued meanwhile is noticed within one. */
+    if (ms > HR__BULK_NAP_MS)
+      ms = HR__BULK_NAP_MS;
     if (poll(p, 2, ms) < 0 && errno != EINTR) {
       b->err = errno;
       break;
@@ -103,9 +109,10 @@ int hr__bulk_is(const hr__job *j) {
   return j->run == run;
 }
 
-int hr__bulk_init(hr__bulk *b, void *owner) {
+int hr__bulk_init(hr__bulk *b, void *owner, hr__pool *pool) {
   memset(b, 0, sizeof *b);
   b->owner = owner;
+  b->pool = pool;
   b->base.run = run;
   b->fd = -1;
   b->abort_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -11,7 +11,9 @@
  * bytes with non-blocking calls and poll(), so that a write to the
  * job's abort eventfd wakes it at once; it gives up on its own after
  * HR__BULK_STALL_NS without finishing (a slow peer must not hold a pool
- * thread), leaving the rest to the loop.
+ * thread), leaving the rest to the loop, and at once when other jobs
+ * wait for a thread (the loop then waits for readiness itself, so that a
+ * few threads serve many connections without blocking on one).
  */
 #ifndef HR_BULK_H
 #define HR_BULK_H
@@ -24,12 +26,15 @@
 
 #define HR__BULK_IOV 128
 #define HR__BULK_STALL_NS (200ull * 1000000ull)
+#define HR__BULK_NAP_MS 5
 
 enum { HR__BULK_IDLE, HR__BULK_QUEUED, HR__BULK_RUNNING, HR__BULK_FINISHED };
 
 typedef struct hr__bulk {
   hr__job base; /* first: the pool hands back hr__job pointers */
   void *owner;  /* the connection */
+  hr__pool *pool; /* where it runs: a job that would wait yields to queued
+                     ones */
   int dir;      /* HR_IO_TX or HR_IO_RX */
   int fd;       /* the socket (not owned) */
   int abort_fd; /* eventfd that wakes the worker (owned) */
@@ -49,8 +54,9 @@ typedef struct hr__bulk {
   int abort; /* under mu, and read atomically by the worker */
 } hr__bulk;
 
-/* Prepares `b` (its lock and abort eventfd).  Returns 0 or HR_ERR_IO. */
-int hr__bulk_init(hr__bulk *b, void *owner);
+/* Prepares `b` (its lock and abort eventfd) for jobs of `owner` on
+ * `pool`.  Returns 0 or HR_ERR_IO. */
+int hr__bulk_init(hr__bulk *b, void *owner, hr__pool *pool);
 /* Frees what init made; the job must not be out. */
 void hr__bulk_fini(hr__bulk *b);
 /* Readies a job of `dir` on `fd` for the pool (the caller filled iov,

@@ -737,7 +737,7 @@ static hr__bulk *bulk_get(hr_conn *c, int dir) {
   *pb = hr__mem_malloc(&e->mem, sizeof **pb);
   if (!*pb)
     return NULL;
-  if (hr__bulk_init(*pb, c)) {
+  if (hr__bulk_init(*pb, c, e->pool)) {
     hr__mem_free(&e->mem, *pb);
     *pb = NULL;
   }

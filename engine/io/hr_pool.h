@@ -52,6 +52,10 @@ void hr__pool_end_async(hr__pool *p);
 /* Takes every finished job, oldest first (NULL: none).  Loop thread. */
 hr__job *hr__pool_take_done(hr__pool *p);
 
+/* Whether jobs wait for a thread (any thread may ask: a running job
+ * that would block yields to them). */
+int hr__pool_queued(hr__pool *p);
+
 /* Jobs submitted and not yet taken back. */
 size_t hr__pool_pending(const hr__pool *p);
 

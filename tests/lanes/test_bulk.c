@@ -412,8 +412,9 @@ static int pump(two *w, int (*done)(void *), void *ud, int timeout_ms) {
 static void stalled_peer(void **state) {
   (void)state;
   /* The server and client B on one loop, client A on another that stops
-   * running: A's socket fills, the job writing to it gives up, and the
-   * server's only worker serves B meanwhile. */
+   * running: A's socket fills, the job writing to it gives up, the
+   * server's only worker serves B meanwhile, and A gets every byte once
+   * it reads again. */
   two w = {tl_new(TL_EPOLL), tl_new(TL_EPOLL)};
   tl_server srv;
   hr_engine_config scfg = cfg_with(SMALL_MIN);
@@ -438,7 +439,11 @@ static void stalled_peer(void **state) {
   partway pw = {&ca, &ga, 1u << 20};
   assert_true(pump(&w, got_partway, &pw, 10000));
   assert_false(ga.done);
-  /* A stops reading.  B's GET must not wait for it. */
+  /* A stops reading: alone, the job writing to it gives up after 200 ms
+   * and the loop takes A's bytes back. */
+  tl_spin(w.a, 400);
+  assert_false(ga.done);
+  /* B's GET must not wait for A (a job that would wait yields). */
   got gb;
   get_start(eb, &cb, "w", 0, 0, &gb);
   assert_true(tl_run(w.a, got_done, &gb, 5000));
