@@ -37,7 +37,10 @@
  * Over a Unix socket (unix:PATH) the tensor comes over the shared-memory
  * plane ("shm") when the server offers it (mapped, not copied); --no-shm
  * asks for frames.  A segment that cannot be mapped fails the first try,
- * and the GET is retried once over frames.
+ * and the GET is retried once over frames.  With --device, a server
+ * whose tensor lives in shareable memory of that device hands over the
+ * device memory itself (imported, no staging: --stats says "shm" with the
+ * device); a host segment is copied to the device.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>

@@ -30,6 +30,11 @@
  * --max-inflight-bytes, --max-conn-inflight-bytes, --send-budget,
  * --max-message-size, --handshake-timeout, --idle-timeout,
  * --read-timeout) set the engine's caps; README.md lists their defaults.
+ * --shm-arena SIZE keeps stored tensors that have no segment of their own
+ * (PUTs below 1 MiB or over TCP, files not page-aligned) in a shared
+ * memfd arena of at most SIZE bytes, served over SHM by the arena's fd
+ * (docs/internals/shm.md: every client allowed every key may read all of
+ * it; a token bounded to prefixes gets a private copy).
  *
  * Logs: one JSON object per line on stderr (<hurray/metrics.h>): a line
  * per request at info (failures at warn), connections at debug, and the
@@ -64,7 +69,7 @@
   "[--max-put-bytes SIZE] [--max-store-bytes SIZE] "                          \
   "[--max-inflight-bytes SIZE] [--max-conn-inflight-bytes SIZE] "             \
   "[--send-budget SIZE] [--max-message-size SIZE] [--handshake-timeout T] "   \
-  "[--idle-timeout T] [--read-timeout T] [-v] PATH..."
+  "[--idle-timeout T] [--read-timeout T] [--shm-arena SIZE] [-v] PATH..."
 /* PUTs may add this much over the served files unless --max-store-bytes
  * says otherwise. */
 #define DEFAULT_PUT_ROOM (4ull << 30)
@@ -274,7 +279,7 @@ int cli_serve(int argc, char **argv) {
   const char **paths;
   /* Limits: UINT64_MAX means "not given" (keep the library's default). */
   enum { L_CONNS, L_STREAMS, L_PUT, L_STORE, L_INFLIGHT, L_CONN_INFLIGHT,
-         L_SEND, L_MSG, L_HANDSHAKE, L_IDLE, L_READ, L_COUNT };
+         L_SEND, L_MSG, L_HANDSHAKE, L_IDLE, L_READ, L_ARENA, L_COUNT };
   static const struct {
     const char *flag;
     int kind; /* 0 count, 1 size, 2 duration */
@@ -291,6 +296,7 @@ int cli_serve(int argc, char **argv) {
       {"--handshake-timeout", 2, 0, UINT64_MAX - 1},
       {"--idle-timeout", 2, 0, UINT64_MAX - 1},
       {"--read-timeout", 2, 0, UINT64_MAX - 1},
+      {"--shm-arena", 1, 1u << 20, (uint64_t)1 << 46},
   };
   uint64_t lv[L_COUNT];
 
@@ -432,6 +438,8 @@ int cli_serve(int argc, char **argv) {
 
   hr_store_config_default(&scfg);
   scfg.allow_put = allow_put;
+  if (lv[L_ARENA] != UINT64_MAX)
+    scfg.shm_arena_bytes = lv[L_ARENA];
   if (hr_store_new(&sv.store, &scfg, NULL) != 0) {
     hr_auth_del(sv.auth);
     hr_metrics_del(sv.metrics);

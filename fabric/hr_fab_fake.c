@@ -66,6 +66,7 @@ struct hr__fake_ep {
   fake_piece *unexpected;         /* pieces sent to us, arrival order */
   hr__fake_faults faults;
   hr__fake_stats st;
+  hr__fab_track *track; /* memory freed on any thread */
 };
 
 struct hr__fake_world {
@@ -148,6 +149,10 @@ int hr__fake_ep_new(hr__fake_ep **out, hr__fake_world *w, const char *name,
   e->virt_addr = virt_addr;
   e->raw_keys = raw_keys;
   e->faults.peer_gone_after = -1;
+  if (hr__fab_track_new(&e->track, &w->mem)) {
+    hr__mem_free(&w->mem, e);
+    return HR_ERR_NOMEM;
+  }
   e->next = w->eps;
   w->eps = e;
   *out = e;
@@ -209,6 +214,7 @@ void hr__fake_ep_del(hr__fake_ep *e) {
   free_pieces(w, e->unexpected);
   free_ops(w, e->run_head);
   free_ops(w, e->done_head);
+  hr__fab_track_unref(e->track);
   hr__mem_free(&w->mem, e);
 }
 
@@ -696,8 +702,16 @@ int hr__fake_progress_one(hr__fake_ep *e) {
   return deliver_one(e);
 }
 
+static void invalidated(void *ctx, const void *ptr, uint64_t len) {
+  hr__fake_ep *e = ctx;
+  e->st.invalidations++;
+  e->st.last_invalidated = ptr;
+  e->st.last_invalidated_len = len;
+}
+
 int hr__fake_progress(hr__fake_ep *e) {
   int n = 0;
+  hr__fab_track_drain(e->track, invalidated, e);
   for (;;) {
     run_started(e);
     if (!deliver_one(e))
@@ -716,6 +730,18 @@ size_t hr__fake_pending(const hr__fake_ep *e) {
   return n;
 }
 
+static void *fake_tracker(void *ctx) {
+  return hr__fab_track_ref(((hr__fake_ep *)ctx)->track);
+}
+
+static void fake_tracker_invalidate(void *trk, const void *ptr, uint64_t len) {
+  hr__fab_track_push(trk, ptr, len);
+}
+
+static void fake_tracker_unref(void *trk) {
+  hr__fab_track_unref(trk);
+}
+
 static const hr_fabric_ops fake_ops = {sizeof(hr_fabric_ops),
                                        fake_peer_add,
                                        fake_peer_del,
@@ -724,7 +750,10 @@ static const hr_fabric_ops fake_ops = {sizeof(hr_fabric_ops),
                                        fake_write,
                                        fake_send,
                                        fake_recv,
-                                       fake_cancel};
+                                       fake_cancel,
+                                       fake_tracker,
+                                       fake_tracker_invalidate,
+                                       fake_tracker_unref};
 
 const hr_fabric_ops *hr__fake_ops(void) {
   return &fake_ops;

@@ -48,6 +48,11 @@ typedef struct hr__fake_stats {
   uint64_t cancels;    /* cancel() calls */
   uint64_t bytes;      /* bytes this endpoint wrote or sent */
   uint64_t unexpected; /* tagged pieces that waited for a receive */
+  /* Ranges reported freed through the ops' tracker, taken by
+   * hr__fake_progress(), and the last one. */
+  uint64_t invalidations;
+  const void *last_invalidated;
+  uint64_t last_invalidated_len;
 } hr__fake_stats;
 
 /* Creates a world (mem NULL: default).  Returns 0 or HR_ERR_NOMEM. */

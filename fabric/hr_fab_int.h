@@ -118,4 +118,31 @@ void hr__mrc_get_stats(const hr__mrc *c, hr__mrc_stats *st);
 /* 1 while some entry is in use. */
 int hr__mrc_busy(const hr__mrc *c);
 
+/* ---- the invalidation tracker (hr_fab_track.c) ---- */
+
+/* Memory freed on any thread, queued for the fabric's thread.  The ops'
+ * tracker / tracker_invalidate / tracker_unref of both backends. */
+typedef struct hr__fab_track hr__fab_track;
+
+/* A tracker with one reference (the backend's).  0 or HR_ERR_NOMEM. */
+int hr__fab_track_new(hr__fab_track **out, const hr_mem *mem);
+/* Any thread.  Returns t. */
+void *hr__fab_track_ref(hr__fab_track *t);
+/* Any thread; the last reference frees it. */
+void hr__fab_track_unref(hr__fab_track *t);
+/* Any thread: queues [ptr, ptr + len) and calls the wake function.  Out
+ * of memory, the next drain invalidates everything. */
+void hr__fab_track_push(hr__fab_track *t, const void *ptr, uint64_t len);
+/* 1 while something is queued. */
+int hr__fab_track_pending(const hr__fab_track *t);
+/* The backend's thread: fn for each queued range (NULL, UINT64_MAX after
+ * an overflow), queue emptied. */
+void hr__fab_track_drain(hr__fab_track *t,
+                         void (*fn)(void *ctx, const void *ptr, uint64_t len),
+                         void *ctx);
+/* Sets (NULL: removes) the wake function; after a removal returns, it is
+ * not running nor called again. */
+void hr__fab_track_set_wake(hr__fab_track *t, void (*wake)(void *ctx),
+                            void *ctx);
+
 #endif /* HR_FAB_INT_H */

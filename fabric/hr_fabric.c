@@ -34,7 +34,9 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -101,8 +103,25 @@ struct fab_xop {
   char why[160];
 };
 
+/* The few functions libfabric really exports (the rest of its API is
+ * static inline, calling through the ops tables of the objects these
+ * return).  libfabric is loaded at run time: linking it would run its
+ * providers' constructors (libinfinipath's among them, tens of
+ * milliseconds) in every process that links libhurray, fabric or not. */
+typedef struct fab_lib {
+  void *handle; /* dlopen() */
+  __typeof__(fi_getinfo) *getinfo;
+  __typeof__(fi_freeinfo) *freeinfo;
+  __typeof__(fi_dupinfo) *dupinfo;
+  __typeof__(fi_fabric) *fabric;
+  __typeof__(fi_strerror) *strerror;
+  __typeof__(fi_tostr) *tostr;
+  __typeof__(fi_version) *version;
+} fab_lib;
+
 struct hr_fabric {
   hr_mem mem;
+  fab_lib lib;
   hr_fabric_config cfg;
   char provider[64];
   char node[64];
@@ -124,6 +143,7 @@ struct hr_fabric {
   int hmem;
   int gpudirect;
   hr__mrc *cache;
+  hr__fab_track *track; /* memory freed on other threads */
   fab_peer *peers;
   fab_xop *ops;
   uint64_t remote_mrs;
@@ -140,8 +160,10 @@ struct hr_fabric {
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void fi_why(char *why, size_t cap, const char *what, int rv) {
-  hr__fab_why(why, cap, "%s: %s (%d)", what, fi_strerror(rv < 0 ? -rv : rv),
+static void fi_why(const hr_fabric *f, char *why, size_t cap, const char *what,
+                   int rv) {
+  hr__fab_why(why, cap, "%s: %s (%d)", what,
+              f->lib.strerror(rv < 0 ? -rv : rv),
               rv);
 }
 
@@ -202,7 +224,7 @@ static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
       break;
   }
   if (rv) {
-    fi_why(why, cap, "fi_mr_regattr", rv);
+    fi_why(f, why, cap, "fi_mr_regattr", rv);
     return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
   }
   if ((f->mr_mode & FI_MR_ENDPOINT) && !probe) {
@@ -211,7 +233,7 @@ static int mr_register(hr_fabric *f, const struct iovec *iov, size_t n,
       rv = fi_mr_enable(*out);
     if (rv) {
       fi_close(&(*out)->fid);
-      fi_why(why, cap, "fi_mr_bind/enable", rv);
+      fi_why(f, why, cap, "fi_mr_bind/enable", rv);
       return HR_ERR_IO;
     }
   }
@@ -269,8 +291,9 @@ static int host_staged(const char *prov) {
 /* Asks libfabric for `prov` with the capabilities the data plane needs,
  * relaxing the optional ones (delivery completion, directed receive,
  * FI_HMEM) one by one when the provider refuses them. */
-static int get_info(const hr_fabric_config *cfg, const char *prov,
-                    const char *node, struct fi_info **out) {
+static int get_info(const hr_fabric *f, const char *prov, const char *node,
+                    struct fi_info **out) {
+  const hr_fabric_config *cfg = &f->cfg;
   static const int variants[][3] = {/* delivery_complete, directed_recv, hmem */
                                     {1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1},
                                     {1, 1, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 0}};
@@ -278,7 +301,7 @@ static int get_info(const hr_fabric_config *cfg, const char *prov,
   for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
     if (variants[v][2] && !cfg->hmem)
       continue;
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = f->lib.dupinfo(NULL); /* fi_allocinfo() */
     if (!h)
       return -FI_ENOMEM;
     h->caps = FI_RMA | FI_TAGGED;
@@ -297,12 +320,12 @@ static int get_info(const hr_fabric_config *cfg, const char *prov,
       h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     h->fabric_attr->prov_name = strdup(prov); /* lint-ok: fi_freeinfo */
     if (!h->fabric_attr->prov_name) {
-      fi_freeinfo(h);
+      f->lib.freeinfo(h);
       return -FI_ENOMEM;
     }
     struct fi_info *info = NULL;
-    int rv = fi_getinfo(HR_FI_VERSION, node, NULL, 0, h, &info);
-    fi_freeinfo(h);
+    int rv = f->lib.getinfo(HR_FI_VERSION, node, NULL, 0, h, &info);
+    f->lib.freeinfo(h);
     if (rv == 0 && info) {
       /* The layered name must match exactly: asking for "tcp" also
        * returns "tcp;ofi_rxm", and that is the one we want to name. */
@@ -318,10 +341,11 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
   const hr_fabric_config *c = &f->cfg;
   const char *node = f->node[0] ? f->node : NULL;
   if (f->provider[0]) {
-    int rv = get_info(c, f->provider, strcmp(f->provider, "shm") ? node : NULL,
+    int rv = get_info(f, f->provider, strcmp(f->provider, "shm") ? node : NULL,
                       &f->info);
     if (rv) {
-      hr__fab_why(why, cap, "provider %s: %s", f->provider, fi_strerror(-rv));
+      hr__fab_why(why, cap, "provider %s: %s", f->provider,
+                  f->lib.strerror(-rv));
       return rv == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_UNSUPPORTED;
     }
     return 0;
@@ -333,11 +357,11 @@ static int select_provider(hr_fabric *f, char *why, size_t cap) {
   static const char *const network[] = {"cxi",  "verbs;ofi_rxm", "efa", "opx",
                                         "psm3", "psm2",          "ucx"};
   for (size_t i = 0; i < sizeof network / sizeof *network; i++)
-    if (get_info(c, network[i], node, &f->info) == 0)
+    if (get_info(f, network[i], node, &f->info) == 0)
       return 0;
-  if (local && get_info(c, "shm", NULL, &f->info) == 0)
+  if (local && get_info(f, "shm", NULL, &f->info) == 0)
     return 0;
-  if (get_info(c, "tcp;ofi_rxm", node, &f->info) == 0)
+  if (get_info(f, "tcp;ofi_rxm", node, &f->info) == 0)
     return 0;
   hr__fab_why(why, cap, "no provider with FI_RMA and FI_TAGGED (%s scope)",
               local ? "local" : "network");
@@ -368,7 +392,52 @@ static int probe_hmem(hr_fabric *f, const hr_fabric_config *c) {
   return ok;
 }
 
+/* Loads libfabric and resolves its exported functions into f->lib.
+ * RTLD_NODELETE: providers hook memory functions (the registration cache's
+ * monitors) and start threads, so the library must never be unmapped;
+ * the handle is closed with the fabric, the library stays. */
+static int lib_load(hr_fabric *f, const char *name, char *why, size_t cap) {
+  static const char *const syms[] = {"fi_getinfo", "fi_freeinfo",
+                                     "fi_dupinfo", "fi_fabric",
+                                     "fi_strerror", "fi_tostr", "fi_version"};
+  void **slots[] = {(void **)&f->lib.getinfo,  (void **)&f->lib.freeinfo,
+                    (void **)&f->lib.dupinfo,  (void **)&f->lib.fabric,
+                    (void **)&f->lib.strerror, (void **)&f->lib.tostr,
+                    (void **)&f->lib.version};
+  if (!name)
+    name = "libfabric.so.1";
+  f->lib.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!f->lib.handle) {
+    const char *e = dlerror();
+    hr__fab_why(why, cap, "libfabric is not available: %s", e ? e : name);
+    return HR_ERR_UNSUPPORTED;
+  }
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+    void *p = dlsym(f->lib.handle, syms[i]);
+    if (!p) {
+      hr__fab_why(why, cap, "libfabric is not available: %s lacks %s", name,
+                  syms[i]);
+      return HR_ERR_UNSUPPORTED;
+    }
+    /* POSIX guarantees that object and function pointers convert. */
+    memcpy(slots[i], &p, sizeof p);
+  }
+  uint32_t v = f->lib.version();
+  if (FI_MAJOR(v) != FI_MAJOR_VERSION || v < FI_VERSION(1, 17)) {
+    hr__fab_why(why, cap,
+                "libfabric is not available: %s is version %u.%u, 1.17 or a "
+                "later 1.x is needed",
+                name, FI_MAJOR(v), FI_MINOR(v));
+    return HR_ERR_UNSUPPORTED;
+  }
+  return 0;
+}
+
 static void close_all(hr_fabric *f) {
+  /* Tensors may outlive the fabric and still report into the tracker. */
+  hr__fab_track_set_wake(f->track, NULL, NULL);
+  hr__fab_track_unref(f->track);
+  f->track = NULL;
   hr__mrc_del(f->cache);
   f->cache = NULL;
   if (f->ep)
@@ -382,7 +451,9 @@ static void close_all(hr_fabric *f) {
   if (f->fabric)
     fi_close(&f->fabric->fid);
   if (f->info)
-    fi_freeinfo(f->info);
+    f->lib.freeinfo(f->info);
+  if (f->lib.handle)
+    dlclose(f->lib.handle);
 }
 
 int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
@@ -412,17 +483,22 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
     return HR_ERR_NOMEM;
   }
   f->mem = *mem;
-  f->cfg = *cfg;
+  /* A version 1 configuration ends before `library`. */
+  memcpy(&f->cfg, cfg,
+         cfg->version >= 2 ? sizeof *cfg : offsetof(hr_fabric_config, library));
   f->cfg.provider = NULL;
   f->cfg.node = NULL;
   f->cfg.hmem_devices = NULL; /* only read during hr_fabric_new */
+  f->cfg.library = NULL;
   f->wait_fd = -1;
   if (cfg->provider)
     memcpy(f->provider, cfg->provider, strlen(cfg->provider) + 1);
   if (cfg->node)
     memcpy(f->node, cfg->node, strlen(cfg->node) + 1);
 
-  int rv = select_provider(f, why, cap);
+  int rv = lib_load(f, cfg->version >= 2 ? cfg->library : NULL, why, cap);
+  if (!rv)
+    rv = select_provider(f, why, cap);
   if (rv)
     goto fail;
   struct fi_info *i = f->info;
@@ -445,7 +521,7 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
 
   int step;
   const char *what = "fi_fabric";
-  step = fi_fabric(i->fabric_attr, &f->fabric, NULL);
+  step = f->lib.fabric(i->fabric_attr, &f->fabric, NULL);
   if (!step) {
     what = "fi_domain";
     step = fi_domain(f->fabric, i, &f->domain, NULL);
@@ -505,12 +581,14 @@ int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
     step = fi_getname(&f->ep->fid, f->name, &f->name_len);
   }
   if (step) {
-    fi_why(why, cap, what, step);
+    fi_why(f, why, cap, what, step);
     rv = step == -FI_ENOMEM ? HR_ERR_NOMEM : HR_ERR_IO;
     goto fail;
   }
   rv = hr__mrc_new(&f->cache, cache_reg, cache_dereg, f, cfg->mr_cache_entries,
                    cfg->mr_cache_bytes, mem);
+  if (!rv)
+    rv = hr__fab_track_new(&f->track, mem);
   if (rv) {
     hr__fab_why(why, cap, "out of memory");
     goto fail;
@@ -567,6 +645,21 @@ int hr_fabric_fd(const hr_fabric *f) {
 void hr_fabric_invalidate(hr_fabric *f, const void *ptr, uint64_t len) {
   if (f)
     hr__mrc_invalidate(f->cache, ptr, len);
+}
+
+static void drained(void *ctx, const void *ptr, uint64_t len) {
+  hr__mrc_invalidate(((hr_fabric *)ctx)->cache, ptr, len);
+}
+
+/* Closes the registrations of memory freed on any thread, before the
+ * cache could hand one of them out again. */
+static void take_invalidations(hr_fabric *f) {
+  hr__fab_track_drain(f->track, drained, f);
+}
+
+void hr_fabric_set_wake(hr_fabric *f, void (*wake)(void *ctx), void *ctx) {
+  if (f)
+    hr__fab_track_set_wake(f->track, wake, ctx);
 }
 
 void hr_fabric_get_stats(const hr_fabric *f, hr_fabric_stats *st) {
@@ -651,7 +744,7 @@ static int check_name(const hr_fabric *f, const uint8_t *name, uint16_t len,
   }
 bad:
   hr__fab_why(why, cap, "not a %s endpoint name",
-              fi_tostr(&f->info->addr_format, FI_TYPE_ADDR_FORMAT));
+              f->lib.tostr(&f->info->addr_format, FI_TYPE_ADDR_FORMAT));
   return HR_ERR_UNSUPPORTED;
 }
 
@@ -698,7 +791,7 @@ static int fab_peer_add(void *ctx, const uint8_t *prov, uint16_t prov_len,
   int n = fi_av_insert(f->av, p->name, 1, &p->addr, 0, NULL);
   if (n != 1) {
     hr__mem_free(&f->mem, p);
-    fi_why(why, cap, "fi_av_insert", n < 0 ? n : -FI_EADDRNOTAVAIL);
+    fi_why(f, why, cap, "fi_av_insert", n < 0 ? n : -FI_EADDRNOTAVAIL);
     return HR_ERR_UNSUPPORTED;
   }
   p->refs = 1;
@@ -778,7 +871,7 @@ static int fab_reg(void *ctx, const hr_fabric_region *r, int access,
     rv = fi_mr_raw_attr(m, &base, key->raw_key, &ks, 0);
     if (rv || ks == 0 || ks > HR_FABRIC_RAW_KEY_MAX) {
       fi_close(&m->fid);
-      fi_why(why, cap, "fi_mr_raw_attr", rv ? rv : -FI_ETOOSMALL);
+      fi_why(f, why, cap, "fi_mr_raw_attr", rv ? rv : -FI_ETOOSMALL);
       return HR_ERR_UNSUPPORTED;
     }
     key->raw_key_len = (uint16_t)ks;
@@ -864,6 +957,7 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
       return HR_ERR_NOMEM;
     }
   }
+  take_invalidations(f);
   for (unsigned k = 0; k < r->nseg; k++) {
     if (r->seg[k].len == 0)
       continue;
@@ -938,7 +1032,7 @@ static void post_more(hr_fabric *f, fab_xop *x) {
     if (rv) {
       x->cur = save;
       x->status = HR_ERR_IO;
-      fi_why(x->why, sizeof x->why,
+      fi_why(f, x->why, sizeof x->why,
              x->kind == K_WRITE  ? "fi_writemsg"
              : x->kind == K_SEND ? "fi_tsendmsg"
                                  : "fi_trecvmsg",
@@ -1060,7 +1154,7 @@ static int drain(hr_fabric *f, int *more) {
         const char *pt = fi_cq_strerror(f->cq, err.prov_errno, err.err_data,
                                         buf, sizeof buf);
         hr__fab_why(text, sizeof text, "completion error: %s (%s)",
-                    fi_strerror(err.err), pt ? pt : "");
+                    f->lib.strerror(err.err), pt ? pt : "");
         if (err.op_context)
           piece_done(f, err.op_context, err.err, err.len, text);
         budget--;
@@ -1068,7 +1162,7 @@ static int drain(hr_fabric *f, int *more) {
       }
     }
     char text[160];
-    fi_why(text, sizeof text, "fi_cq_read", (int)n);
+    fi_why(f, text, sizeof text, "fi_cq_read", (int)n);
     f->cq_failed = 1;
     fail_everything(f, text);
     return HR_ERR_IO;
@@ -1097,6 +1191,7 @@ static void service(hr_fabric *f) {
 int hr_fabric_progress(hr_fabric *f, hr_tstamp now) {
   f->last_poll = now;
   f->st.progress_calls++;
+  take_invalidations(f);
   if (f->down) {
     f->need_progress = 0;
     return 0;
@@ -1162,7 +1257,7 @@ int hr_fabric_shutdown(hr_fabric *f) {
 }
 
 hr_tstamp hr_fabric_get_expiry(const hr_fabric *f) {
-  if (f->need_progress)
+  if (f->need_progress || hr__fab_track_pending(f->track))
     return 0;
   if (f->wait_fd >= 0)
     return f->armed ? HR_TSTAMP_NEVER : 0;
@@ -1197,7 +1292,7 @@ static int fab_write(void *ctx, void *peer, const hr_fabric_region *src,
                           &x->rkey, 0);
     if (m) {
       xop_free(f, x);
-      fi_why(why, cap, "fi_mr_map_raw", m);
+      fi_why(f, why, cap, "fi_mr_map_raw", m);
       return HR_ERR_UNSUPPORTED;
     }
     x->key_mapped = 1;
@@ -1271,6 +1366,18 @@ static void fab_cancel(void *ctx, hr_fabric_op *op) {
   f->need_progress = 1;
 }
 
+static void *fab_tracker(void *ctx) {
+  return hr__fab_track_ref(((hr_fabric *)ctx)->track);
+}
+
+static void fab_tracker_invalidate(void *trk, const void *ptr, uint64_t len) {
+  hr__fab_track_push(trk, ptr, len);
+}
+
+static void fab_tracker_unref(void *trk) {
+  hr__fab_track_unref(trk);
+}
+
 static const hr_fabric_ops fabric_ops = {sizeof(hr_fabric_ops),
                                          fab_peer_add,
                                          fab_peer_del,
@@ -1279,7 +1386,10 @@ static const hr_fabric_ops fabric_ops = {sizeof(hr_fabric_ops),
                                          fab_write,
                                          fab_send,
                                          fab_recv,
-                                         fab_cancel};
+                                         fab_cancel,
+                                         fab_tracker,
+                                         fab_tracker_invalidate,
+                                         fab_tracker_unref};
 
 const hr_fabric_ops *hr_fabric_get_ops(void) {
   return &fabric_ops;

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +120,26 @@ void hr__gpu_sleep_ns(uint64_t ns) {
                         (long)(ns % 1000000000u)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+void hr__gpu_host_backed(void *p, uint64_t len) {
+  const uintptr_t page = 4096;
+  if (!p || len < ((uint64_t)64 << 10) || len > SIZE_MAX)
+    return;
+  /* madvise() wants whole pages: those inside [p, p + len).  Both calls
+   * are advice: a kernel that refuses them (no THP, older than 5.14)
+   * leaves the memory working as before, so results are ignored. */
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)p + (size_t)len) & ~(page - 1);
+  if (hi <= lo)
+    return;
+#ifdef MADV_HUGEPAGE
+  if (len >= ((uint64_t)2 << 20))
+    (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#endif
 }
 
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src) {
@@ -617,4 +638,54 @@ int hr_gpu_ipc_event_import(hr_gpu *g, const hr_gpu_ipc_handle *h,
   e->g = g;
   e->flags = HR_GPU_EVENT_IPC;
   return event_finish(g, e, g->ops->ipc_event_import(g->dev, h, &e->h), out);
+}
+
+/* ---- IPC through a file descriptor ------------------------------------ */
+
+static int has_ipc_fd(const hr_gpu *g) {
+  return (g->caps.flags & HR_GPU_CAP_IPC_FD) &&
+         HAS_OP(g->ops, mem_alloc_shareable) &&
+         HAS_OP(g->ops, ipc_mem_export_fd) && HAS_OP(g->ops, ipc_mem_import_fd);
+}
+
+int hr_gpu_buf_alloc_shareable(hr_gpu *g, uint64_t size, hr_gpu_buf **out) {
+  if (size == 0)
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_gpu_buf *b;
+  int rv = new_buf(g, out, &b);
+  if (rv != 0)
+    return rv;
+  rv = has_ipc_fd(g) ? g->ops->mem_alloc_shareable(g->dev, size, &b->m)
+                     : HR_ERR_UNSUPPORTED;
+  b->m.size = size;
+  b->m.kind = HR_GPU_MEM_DEVICE;
+  return finish_buf(g, b, rv, out);
+}
+
+int hr_gpu_ipc_mem_export_fd(hr_gpu_buf *b, int *fd) {
+  if (!b || !fd)
+    return HR_ERR_INVALID_ARGUMENT;
+  *fd = -1;
+  hr_gpu *g = b->g;
+  if (b->m.kind != HR_GPU_MEM_DEVICE || !has_ipc_fd(g))
+    return HR_ERR_UNSUPPORTED;
+  int rv = g->ops->ipc_mem_export_fd(g->dev, &b->m, fd);
+  if (rv == 0 && *fd < 0)
+    rv = HR_ERR_UNSUPPORTED;
+  return rv;
+}
+
+int hr_gpu_ipc_mem_import_fd(hr_gpu *g, int fd, uint64_t size,
+                             hr_gpu_buf **out) {
+  if (fd < 0 || size == 0)
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_gpu_buf *b;
+  int rv = new_buf(g, out, &b);
+  if (rv != 0)
+    return rv;
+  rv = has_ipc_fd(g) ? g->ops->ipc_mem_import_fd(g->dev, fd, size, &b->m)
+                     : HR_ERR_UNSUPPORTED;
+  b->m.size = size;
+  b->m.kind = HR_GPU_MEM_DEVICE;
+  return finish_buf(g, b, rv, out);
 }

@@ -12,10 +12,21 @@
  * cuMemcpyAsync() with unified addressing, which infers the direction and
  * handles pageable memory.  Memory and events (created with
  * HR_GPU_EVENT_IPC) can be exported to other processes.
+ *
+ * Shareable memory (HR_GPU_CAP_IPC_FD) uses the virtual memory management
+ * API where the driver and device have it: cuMemCreate with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, reserved, mapped and made
+ * accessible in this context, and exported once as a POSIX fd
+ * (cuMemExportToShareableHandle) that the allocation keeps; an import is
+ * cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess, sized to the
+ * allocation granularity (a request beyond the exported allocation fails
+ * in cuMemMap).  Written against the CUDA 13 headers; not run here (no
+ * NVIDIA device).
  */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -113,10 +124,60 @@ static const char *const lib_names[] = {"libcuda.so.1", NULL};
 
 #define CU_MAX_MODULES 8
 
+/* The virtual memory management entry points: optional (resolved one by
+ * one; any missing turns shareable memory off). */
+typedef struct cu_vmm_fns {
+  CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t,
+                        const CUmemAllocationProp *, unsigned long long);
+  CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+  CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                                unsigned long long);
+  CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+  CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                     unsigned long long);
+  CUresult (*MemUnmap)(CUdeviceptr, size_t);
+  CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *,
+                           size_t);
+  CUresult (*MemGetAllocationGranularity)(size_t *,
+                                          const CUmemAllocationProp *,
+                                          CUmemAllocationGranularity_flags);
+  CUresult (*MemExportToShareableHandle)(void *, CUmemGenericAllocationHandle,
+                                         CUmemAllocationHandleType,
+                                         unsigned long long);
+  CUresult (*MemImportFromShareableHandle)(CUmemGenericAllocationHandle *,
+                                           void *, CUmemAllocationHandleType);
+} cu_vmm_fns;
+
+static const char *const vmm_names[] = {
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemGetAllocationGranularity",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
+};
+#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+_Static_assert(sizeof(cu_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
+               "one slot per symbol");
+
+/* A shareable (or imported) allocation: hr_gpu_mem_info.handle. */
+typedef struct cu_vmm {
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr p;
+  size_t len; /* mapped length (granularity multiple) */
+  int fd;     /* exported POSIX fd; -1 for an import */
+} cu_vmm;
+
 typedef struct cu_dev {
   hr_mem mem;
   void *lib;
   cu_fns f;
+  cu_vmm_fns vmm;
+  int have_vmm; /* shareable memory as POSIX fds (HR_GPU_CAP_IPC_FD) */
   CUdevice dev;
   CUcontext ctx;
   int have_ctx;
@@ -241,6 +302,20 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                                "addressing");
   }
   if (rv == 0) {
+    /* Shareable memory: the driver's VMM entry points and the device's
+     * support for POSIX fd handles. */
+    int vmm = 0, posix = 0;
+    d->f.DeviceGetAttribute(
+        &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev);
+    d->f.DeviceGetAttribute(
+        &posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+        d->dev);
+    hr_gpu_probe_info ignored;
+    d->have_vmm = vmm && posix &&
+                  hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm,
+                                    NVMM, &ignored) == 0;
+  }
+  if (rv == 0) {
     if (d->f.DeviceGetName(d->name, (int)sizeof d->name, d->dev) != 0)
       hr__gpu_copy_name(d->name, sizeof d->name, "CUDA device");
     d->f.DeviceTotalMem(&d->total, d->dev);
@@ -261,7 +336,8 @@ static int cu_query(void *dev, hr_gpu_caps *caps) {
   cu_dev *d = dev;
   caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
                 HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0);
+                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
+                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
   caps->total_memory = d->total;
   hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
@@ -306,12 +382,25 @@ static int cu_mem_wrap_host(void *dev, void *ptr, uint64_t size,
   return 0;
 }
 
+static void vmm_free(cu_dev *d, cu_vmm *v) {
+  if (v->p) {
+    d->vmm.MemUnmap(v->p, v->len);
+    d->vmm.MemAddressFree(v->p, v->len);
+  }
+  d->vmm.MemRelease(v->h);
+  if (v->fd >= 0)
+    close(v->fd);
+  hr__mem_free(&d->mem, v);
+}
+
 static void cu_mem_free(void *dev, const hr_gpu_mem_info *m) {
   cu_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
     return;
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)m->device_ptr;
-  if (m->handle == &imported_tag)
+  if (m->handle && m->handle != &imported_tag)
+    vmm_free(d, m->handle);
+  else if (m->handle == &imported_tag)
     d->f.IpcCloseMemHandle(p);
   else if (m->kind == HR_GPU_MEM_PINNED)
     d->f.MemFreeHost(m->host_ptr);
@@ -471,6 +560,140 @@ static int cu_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
   return rv;
 }
 
+/* The allocation properties of shareable memory on this device. */
+static void vmm_prop(const cu_dev *d, CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = (int)d->dev;
+  prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+/* Reserves address space for `v->h`, maps it and grants this device
+ * read-write access. */
+static CUresult vmm_map(cu_dev *d, cu_vmm *v) {
+  CUresult r = d->vmm.MemAddressReserve(&v->p, v->len, 0, 0, 0);
+  if (r != CUDA_SUCCESS) {
+    v->p = 0;
+    return r;
+  }
+  r = d->vmm.MemMap(v->p, v->len, 0, v->h, 0);
+  if (r != CUDA_SUCCESS) {
+    d->vmm.MemAddressFree(v->p, v->len);
+    v->p = 0;
+    return r;
+  }
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = (int)d->dev;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = d->vmm.MemSetAccess(v->p, v->len, &acc, 1);
+  if (r != CUDA_SUCCESS) {
+    d->vmm.MemUnmap(v->p, v->len);
+    d->vmm.MemAddressFree(v->p, v->len);
+    v->p = 0;
+  }
+  return r;
+}
+
+/* `size` rounded up to the allocation granularity, or 0. */
+static size_t vmm_len(cu_dev *d, uint64_t size) {
+  CUmemAllocationProp prop;
+  vmm_prop(d, &prop);
+  size_t gran = 0;
+  if (d->vmm.MemGetAllocationGranularity(&gran, &prop,
+                                         CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS ||
+      gran == 0 || size > SIZE_MAX - gran)
+    return 0;
+  return (size_t)((size + gran - 1) / gran * gran);
+}
+
+static int cu_mem_alloc_shareable(void *dev, uint64_t size,
+                                  hr_gpu_mem_info *out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  cu_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
+  if (!v)
+    return HR_ERR_NOMEM;
+  v->fd = -1;
+  v->len = vmm_len(d, size);
+  if (v->len == 0) {
+    hr__mem_free(&d->mem, v);
+    return HR_ERR_NOMEM;
+  }
+  CUmemAllocationProp prop;
+  vmm_prop(d, &prop);
+  CUresult r = d->vmm.MemCreate(&v->h, v->len, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    hr__mem_free(&d->mem, v);
+    rv = map_err(r);
+    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
+  }
+  int fd = -1;
+  r = vmm_map(d, v);
+  if (r == CUDA_SUCCESS)
+    r = d->vmm.MemExportToShareableHandle(
+        &fd, v->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS || fd < 0) {
+    vmm_free(d, v);
+    rv = r == CUDA_SUCCESS ? HR_ERR_IO : map_err(r);
+    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_IO : rv;
+  }
+  v->fd = fd;
+  out->handle = v;
+  out->device_ptr = (void *)(uintptr_t)v->p;
+  return 0;
+}
+
+static int cu_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
+                                int *fd) {
+  (void)dev;
+  if (!m->handle || m->handle == &imported_tag)
+    return HR_ERR_UNSUPPORTED;
+  const cu_vmm *v = m->handle;
+  if (v->fd < 0)
+    return HR_ERR_UNSUPPORTED; /* an import is not re-exported */
+  *fd = v->fd;
+  return 0;
+}
+
+static int cu_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
+                                hr_gpu_mem_info *out) {
+  cu_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  cu_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
+  if (!v)
+    return HR_ERR_NOMEM;
+  v->fd = -1;
+  v->len = vmm_len(d, size);
+  if (v->len == 0) {
+    hr__mem_free(&d->mem, v);
+    return HR_ERR_PROTO;
+  }
+  /* The driver duplicates what it needs: `fd` stays the caller's. */
+  CUresult r = d->vmm.MemImportFromShareableHandle(
+      &v->h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) {
+    hr__mem_free(&d->mem, v);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? HR_ERR_NOMEM : HR_ERR_PROTO;
+  }
+  /* Mapping more than the exported allocation holds fails here. */
+  r = vmm_map(d, v);
+  if (r != CUDA_SUCCESS) {
+    vmm_free(d, v);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? HR_ERR_NOMEM : HR_ERR_PROTO;
+  }
+  out->handle = v;
+  out->device_ptr = (void *)(uintptr_t)v->p;
+  return 0;
+}
+
 static int cu_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
   cu_dev *d = dev;
   int rv = cur(d);
@@ -524,6 +747,9 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .ipc_mem_import = cu_ipc_mem_import,
     .ipc_event_export = cu_ipc_event_export,
     .ipc_event_import = cu_ipc_event_import,
+    .mem_alloc_shareable = cu_mem_alloc_shareable,
+    .ipc_mem_export_fd = cu_ipc_mem_export_fd,
+    .ipc_mem_import_fd = cu_ipc_mem_import_fd,
 };
 
 /* Returns the module of `image`, loading it on first use. */

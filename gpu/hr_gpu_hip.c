@@ -9,9 +9,18 @@
  * have timing disabled, host functions are hipLaunchHostFunc(), copies
  * hipMemcpyAsync(hipMemcpyDefault) (unified addressing infers the
  * direction).  Memory and events (HR_GPU_EVENT_IPC) can be exported.
+ *
+ * Shareable memory (HR_GPU_CAP_IPC_FD), where the runtime has HIP's
+ * virtual memory management API and the device accepts it (probed with
+ * hipMemGetAllocationGranularity at open): hipMemCreate with
+ * hipMemHandleTypePosixFileDescriptor, mapped and made accessible, its
+ * POSIX fd exported once (hipMemExportToShareableHandle); an import is
+ * hipMemImportFromShareableHandle + hipMemMap + hipMemSetAccess.  Written
+ * against the ROCm headers of Debian 12; not run here (no AMD device).
  */
 #include <dlfcn.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hip/hip_runtime_api.h>
 
@@ -99,10 +108,60 @@ typedef hipError_t (*launch_host_fn)(hipStream_t, hipHostFn_t, void *);
 typedef hipError_t (*add_callback_fn)(hipStream_t, hipStreamCallback_t,
                                       void *, unsigned);
 
+/* The virtual memory management entry points (optional). */
+typedef struct hip_vmm_fns {
+  hipError_t (*MemCreate)(hipMemGenericAllocationHandle_t *, size_t,
+                          const hipMemAllocationProp *, unsigned long long);
+  hipError_t (*MemRelease)(hipMemGenericAllocationHandle_t);
+  hipError_t (*MemAddressReserve)(void **, size_t, size_t, void *,
+                                  unsigned long long);
+  hipError_t (*MemAddressFree)(void *, size_t);
+  hipError_t (*MemMap)(void *, size_t, size_t, hipMemGenericAllocationHandle_t,
+                       unsigned long long);
+  hipError_t (*MemUnmap)(void *, size_t);
+  hipError_t (*MemSetAccess)(void *, size_t, const hipMemAccessDesc *, size_t);
+  hipError_t (*MemGetAllocationGranularity)(size_t *,
+                                            const hipMemAllocationProp *,
+                                            hipMemAllocationGranularity_flags);
+  hipError_t (*MemExportToShareableHandle)(void *,
+                                           hipMemGenericAllocationHandle_t,
+                                           hipMemAllocationHandleType,
+                                           unsigned long long);
+  hipError_t (*MemImportFromShareableHandle)(hipMemGenericAllocationHandle_t *,
+                                             void *,
+                                             hipMemAllocationHandleType);
+} hip_vmm_fns;
+
+static const char *const vmm_names[] = {
+    "hipMemCreate",
+    "hipMemRelease",
+    "hipMemAddressReserve",
+    "hipMemAddressFree",
+    "hipMemMap",
+    "hipMemUnmap",
+    "hipMemSetAccess",
+    "hipMemGetAllocationGranularity",
+    "hipMemExportToShareableHandle",
+    "hipMemImportFromShareableHandle",
+};
+#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+_Static_assert(sizeof(hip_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
+               "one slot per symbol");
+
+/* A shareable (or imported) allocation: hr_gpu_mem_info.handle. */
+typedef struct hip_vmm {
+  hipMemGenericAllocationHandle_t h;
+  void *p;
+  size_t len;
+  int fd; /* exported POSIX fd; -1 for an import */
+} hip_vmm;
+
 typedef struct hip_dev {
   hr_mem mem;
   void *lib;
   hip_fns f;
+  hip_vmm_fns vmm;
+  int have_vmm; /* HR_GPU_CAP_IPC_FD */
   launch_host_fn launch_host_func;
   add_callback_fn add_callback;
   int ordinal;
@@ -193,6 +252,15 @@ static void hip_close(void *dev) {
   hr__mem_free(&mem, d);
 }
 
+/* The allocation properties of shareable memory on this device. */
+static void vmm_prop(const hip_dev *d, hipMemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = hipMemAllocationTypePinned;
+  prop->location.type = hipMemLocationTypeDevice;
+  prop->location.id = d->ordinal;
+  prop->requestedHandleType = hipMemHandleTypePosixFileDescriptor;
+}
+
 static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                     hr_gpu_probe_info *why) {
   hip_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
@@ -217,6 +285,16 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     d->f.DeviceTotalMem(&d->total, hd);
     d->f.DeviceGetAttribute(&d->managed, hipDeviceAttributeManagedMemory,
                             d->ordinal);
+    hr_gpu_probe_info ignored;
+    size_t gran = 0;
+    hipMemAllocationProp prop;
+    vmm_prop(d, &prop);
+    d->have_vmm =
+        hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm, NVMM,
+                          &ignored) == 0 &&
+        d->vmm.MemGetAllocationGranularity(
+            &gran, &prop, hipMemAllocationGranularityMinimum) == hipSuccess &&
+        gran > 0;
   }
   if (rv != 0) {
     if (d->lib && !d->f.Init)
@@ -232,7 +310,8 @@ static int hip_query(void *dev, hr_gpu_caps *caps) {
   hip_dev *d = dev;
   caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
                 HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0);
+                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
+                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
   caps->total_memory = d->total;
   hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
@@ -275,11 +354,139 @@ static int hip_mem_wrap_host(void *dev, void *ptr, uint64_t size,
   return 0;
 }
 
+static void vmm_free(hip_dev *d, hip_vmm *v) {
+  if (v->p) {
+    d->vmm.MemUnmap(v->p, v->len);
+    d->vmm.MemAddressFree(v->p, v->len);
+  }
+  d->vmm.MemRelease(v->h);
+  if (v->fd >= 0)
+    close(v->fd);
+  hr__mem_free(&d->mem, v);
+}
+
+static hipError_t vmm_map(hip_dev *d, hip_vmm *v) {
+  hipError_t r = d->vmm.MemAddressReserve(&v->p, v->len, 0, NULL, 0);
+  if (r != hipSuccess) {
+    v->p = NULL;
+    return r;
+  }
+  r = d->vmm.MemMap(v->p, v->len, 0, v->h, 0);
+  if (r != hipSuccess) {
+    d->vmm.MemAddressFree(v->p, v->len);
+    v->p = NULL;
+    return r;
+  }
+  hipMemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = hipMemLocationTypeDevice;
+  acc.location.id = d->ordinal;
+  acc.flags = hipMemAccessFlagsProtReadWrite;
+  r = d->vmm.MemSetAccess(v->p, v->len, &acc, 1);
+  if (r != hipSuccess) {
+    d->vmm.MemUnmap(v->p, v->len);
+    d->vmm.MemAddressFree(v->p, v->len);
+    v->p = NULL;
+  }
+  return r;
+}
+
+static size_t vmm_len(hip_dev *d, uint64_t size) {
+  hipMemAllocationProp prop;
+  vmm_prop(d, &prop);
+  size_t gran = 0;
+  if (d->vmm.MemGetAllocationGranularity(
+          &gran, &prop, hipMemAllocationGranularityMinimum) != hipSuccess ||
+      gran == 0 || size > SIZE_MAX - gran)
+    return 0;
+  return (size_t)((size + gran - 1) / gran * gran);
+}
+
+static int hip_mem_alloc_shareable(void *dev, uint64_t size,
+                                   hr_gpu_mem_info *out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  hip_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
+  if (!v)
+    return HR_ERR_NOMEM;
+  v->fd = -1;
+  v->len = vmm_len(d, size);
+  hipMemAllocationProp prop;
+  vmm_prop(d, &prop);
+  hipError_t r = v->len ? d->vmm.MemCreate(&v->h, v->len, &prop, 0)
+                        : hipErrorOutOfMemory;
+  if (r != hipSuccess) {
+    hr__mem_free(&d->mem, v);
+    rv = map_err(r);
+    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
+  }
+  int fd = -1;
+  r = vmm_map(d, v);
+  if (r == hipSuccess)
+    r = d->vmm.MemExportToShareableHandle(
+        &fd, v->h, hipMemHandleTypePosixFileDescriptor, 0);
+  if (r != hipSuccess || fd < 0) {
+    vmm_free(d, v);
+    rv = r == hipSuccess ? HR_ERR_IO : map_err(r);
+    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_IO : rv;
+  }
+  v->fd = fd;
+  out->handle = v;
+  out->device_ptr = v->p;
+  return 0;
+}
+
+static int hip_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
+                                 int *fd) {
+  (void)dev;
+  if (!m->handle || m->handle == &imported_tag)
+    return HR_ERR_UNSUPPORTED;
+  const hip_vmm *v = m->handle;
+  if (v->fd < 0)
+    return HR_ERR_UNSUPPORTED;
+  *fd = v->fd;
+  return 0;
+}
+
+static int hip_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
+                                 hr_gpu_mem_info *out) {
+  hip_dev *d = dev;
+  int rv = cur(d);
+  if (rv != 0)
+    return rv;
+  hip_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
+  if (!v)
+    return HR_ERR_NOMEM;
+  v->fd = -1;
+  v->len = vmm_len(d, size);
+  /* The runtime takes what it needs from `fd`: it stays the caller's. */
+  hipError_t r = v->len ? d->vmm.MemImportFromShareableHandle(
+                              &v->h, (void *)(uintptr_t)fd,
+                              hipMemHandleTypePosixFileDescriptor)
+                        : hipErrorInvalidValue;
+  if (r != hipSuccess) {
+    hr__mem_free(&d->mem, v);
+    return r == hipErrorOutOfMemory ? HR_ERR_NOMEM : HR_ERR_PROTO;
+  }
+  r = vmm_map(d, v);
+  if (r != hipSuccess) {
+    vmm_free(d, v);
+    return r == hipErrorOutOfMemory ? HR_ERR_NOMEM : HR_ERR_PROTO;
+  }
+  out->handle = v;
+  out->device_ptr = v->p;
+  return 0;
+}
+
 static void hip_mem_free(void *dev, const hr_gpu_mem_info *m) {
   hip_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
     return;
-  if (m->handle == &imported_tag)
+  if (m->handle && m->handle != &imported_tag)
+    vmm_free(d, m->handle);
+  else if (m->handle == &imported_tag)
     d->f.IpcCloseMemHandle(m->device_ptr);
   else if (m->kind == HR_GPU_MEM_PINNED)
     d->f.HostFree(m->host_ptr);
@@ -520,4 +727,7 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .ipc_mem_import = hip_ipc_mem_import,
     .ipc_event_export = hip_ipc_event_export,
     .ipc_event_import = hip_ipc_event_import,
+    .mem_alloc_shareable = hip_mem_alloc_shareable,
+    .ipc_mem_export_fd = hip_ipc_mem_export_fd,
+    .ipc_mem_import_fd = hip_ipc_mem_import_fd,
 };

@@ -58,11 +58,43 @@ uint64_t hr__gpu_now_ns(void);
 /* Sleeps `ns` nanoseconds (restarting after signals). */
 void hr__gpu_sleep_ns(uint64_t ns);
 
+/*
+ * Makes [p, p + len) behave like device memory, which is resident once
+ * allocated, for backends whose "device memory" is ordinary host memory
+ * (sim, a CPU Vulkan device such as lavapipe): populates it at once
+ * (MADV_POPULATE_WRITE) in huge pages where it is 2 MiB or more
+ * (MADV_HUGEPAGE).  Otherwise each new buffer is faulted in 4 KiB at a
+ * time by its first copy, on the device's thread, which cost more than the
+ * copy itself and made a GET into device memory run at ~0.1 GB/s
+ * (issue 6).  Advice only; buffers under 64 KiB are left alone.
+ */
+void hr__gpu_host_backed(void *p, uint64_t len);
+
 /* Copies a NUL-terminated name into a fixed buffer, truncating. */
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src);
 
 /* The backend's device object behind `g` (its ops->open() result). */
 void *hr__gpu_backend_dev(const hr_gpu *g);
+
+/* Memory in a sealed memfd (hr_gpu_ipc.c), for backends whose device
+ * memory is host memory.  `fd` is the read-only descriptor to export (-1
+ * for an import). */
+typedef struct hr__gpu_memfd {
+  void *addr;
+  size_t len;
+  int fd;
+} hr__gpu_memfd;
+/* A new memfd of `size` bytes (rounded up to pages), sealed against
+ * resizing, mapped read-write; *out->fd is its read-only reopening.
+ * Returns 0, HR_ERR_NOMEM, HR_ERR_IO. */
+int hr__gpu_memfd_new(uint64_t size, hr__gpu_memfd *out);
+/* Maps the first `size` bytes of another process's memfd read-only after
+ * checking it (a regular file, that large, sealed against shrinking).
+ * `fd` is not taken.  Returns 0, HR_ERR_PROTO (not acceptable),
+ * HR_ERR_NOMEM. */
+int hr__gpu_memfd_import(int fd, uint64_t size, hr__gpu_memfd *out);
+/* Unmaps and closes what new/import made. */
+void hr__gpu_memfd_free(hr__gpu_memfd *m);
 
 #ifdef HR_GPU_HAVE_CUDA
 /*

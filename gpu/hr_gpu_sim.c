@@ -216,7 +216,8 @@ static void sim_close(void *dev) {
 static int sim_query(void *dev, hr_gpu_caps *caps) {
   (void)dev;
   caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_UNIFIED |
-                HR_GPU_CAP_DEVICE_PTR | HR_GPU_CAP_HOST_MAPPED;
+                HR_GPU_CAP_DEVICE_PTR | HR_GPU_CAP_HOST_MAPPED |
+                HR_GPU_CAP_IPC_FD;
   hr__gpu_copy_name(caps->name, sizeof caps->name, "simulated device");
   return 0;
 }
@@ -231,6 +232,7 @@ static int sim_mem_alloc(void *dev, int kind, uint64_t size,
   void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);
   if (!p)
     return HR_ERR_NOMEM;
+  hr__gpu_host_backed(p, size);
   out->handle = p;
   out->device_ptr = p;
   out->host_ptr = p;
@@ -248,8 +250,64 @@ static int sim_mem_wrap_host(void *dev, void *ptr, uint64_t size,
 
 static void sim_mem_free(void *dev, const hr_gpu_mem_info *m) {
   sim_dev *d = dev;
-  if (m->handle)
+  if (m->handle && m->handle != m->device_ptr) {
+    /* Shareable or imported: a memfd (the handle is its record). */
+    hr__gpu_memfd_free(m->handle);
     hr__mem_free(&d->mem, m->handle);
+  } else if (m->handle) {
+    hr__mem_free(&d->mem, m->handle);
+  }
+}
+
+/* Shareable device memory is a memfd: exporting it hands out its
+ * read-only descriptor, importing it maps that read-only (so an importer
+ * cannot write the producer's bytes, as a real driver's read-only access
+ * would refuse).  Copies reach it through the mapping like any sim
+ * memory. */
+static int sim_mem_alloc_shareable(void *dev, uint64_t size,
+                                   hr_gpu_mem_info *out) {
+  sim_dev *d = dev;
+  hr__gpu_memfd *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  if (!m)
+    return HR_ERR_NOMEM;
+  int rv = hr__gpu_memfd_new(size, m);
+  if (rv) {
+    hr__mem_free(&d->mem, m);
+    return rv;
+  }
+  out->handle = m;
+  out->device_ptr = m->addr;
+  out->host_ptr = m->addr;
+  return 0;
+}
+
+static int sim_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
+                                 int *fd) {
+  (void)dev;
+  if (!m->handle || m->handle == m->device_ptr)
+    return HR_ERR_UNSUPPORTED; /* ordinary memory */
+  const hr__gpu_memfd *mf = m->handle;
+  if (mf->fd < 0)
+    return HR_ERR_UNSUPPORTED; /* an import is not re-exported */
+  *fd = mf->fd;
+  return 0;
+}
+
+static int sim_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
+                                 hr_gpu_mem_info *out) {
+  sim_dev *d = dev;
+  hr__gpu_memfd *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  if (!m)
+    return HR_ERR_NOMEM;
+  int rv = hr__gpu_memfd_import(fd, size, m);
+  if (rv) {
+    hr__mem_free(&d->mem, m);
+    return rv;
+  }
+  out->handle = m;
+  out->device_ptr = m->addr;
+  out->host_ptr = m->addr;
+  return 0;
 }
 
 static int sim_stream_new(void *dev, void **out) {
@@ -467,4 +525,7 @@ const hr_gpu_ops hr__gpu_sim_ops = {
     .host_fn = sim_host_fn,
     .native = sim_native,
     .wrap_native = sim_wrap_native,
+    .mem_alloc_shareable = sim_mem_alloc_shareable,
+    .ipc_mem_export_fd = sim_ipc_mem_export_fd,
+    .ipc_mem_import_fd = sim_ipc_mem_import_fd,
 };

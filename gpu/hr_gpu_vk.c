@@ -29,13 +29,23 @@
  * through a temporary host-visible buffer: a host-to-device copy reads its
  * source at enqueue time, a device-to-host copy is completed by the worker.
  *
+ * IPC through a file descriptor (HR_GPU_CAP_IPC_FD): where the device has
+ * VK_KHR_external_memory_fd and exports and imports opaque fds for
+ * buffers, shareable memory is allocated exportable and its fd taken once
+ * with vkGetMemoryFdKHR; an import allocates a buffer of the same size on
+ * a duplicate of the received fd (Vulkan owns what it imports).  Mesa's
+ * lavapipe has it (its opaque fd is a memfd), so this runs in CI.
+ *
  * One mutex and condition variable per device guard the queues of
  * operations, the event points and the stream counters; a second mutex
  * serialises vkQueueSubmit (a VkQueue is externally synchronised).
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
@@ -56,7 +66,9 @@
   X(vkGetPhysicalDeviceQueueFamilyProperties)                                  \
   X(vkGetPhysicalDeviceMemoryProperties)                                       \
   X(vkCreateDevice)                                                            \
-  X(vkGetDeviceProcAddr)
+  X(vkGetDeviceProcAddr)                                                       \
+  X(vkEnumerateDeviceExtensionProperties)                                      \
+  X(vkGetPhysicalDeviceExternalBufferProperties)
 
 #define VK_DEVICE_FNS(X)                                                       \
   X(vkDestroyDevice)                                                           \
@@ -89,6 +101,7 @@ typedef struct vk_fns {
   VK_GLOBAL_FNS(DECL)
   VK_INSTANCE_FNS(DECL)
   VK_DEVICE_FNS(DECL)
+  PFN_vkGetMemoryFdKHR vkGetMemoryFdKHR; /* with external memory fds */
 } vk_fns;
 #undef DECL
 
@@ -101,6 +114,8 @@ typedef struct vk_mem {
   VkBuffer buf;         /* VK_NULL_HANDLE for wrapped host memory */
   VkDeviceMemory mem;
   void *map;            /* host mapping, or NULL */
+  int has_fd;           /* shareable: `fd` is its exported opaque fd */
+  int fd;
 } vk_mem;
 
 /* A stream's timeline semaphore, shared with the event points recorded
@@ -179,6 +194,9 @@ struct vk_dev {
   uint32_t family;
   uint32_t type_device, type_host, type_unified; /* UINT32_MAX: none */
   int device_mapped; /* type_device is host-visible and coherent */
+  int cpu_device;    /* a CPU implementation (lavapipe): memory is host's */
+  int ipc_fd;        /* opaque-fd export and import of buffers */
+  int ipc_dedicated; /* ... which need a dedicated allocation */
   char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
   uint64_t total_memory;
   pthread_mutex_t mu;
@@ -331,6 +349,48 @@ static uint32_t find_type(const VkPhysicalDeviceMemoryProperties *mp,
 
 static void vk_close(void *dev);
 
+#define BUF_USAGE                                                              \
+  (VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |       \
+   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)
+#define OPAQUE_FD VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT
+
+/* Whether buffers can be exported and imported as opaque fds: the device
+ * extension, and both features for our buffers' usage.  Sets d->ipc_fd. */
+static int probe_ipc_fd(vk_dev *d) {
+  uint32_t n = 0;
+  if (d->f.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL) !=
+          VK_SUCCESS ||
+      n == 0 || n > 1024)
+    return 0;
+  VkExtensionProperties *ext = hr__mem_calloc(&d->mem, n, sizeof *ext);
+  if (!ext)
+    return 0;
+  int have = 0;
+  if (d->f.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, ext) >= 0)
+    for (uint32_t i = 0; i < n && !have; i++)
+      have = strcmp(ext[i].extensionName,
+                    VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) == 0;
+  hr__mem_free(&d->mem, ext);
+  if (!have)
+    return 0;
+  VkPhysicalDeviceExternalBufferInfo bi = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO,
+      .usage = BUF_USAGE,
+      .handleType = OPAQUE_FD};
+  VkExternalBufferProperties bp = {
+      .sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES};
+  d->f.vkGetPhysicalDeviceExternalBufferProperties(d->phys, &bi, &bp);
+  VkExternalMemoryFeatureFlags ft =
+      bp.externalMemoryProperties.externalMemoryFeatures;
+  if (!(ft & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT) ||
+      !(ft & VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT))
+    return 0;
+  d->ipc_dedicated =
+      (ft & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT) != 0;
+  d->ipc_fd = 1;
+  return 1;
+}
+
 static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                    hr_gpu_probe_info *why) {
   vk_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
@@ -368,6 +428,11 @@ static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                             .pNext = &f12,
                             .queueCreateInfoCount = 1,
                             .pQueueCreateInfos = &qci};
+  const char *ext_fd = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
+  if (probe_ipc_fd(d)) {
+    dci.enabledExtensionCount = 1;
+    dci.ppEnabledExtensionNames = &ext_fd;
+  }
   VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
   if (r != VK_SUCCESS) {
     rv = hr__gpu_unavailable(why, "vulkan: vkCreateDevice: %d", (int)r);
@@ -381,10 +446,18 @@ static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   }
   VK_DEVICE_FNS(GET)
 #undef GET
+  if (d->ipc_fd) {
+    d->f.vkGetMemoryFdKHR =
+        (PFN_vkGetMemoryFdKHR)d->f.vkGetDeviceProcAddr(d->dev,
+                                                       "vkGetMemoryFdKHR");
+    if (!d->f.vkGetMemoryFdKHR)
+      d->ipc_fd = 0;
+  }
   d->f.vkGetDeviceQueue(d->dev, d->family, 0, &d->queue);
   VkPhysicalDeviceProperties props;
   d->f.vkGetPhysicalDeviceProperties(d->phys, &props);
   hr__gpu_copy_name(d->name, sizeof d->name, props.deviceName);
+  d->cpu_device = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   VkPhysicalDeviceMemoryProperties mp;
   d->f.vkGetPhysicalDeviceMemoryProperties(d->phys, &mp);
   d->type_device = find_type(&mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
@@ -432,7 +505,8 @@ static int vk_query(void *dev, hr_gpu_caps *caps) {
   vk_dev *d = dev;
   caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED |
                 (d->type_unified != UINT32_MAX ? HR_GPU_CAP_UNIFIED : 0) |
-                (d->device_mapped ? HR_GPU_CAP_HOST_MAPPED : 0);
+                (d->device_mapped ? HR_GPU_CAP_HOST_MAPPED : 0) |
+                (d->ipc_fd ? HR_GPU_CAP_IPC_FD : 0);
   caps->total_memory = d->total_memory;
   hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
@@ -449,22 +523,30 @@ static void mem_destroy(vk_dev *d, vk_mem *m) {
     d->f.vkDestroyBuffer(d->dev, m->buf, NULL);
   if (m->mem)
     d->f.vkFreeMemory(d->dev, m->mem, NULL);
+  if (m->has_fd)
+    close(m->fd);
   hr__mem_free(&d->mem, m);
 }
 
-/* A buffer of `size` bytes in memory type `type`, mapped when `map`. */
-static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
-                      vk_mem **out) {
+/* External memory of an allocation: none, exportable as an opaque fd,
+ * or imported from one. */
+enum { EXT_NONE = 0, EXT_EXPORT, EXT_IMPORT };
+
+/* A buffer of `size` bytes in memory type `type`, mapped when `map`;
+ * `ext` as above (`import_fd` for EXT_IMPORT: not taken). */
+static int mem_create_ext(vk_dev *d, uint32_t type, int map, uint64_t size,
+                          int ext, int import_fd, vk_mem **out) {
   vk_mem *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
   if (!m)
     return HR_ERR_NOMEM;
-  VkBufferCreateInfo bci = {
-      .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-      .size = size,
-      .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-               VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-               VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
-      .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  VkExternalMemoryBufferCreateInfo ebci = {
+      .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+      .handleTypes = OPAQUE_FD};
+  VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                            .pNext = ext ? &ebci : NULL,
+                            .size = size,
+                            .usage = BUF_USAGE,
+                            .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   int rv = HR_ERR_NOMEM;
   if (d->f.vkCreateBuffer(d->dev, &bci, NULL, &m->buf) != VK_SUCCESS)
     goto fail;
@@ -477,19 +559,115 @@ static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
   VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                               .allocationSize = req.size,
                               .memoryTypeIndex = type};
-  if (d->f.vkAllocateMemory(d->dev, &mai, NULL, &m->mem) != VK_SUCCESS)
+  VkMemoryDedicatedAllocateInfo ded = {
+      .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+      .buffer = m->buf};
+  VkExportMemoryAllocateInfo exp = {
+      .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+      .pNext = d->ipc_dedicated ? &ded : NULL,
+      .handleTypes = OPAQUE_FD};
+  VkImportMemoryFdInfoKHR imp = {
+      .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_FD_INFO_KHR,
+      .pNext = d->ipc_dedicated ? &ded : NULL,
+      .handleType = OPAQUE_FD,
+      .fd = -1};
+  if (ext == EXT_EXPORT)
+    mai.pNext = &exp;
+  if (ext == EXT_IMPORT) {
+    /* The driver's opaque handle cannot be inspected; where it is a
+     * plain file (lavapipe's memfd) it must at least hold the
+     * allocation, or touching the memory would fault. */
+    struct stat sb;
+    if (fstat(import_fd, &sb) != 0 ||
+        (S_ISREG(sb.st_mode) &&
+         (sb.st_size < 0 || (uint64_t)sb.st_size < req.size)) ||
+        S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || S_ISDIR(sb.st_mode)) {
+      rv = HR_ERR_PROTO;
+      goto fail;
+    }
+    imp.fd = fcntl(import_fd, F_DUPFD_CLOEXEC, 0);
+    if (imp.fd < 0)
+      goto fail;
+    mai.pNext = &imp;
+  }
+  VkResult ar = d->f.vkAllocateMemory(d->dev, &mai, NULL, &m->mem);
+  if (ar != VK_SUCCESS) {
+    /* A failed import leaves the descriptor ours to close. */
+    if (imp.fd >= 0)
+      close(imp.fd);
+    if (ext == EXT_IMPORT && ar == VK_ERROR_INVALID_EXTERNAL_HANDLE)
+      rv = HR_ERR_PROTO;
     goto fail;
+  }
+  if (ext == EXT_EXPORT) {
+    VkMemoryGetFdInfoKHR gi = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+        .memory = m->mem,
+        .handleType = OPAQUE_FD};
+    int fd = -1;
+    if (d->f.vkGetMemoryFdKHR(d->dev, &gi, &fd) != VK_SUCCESS || fd < 0) {
+      rv = HR_ERR_IO;
+      goto fail;
+    }
+    m->fd = fd;
+    m->has_fd = 1;
+  }
   rv = HR_ERR_IO;
   if (d->f.vkBindBufferMemory(d->dev, m->buf, m->mem, 0) != VK_SUCCESS)
     goto fail;
   if (map && d->f.vkMapMemory(d->dev, m->mem, 0, VK_WHOLE_SIZE, 0, &m->map) !=
                  VK_SUCCESS)
     goto fail;
+  if (d->cpu_device && m->map)
+    hr__gpu_host_backed(m->map, size);
   *out = m;
   return 0;
 fail:
   mem_destroy(d, m);
   return rv;
+}
+
+static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
+                      vk_mem **out) {
+  return mem_create_ext(d, type, map, size, EXT_NONE, -1, out);
+}
+
+static int vk_mem_alloc_shareable(void *dev, uint64_t size,
+                                  hr_gpu_mem_info *out) {
+  vk_dev *d = dev;
+  vk_mem *m;
+  int rv = mem_create_ext(d, d->type_device, d->device_mapped, size,
+                          EXT_EXPORT, -1, &m);
+  if (rv != 0)
+    return rv;
+  out->handle = m;
+  out->host_ptr = m->map;
+  out->native = (void *)(uintptr_t)m->buf;
+  return 0;
+}
+
+static int vk_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
+                                int *fd) {
+  (void)dev;
+  const vk_mem *vm = m->handle;
+  if (!vm || !vm->has_fd)
+    return HR_ERR_UNSUPPORTED;
+  *fd = vm->fd;
+  return 0;
+}
+
+static int vk_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
+                                hr_gpu_mem_info *out) {
+  vk_dev *d = dev;
+  vk_mem *m;
+  int rv = mem_create_ext(d, d->type_device, d->device_mapped, size,
+                          EXT_IMPORT, fd, &m);
+  if (rv != 0)
+    return rv;
+  out->handle = m;
+  out->host_ptr = m->map;
+  out->native = (void *)(uintptr_t)m->buf;
+  return 0;
 }
 
 static int vk_mem_alloc(void *dev, int kind, uint64_t size,
@@ -1110,4 +1288,7 @@ const hr_gpu_ops hr__gpu_vk_ops = {
     .host_fn = vk_host_fn,
     .native = vk_native,
     .wrap_native = vk_wrap_native,
+    .mem_alloc_shareable = vk_mem_alloc_shareable,
+    .ipc_mem_export_fd = vk_ipc_mem_export_fd,
+    .ipc_mem_import_fd = vk_ipc_mem_import_fd,
 };

@@ -21,10 +21,19 @@
  * recording resets it under that waiter; the library's own helpers always
  * record fresh events, and applications should do the same on this
  * backend.
+ *
+ * Shareable memory (HR_GPU_CAP_IPC_FD) is Level Zero's external memory as
+ * a Linux dma-buf, where the device exports and imports it
+ * (zeDeviceGetExternalMemoryProperties): a device allocation made with
+ * ze_external_memory_export_desc_t, its fd taken once through
+ * zeMemGetAllocProperties + ze_external_memory_export_fd_t; an import is
+ * zeMemAllocDevice with ze_external_memory_import_fd_t.  Written against
+ * the Debian 12 headers; not run here (no Level Zero device).
  */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <level_zero/ze_api.h>
 
@@ -183,10 +192,32 @@ typedef struct ze_stream {
   uint64_t synced_epoch; /* under d->mu: see the graveyard */
 } ze_stream;
 
+/* External memory entry points (optional: resolved one by one). */
+typedef struct ze_ext_fns {
+  ze_result_t (*DeviceGetExternalMemoryProperties)(
+      ze_device_handle_t, ze_device_external_memory_properties_t *);
+  ze_result_t (*MemGetAllocProperties)(ze_context_handle_t, const void *,
+                                       ze_memory_allocation_properties_t *,
+                                       ze_device_handle_t *);
+} ze_ext_fns;
+
+static const char *const ext_names[] = {"zeDeviceGetExternalMemoryProperties",
+                                        "zeMemGetAllocProperties"};
+_Static_assert(sizeof(ze_ext_fns) == 2 * sizeof(hr__gpu_fn),
+               "one slot per symbol");
+
+/* A shareable (or imported) allocation: hr_gpu_mem_info.handle. */
+typedef struct ze_shr {
+  void *p;
+  int fd; /* exported dma-buf; -1 for an import */
+} ze_shr;
+
 struct ze_dev {
   hr_mem mem;
   void *lib;
   ze_fns f;
+  ze_ext_fns ext;
+  int have_dmabuf; /* HR_GPU_CAP_IPC_FD */
   ze_driver_handle_t drv;
   ze_device_handle_t dev;
   ze_context_handle_t ctx;
@@ -415,6 +446,18 @@ static int ze_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     d->f.DeviceGetMemoryProperties(d->dev, &nm, mp);
     for (uint32_t i = 0; i < nm; i++)
       d->total += mp[i].totalSize;
+    hr_gpu_probe_info ignored;
+    ze_device_external_memory_properties_t ep = {
+        .stype = ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES};
+    d->have_dmabuf =
+        hr__gpu_dlsym_all(d->lib, ext_names, (hr__gpu_fn *)&d->ext, 2,
+                          &ignored) == 0 &&
+        d->ext.DeviceGetExternalMemoryProperties(d->dev, &ep) ==
+            ZE_RESULT_SUCCESS &&
+        (ep.memoryAllocationExportTypes &
+         ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) &&
+        (ep.memoryAllocationImportTypes &
+         ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF);
   }
   if (rv != 0) {
     ze_close(d);
@@ -428,7 +471,8 @@ static int ze_query(void *dev, hr_gpu_caps *caps) {
   ze_dev *d = dev;
   caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_UNIFIED |
                 HR_GPU_CAP_DEVICE_PTR | HR_GPU_CAP_IPC_MEM |
-                HR_GPU_CAP_IPC_EVENT;
+                HR_GPU_CAP_IPC_EVENT |
+                (d->have_dmabuf ? HR_GPU_CAP_IPC_FD : 0);
   caps->total_memory = d->total;
   hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
@@ -475,11 +519,99 @@ static int ze_mem_wrap_host(void *dev, void *ptr, uint64_t size,
   return 0;
 }
 
+static int ze_mem_alloc_shareable(void *dev, uint64_t size,
+                                  hr_gpu_mem_info *out) {
+  ze_dev *d = dev;
+  if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  ze_shr *sh = hr__mem_calloc(&d->mem, 1, sizeof *sh);
+  if (!sh)
+    return HR_ERR_NOMEM;
+  ze_external_memory_export_desc_t ed = {
+      .stype = ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC,
+      .flags = ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF};
+  ze_device_mem_alloc_desc_t dd = {
+      .stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, .pNext = &ed};
+  int rv = map_err(
+      d->f.MemAllocDevice(d->ctx, &dd, (size_t)size, 64, d->dev, &sh->p));
+  if (rv != 0) {
+    hr__mem_free(&d->mem, sh);
+    return rv == HR_ERR_IO ? HR_ERR_NOMEM : rv;
+  }
+  ze_external_memory_export_fd_t xf = {
+      .stype = ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD,
+      .flags = ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF,
+      .fd = -1};
+  ze_memory_allocation_properties_t mp = {
+      .stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, .pNext = &xf};
+  if (d->ext.MemGetAllocProperties(d->ctx, sh->p, &mp, NULL) !=
+          ZE_RESULT_SUCCESS ||
+      xf.fd < 0) {
+    d->f.MemFree(d->ctx, sh->p);
+    hr__mem_free(&d->mem, sh);
+    return HR_ERR_IO;
+  }
+  sh->fd = xf.fd;
+  out->handle = sh;
+  out->device_ptr = sh->p;
+  return 0;
+}
+
+static int ze_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
+                                int *fd) {
+  (void)dev;
+  if (!m->handle || m->handle == &imported_tag)
+    return HR_ERR_UNSUPPORTED;
+  const ze_shr *sh = m->handle;
+  if (sh->fd < 0)
+    return HR_ERR_UNSUPPORTED;
+  *fd = sh->fd;
+  return 0;
+}
+
+static int ze_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
+                                hr_gpu_mem_info *out) {
+  ze_dev *d = dev;
+  if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  /* A dma-buf reports its size through lseek(); anything that cannot, or
+   * is smaller than asked, is not what the server says it is. */
+  off_t end = lseek(fd, 0, SEEK_END);
+  if (end < 0 || (uint64_t)end < size)
+    return HR_ERR_PROTO;
+  lseek(fd, 0, SEEK_SET);
+  ze_shr *sh = hr__mem_calloc(&d->mem, 1, sizeof *sh);
+  if (!sh)
+    return HR_ERR_NOMEM;
+  sh->fd = -1;
+  ze_external_memory_import_fd_t imp = {
+      .stype = ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMPORT_FD,
+      .flags = ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF,
+      .fd = fd};
+  ze_device_mem_alloc_desc_t dd = {
+      .stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, .pNext = &imp};
+  ze_result_t r =
+      d->f.MemAllocDevice(d->ctx, &dd, (size_t)size, 64, d->dev, &sh->p);
+  if (r != ZE_RESULT_SUCCESS) {
+    hr__mem_free(&d->mem, sh);
+    return map_err(r) == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_PROTO;
+  }
+  out->handle = sh;
+  out->device_ptr = sh->p;
+  return 0;
+}
+
 static void ze_mem_free(void *dev, const hr_gpu_mem_info *m) {
   ze_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST)
     return;
-  if (m->handle == &imported_tag)
+  if (m->handle && m->handle != &imported_tag) {
+    ze_shr *sh = m->handle;
+    d->f.MemFree(d->ctx, sh->p);
+    if (sh->fd >= 0)
+      close(sh->fd);
+    hr__mem_free(&d->mem, sh);
+  } else if (m->handle == &imported_tag)
     d->f.MemCloseIpcHandle(d->ctx, m->device_ptr);
   else
     d->f.MemFree(d->ctx, m->device_ptr);
@@ -906,6 +1038,9 @@ const hr_gpu_ops hr__gpu_ze_ops = {
     .mem_alloc = ze_mem_alloc,
     .mem_wrap_host = ze_mem_wrap_host,
     .mem_free = ze_mem_free,
+    .mem_alloc_shareable = ze_mem_alloc_shareable,
+    .ipc_mem_export_fd = ze_ipc_mem_export_fd,
+    .ipc_mem_import_fd = ze_ipc_mem_import_fd,
     .stream_new = ze_stream_new,
     .stream_del = ze_stream_del,
     .stream_sync = ze_stream_sync,

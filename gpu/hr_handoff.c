@@ -70,6 +70,11 @@ unsigned hr_sync_modes_available(uint8_t device_tag, uint32_t cap_flags,
   case HR_HANDOFF_IPC:
     if (device_tag == HR_DEV_CPU)
       return p1;
+    /* A device buffer crosses a process boundary only as exported memory:
+     * without it no mode is valid and the producer stages through the
+     * host (ADR-018 § 6). */
+    if (!(cap_flags & (HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_FD)))
+      return 0;
     return p1 |
            ((cap_flags & HR_GPU_CAP_IPC_EVENT) ? HR_SYNC_BIT(HR_SYNC_EVENT)
                                                : 0) |

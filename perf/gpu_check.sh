@@ -23,13 +23,18 @@
 #      libevent), and perf/gpu_engine_bench: a GET of a SIZE-byte device
 #      tensor to the host and a GET into device memory, through the engine
 #      over loopback, against the pinned copy and the loopback GET, printing
-#      the ratios (target >= 0.85 of the slower of the two).
+#      the ratios (target >= 0.85 of the slower of the two);
+#   7. runs the IPC tests (tests/gpu/test_gpu_ipc.c: shareable memory
+#      exported as a POSIX fd and imported by a child process, the engine
+#      handing it over a Unix socket) on sim and on CUDA (CMake builds).
 #
 # Usage: bash perf/gpu_check.sh [SIZE]     e.g. SIZE=1G (default), 256M
 # Environment: HR_CUDA_ROOT (toolkit), HR_GPU_CHECK_DIR (build directory,
 # default build/gpu-check), HR_GPU_CHECK_DIRECT=1 (skip CMake).
-# Exit status: 0 when everything passed, 1 when a build or test failed,
-# 77 when nothing failed but something was skipped (no CUDA device here).
+# Exit status: 0 when everything passed, 1 when a build or test failed
+# (a CUDA check that skips counts as failed when nvidia-smi lists a GPU:
+# the device is there but the backend could not use it), 77 when nothing
+# failed but something was skipped (no CUDA device here).
 # A benchmark below its target is reported in the summary, not failed.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,9 +47,15 @@ status=0
 skipped=0
 
 step() { printf '\n==== %s ====\n' "$*"; }
+have_gpu=0 # nvidia-smi lists a GPU: a CUDA check that skips is a failure
 record() { # record NAME RESULT
-  results+=("$(printf '%-34s %s' "$1" "$2")")
-  case $2 in
+  local r=$2
+  case $r in
+    SKIPPED*cuda* | SKIPPED*"backend unavailable"* | SKIPPED*"no device"*)
+      [ $have_gpu = 1 ] && r="FAIL (skipped although nvidia-smi lists a GPU: ${r#SKIPPED })" ;;
+  esac
+  results+=("$(printf '%-34s %s' "$1" "$r")")
+  case $r in
     PASS* | "BELOW TARGET"*) ;;
     SKIPPED*) skipped=1 ;;
     *) status=1 ;;
@@ -60,6 +71,7 @@ step "machine"
 uname -a
 echo "cores: $jobs"
 if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L | grep -q '^GPU ' && have_gpu=1
   nvidia-smi -L || true
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 else
@@ -92,7 +104,7 @@ echo "compiler: $($cc --version | head -1)"
 
 # ---- build ---------------------------------------------------------------
 bin_api="" bin_contract="" bin_bench="" bin_xc="" bin_xc_bench=""
-bin_engine="" bin_engine_bench=""
+bin_engine="" bin_engine_bench="" bin_ipc=""
 build_cmake() {
   command -v cmake >/dev/null || { echo "cmake: not found"; return 1; }
   local gen=()
@@ -111,7 +123,7 @@ build_cmake() {
     return 1
   }
   cmake --build "$b" -j"$jobs" --target gpu_api gpu_contract gpu_bench \
-    xc_cuda xc_cuda_bench gpu_engine gpu_engine_bench \
+    xc_cuda xc_cuda_bench gpu_engine gpu_engine_bench gpu_ipc \
     >"$out/cmake-build.log" 2>&1 || {
     echo "CMake build failed (tail of $out/cmake-build.log):"
     tail -20 "$out/cmake-build.log"
@@ -123,6 +135,7 @@ build_cmake() {
   bin_xc=$b/tests/transcode_cuda/xc_cuda
   bin_xc_bench=$b/transcode/cuda/xc_cuda_bench
   bin_engine=$b/tests/gpu/gpu_engine
+  bin_ipc=$b/tests/gpu/gpu_ipc
   bin_engine_bench=$b/perf/gpu_engine_bench
 }
 
@@ -131,8 +144,8 @@ build_direct() {
   mkdir -p "$b"
   local lib=("$root"/proto/*.c "$root"/engine/core/*.c "$root"/engine/io/*.c
              "$root"/engine/store/*.c)
-  for f in hr_gpu hr_gpu_cpu hr_gpu_sim hr_stager hr_handoff hr_dlpack \
-           hr_gpu_cuda; do
+  for f in hr_gpu hr_gpu_cpu hr_gpu_sim hr_gpu_ipc hr_stager hr_handoff \
+           hr_dlpack hr_gpu_cuda; do
     lib+=("$root/gpu/$f.c")
   done
   local flags=(-std=c11 -O2 -g -D_GNU_SOURCE -DHR_GPU_HAVE_CUDA
@@ -140,6 +153,8 @@ build_direct() {
                -I"$root/engine/core" -I"$root/engine/io" -I"$root/gpu"
                -I"$root/tests/gpu"
                -I"$cuda_root/include")
+  # engine/io/hr_tls.c needs OpenSSL 3 (Debian: libssl-dev).
+  local libs=(-lssl -lcrypto -lpthread -ldl -lm)
   local objs=()
   for f in "${lib[@]}"; do
     # engine/core and engine/io both have an hr_client.c: keep the folder.
@@ -148,13 +163,13 @@ build_direct() {
     objs+=("$o")
   done
   "$cc" "${flags[@]}" "$root/tests/gpu/test_gpu_api.c" "${objs[@]}" \
-    -o "$b/gpu_api" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_api" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/tests/gpu/test_gpu_contract.c" "${objs[@]}" \
-    -o "$b/gpu_contract" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_contract" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/perf/gpu_bench.c" "${objs[@]}" \
-    -o "$b/gpu_bench" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_bench" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/perf/gpu_engine_bench.c" "${objs[@]}" \
-    -o "$b/gpu_engine_bench" -lpthread -ldl -lm || return 1
+    -o "$b/gpu_engine_bench" "${libs[@]}" || return 1
   bin_engine_bench=$b/gpu_engine_bench
   bin_api=$b/gpu_api
   bin_contract=$b/gpu_contract
@@ -207,7 +222,7 @@ if [ -n "$bin_xc" ]; then
   rc=$?
   case $rc in
     0) record "transpose vs D2D copy" "PASS (see GB/s above)" ;;
-    77) record "transpose vs D2D copy" "SKIPPED" ;;
+    77) record "transpose vs D2D copy" "SKIPPED (no device or no nvcc)" ;;
     *) record "transpose vs D2D copy" "FAIL (exit $rc)" ;;
   esac
 else
@@ -229,6 +244,12 @@ if [ -n "$bin_engine" ]; then
   run_test "engine device tests on cuda" "$bin_engine" cuda
 else
   record "engine device tests" "SKIPPED (direct build: needs CMake, cmocka, libevent)"
+fi
+if [ -n "$bin_ipc" ]; then
+  run_test "IPC tests on sim" "$bin_ipc" sim
+  run_test "IPC tests on cuda" "$bin_ipc" cuda
+else
+  record "IPC tests" "SKIPPED (direct build: needs CMake, cmocka, libevent)"
 fi
 
 step "engine staging benchmark ($size)"

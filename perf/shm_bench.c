@@ -19,7 +19,15 @@
  * mapping once (the page faults an application reading it pays).
  * Target: SHM >= 10x faster than TCP at 1 GiB.
  *
- *   shm_bench [--mib N]
+ * --sweep: SHM GETs of 4 KiB .. 1 GiB tensors (--max-mib caps it), per-GET
+ * latency (the median GET, one at a time, each released before the next)
+ * and GETs/s (the best round) with
+ * 64 in flight on one connection (each released in its callback), for
+ * tensors in their own segment and, where the library has them
+ * (HURRAY_SHM_ARENA), tensors in a shared arena, with the client's mapping
+ * cache on and off.
+ *
+ *   shm_bench [--mib N] [--sweep [--max-mib N | --max-kib N]]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -188,8 +196,232 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
   return r;
 }
 
+/* ---- the sweep ---------------------------------------------------------- */
+
+static volatile uint8_t sink;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct inflight {
+  int left, bad;
+} inflight;
+
+static void sweep_cb(hr_session *s, uint32_t sid, hr_tensor *t,
+                     const hr_transfer_record *rec, void *ud) {
+  inflight *f = ud;
+  (void)s;
+  (void)sid;
+  if (!t || rec->data_plane != HR_PLANE_SHM)
+    f->bad++;
+  else
+    sink ^= ((const volatile uint8_t *)hr_tensor_buffer(t, 0))[0];
+  hr_tensor_unref(t);
+  f->left--;
+}
+
+static int sweep_done(void *ud) { return ((inflight *)ud)->left <= 0; }
+
+#define MANY 256 /* keys of the many-keys lines */
+static char many_keys[MANY][16];
+
+/* Per-GET latency (us) and GETs/s with `depth` in flight for `key` (or,
+ * with nkeys > 1, for keys KEY000.. in turn). */
+static void sweep_one(const char *url, const char *key, int nkeys,
+                      uint64_t bytes, int cache, double *lat_us,
+                      double *rate) {
+  hr_client_options co;
+  hr_client *c;
+  hr_get_opts o;
+  hr_tensor *t;
+  hr_transfer_record rec;
+  int n = bytes <= (1u << 20) ? 2000 : bytes <= (64u << 20) ? 200 : 10;
+  int depth = 64, rounds = n / depth > 4 ? n / depth : 4;
+  double t0;
+
+  hr_client_options_default(&co);
+  co.timeout_ms = 120000;
+#ifdef HURRAY_SHM_ARENA
+  co.shm_map_cache = cache ? 0 : -1;
+#else
+  (void)cache;
+#endif
+  if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
+    die("connect");
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)key;
+  o.key_len = (uint16_t)strlen(key);
+  o.max_shards = 1;
+  for (int i = 0; i < nkeys && nkeys > 1; i++)
+    snprintf(many_keys[i], sizeof many_keys[i], "%s%03d", key, i);
+#define PICK(i)                                                                \
+  do {                                                                         \
+    if (nkeys > 1) {                                                           \
+      o.key = (const uint8_t *)many_keys[(i) % nkeys];                         \
+      o.key_len = (uint16_t)strlen(many_keys[(i) % nkeys]);                    \
+    }                                                                          \
+  } while (0)
+  for (int i = 0; i < 3; i++) { /* warm-up */
+    PICK(i);
+    if (hr_client_get(c, &o, &t, &rec) != 0 || rec.data_plane != HR_PLANE_SHM)
+      die("sweep warm-up");
+    hr_tensor_unref(t);
+  }
+  /* The machine is shared: the median GET and the best round say more
+   * than means. */
+  double *lat = malloc(sizeof *lat * (size_t)n), best = 0;
+  if (!lat)
+    die("malloc");
+  for (int i = 0; i < n; i++) {
+    PICK(i);
+    t0 = now_s();
+    if (hr_client_get(c, &o, &t, &rec) != 0)
+      die(hr_client_last_error(c)->message);
+    const volatile uint8_t *p = hr_tensor_buffer(t, 0);
+    sink ^= p[0] ^ p[bytes - 1]; /* read it, as an application would */
+    hr_tensor_unref(t);
+    lat[i] = now_s() - t0;
+  }
+  qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+  *lat_us = lat[n / 2] * 1e6;
+  free(lat);
+  for (int r = 0; r < rounds; r++) {
+    inflight f = {depth, 0};
+    t0 = now_s();
+    for (int i = 0; i < depth; i++) {
+      PICK(r * depth + i);
+      if (hr_session_get(hr_client_session(c), &o, sweep_cb, &f, NULL) != 0)
+        die("hr_session_get");
+    }
+    if (hr_client_wait(c, sweep_done, &f, 120000) != 0 || f.bad)
+      die("in-flight GETs failed");
+    double rr = depth / (now_s() - t0);
+    if (rr > best)
+      best = rr;
+  }
+  *rate = best;
+  hr_client_close(c);
+}
+
+/* One line of the sweep; SHM_BENCH_ONLY=WHAT runs only that case (to
+ * count its system calls with strace -c). */
+static void sweep_case(const char *url, const char *key, int nkeys,
+                       uint64_t b, int cache, const char *label,
+                       const char *what) {
+  const char *only = getenv("SHM_BENCH_ONLY");
+  double lat, rate;
+  if (only && strcmp(only, what))
+    return;
+  sweep_one(url, key, nkeys, b, cache, &lat, &rate);
+  printf("  %-9s %-34s %12.1f %14.0f\n", label, what, lat, rate);
+}
+
+static int sweep(uint64_t max_bytes) {
+  server s;
+  char unix_url[128];
+  static const uint64_t sizes[] = {4096,      65536,      1u << 20,
+                                   16u << 20, 256u << 20, 1024u << 20};
+  hr_store_config sc;
+
+  memset(&s, 0, sizeof s);
+  hr_store_config_default(&sc);
+#ifdef HURRAY_SHM_ARENA
+  sc.shm_arena_bytes = max_bytes + (64u << 20);
+#endif
+  hr_store_new(&s.store, &sc, NULL);
+  snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
+  pthread_create(&s.th, NULL, srv_main, &s);
+  while (!atomic_load(&s.ready))
+    usleep(1000);
+  snprintf(unix_url, sizeof unix_url, "unix:%s", s.path);
+  printf("shm_bench --sweep: SHM GETs, one connection (one run; "
+         "indicative)\n");
+  printf("  %-9s %-34s %12s %14s\n", "size", "tensor in",
+         "us per GET (median)", "GETs/s (64 in flight, best round)");
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    uint64_t b = sizes[i];
+    char label[32];
+    if (b > max_bytes)
+      break;
+    if (b >= (1u << 20))
+      snprintf(label, sizeof label, "%llu MiB", (unsigned long long)(b >> 20));
+    else
+      snprintf(label, sizeof label, "%llu KiB", (unsigned long long)(b >> 10));
+    hr_tensor *seg = seg_tensor(b);
+    hr_store_put(s.store, "seg", 3, seg, HR_PUT_REPLACE);
+    sweep_case(unix_url, "seg", 1, b, 0, label, "own segment, no cache");
+#ifdef HURRAY_SHM_ARENA
+    sweep_case(unix_url, "seg", 1, b, 1, label, "own segment, cache");
+    /* The same bytes as a heap tensor: the store copies it into the
+     * arena. */
+    {
+      hr_tensor *h, *got;
+      if (hr_tensor_alloc(&h, hr_tensor_descriptor(seg), 0, NULL) != 0)
+        die("alloc");
+      memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(seg, 0), (size_t)b);
+      hr_store_put(s.store, "arena", 5, h, HR_PUT_REPLACE);
+      hr_tensor_unref(h);
+      if (hr_store_get(s.store, "arena", 5, &got) != 0 ||
+          !hr_shm_arena_owns(hr_store_arena(s.store), got))
+        die("the tensor did not go into the arena");
+      hr_tensor_unref(got);
+    }
+    sweep_case(unix_url, "arena", 1, b, 0, label, "arena, no cache");
+    sweep_case(unix_url, "arena", 1, b, 1, label, "arena, cache");
+    hr_store_remove(s.store, "arena", 5);
+#endif
+    /* Many small keys read in turn: each in its own segment (a mapping
+     * each, more than the cache keeps), or all in the arena. */
+    if (b <= (64u << 10)) {
+      char k[16];
+      for (int j = 0; j < MANY; j++) {
+        hr_tensor *m = seg_tensor(b);
+        snprintf(k, sizeof k, "mseg%03d", j);
+        hr_store_put(s.store, k, strlen(k), m, HR_PUT_REPLACE);
+        hr_tensor_unref(m);
+      }
+      sweep_case(unix_url, "mseg", MANY, b, 0, label,
+                 "256 keys, own segments, no cache");
+#ifdef HURRAY_SHM_ARENA
+      sweep_case(unix_url, "mseg", MANY, b, 1, label,
+                 "256 keys, own segments, cache");
+      for (int j = 0; j < MANY; j++) {
+        hr_tensor *m, *h;
+        snprintf(k, sizeof k, "mar%03d", j);
+        if (hr_tensor_alloc(&h, hr_tensor_descriptor(seg), 0, NULL) != 0)
+          die("alloc");
+        m = h;
+        hr_store_put(s.store, k, strlen(k), m, HR_PUT_REPLACE);
+        hr_tensor_unref(h);
+      }
+      sweep_case(unix_url, "mar", MANY, b, 1, label,
+                 "256 keys, arena, cache");
+      for (int j = 0; j < MANY; j++) {
+        snprintf(k, sizeof k, "mar%03d", j);
+        hr_store_remove(s.store, k, strlen(k));
+      }
+#endif
+      for (int j = 0; j < MANY; j++) {
+        snprintf(k, sizeof k, "mseg%03d", j);
+        hr_store_remove(s.store, k, strlen(k));
+      }
+    }
+    hr_store_remove(s.store, "seg", 3);
+    hr_tensor_unref(seg);
+    fflush(stdout);
+  }
+  atomic_store(&s.stop, 1);
+  hr_engine_wakeup(s.e);
+  pthread_join(s.th, NULL);
+  unlink(s.path);
+  hr_store_del(s.store);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  uint64_t mib = 1024, n;
+  uint64_t mib = 1024, n, max_bytes = 1024ull << 20;
   server s;
   hr_tensor *big, *small;
   uint8_t *dst;
@@ -200,6 +432,14 @@ int main(int argc, char **argv) {
   for (i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--mib") && i + 1 < argc)
       mib = strtoull(argv[++i], NULL, 10);
+  for (i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--max-mib") && i + 1 < argc)
+      max_bytes = strtoull(argv[++i], NULL, 10) << 20;
+    else if (!strcmp(argv[i], "--max-kib") && i + 1 < argc)
+      max_bytes = strtoull(argv[++i], NULL, 10) << 10;
+  for (i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--sweep"))
+      return sweep(max_bytes);
   n = mib << 20;
   big = seg_tensor(n);
   small = seg_tensor(64ull << 20);

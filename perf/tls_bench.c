@@ -8,12 +8,22 @@
  *  2. a hurray GET of an N-byte tensor over hurrays:// (server on a
  *     libevent loop, the blocking client into a caller's buffer);
  *  3. the same GET over plain TCP.
- * Prints GB/s of each and the ratios (targets: TLS GET >= 0.85 x the
- * OpenSSL baseline, >= 0.5 x the plain GET), and whether kernel TLS was
- * used.  Certificates are made at run time (tests/tls/certs.c).  The
- * server thread and tensor are shaped like engine_bench.c's.
+ * The three are measured the same way: from the request (the GET's
+ * record start, the baseline's one-byte "go") to the last byte in the
+ * destination, connect and handshake excluded; bytes are compared after
+ * the clock stopped.  The runs are interleaved (run i starts with a
+ * different one of the three) so that a load change on a shared machine
+ * hits all three alike; each run's ratios are taken within the run.
+ * Prints every run, then the median and best GB/s of each, the median of
+ * the per-run ratios and the ratio of the bests (targets: TLS GET >= 0.85
+ * x the OpenSSL baseline, >= 0.5 x the plain GET), CPU seconds per GiB
+ * (user and system, both ends), and whether kernel TLS was used.
+ * Certificates are made at run time (tests/tls/certs.c).  The server
+ * thread and tensor are shaped like engine_bench.c's.
  *
- *   tls_bench [--mib N] [--runs R] [--no-ktls]
+ * --only runs one of the three (for a profiler; no ratios then).
+ *
+ *   tls_bench [--mib N] [--runs R] [--no-ktls] [--only openssl|tls|tcp]
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -52,12 +62,39 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* CPU seconds of the whole process (both ends run in it). */
-static double cpu_s(void) {
+/* CPU seconds of the whole process (both ends run in it): user in [0],
+ * system in [1]. */
+static void cpu_s(double out[2]) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+  out[0] = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+  out[1] = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds of one thread. */
+static double thread_cpu_s(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One measurement: GB/s, the CPU seconds (user, system) it took, and
+ * those of each side: [0] the sending thread (server), [1] the receiving
+ * one (client). */
+typedef struct sample {
+  double gbs;
+  double cpu[2];
+  double side[2];
+} sample;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void die(const char *what) {
@@ -222,6 +259,7 @@ typedef struct ossl_sender {
   const uint8_t *src;
   uint64_t n;
   int ktls_tx;
+  double cpu; /* the sending thread's CPU seconds, from "go" on */
 } ossl_sender;
 
 static void *ossl_send_main(void *arg) {
@@ -241,6 +279,7 @@ static void *ossl_send_main(void *arg) {
   r->ktls_tx = BIO_get_ktls_send(SSL_get_wbio(ssl)) ? 1 : 0;
   if (SSL_read(ssl, &go, 1) != 1)
     die("go");
+  r->cpu = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   while (off < r->n) {
     size_t k = r->n - off > (8u << 20) ? (8u << 20) : (size_t)(r->n - off);
     size_t w = 0;
@@ -248,6 +287,7 @@ static void *ossl_send_main(void *arg) {
       die("SSL_write");
     off += w;
   }
+  r->cpu = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - r->cpu;
   SSL_shutdown(ssl);
   SSL_free(ssl);
   close(fd);
@@ -255,7 +295,7 @@ static void *ossl_send_main(void *arg) {
 }
 
 /* SSL_write -> SSL_read straight into the final buffer. */
-static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
+static sample ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
                         int *ktls_tx, int *ktls_rx, char *cipher,
                         size_t cipher_len) {
   ossl_sender r;
@@ -264,7 +304,8 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
   pthread_t th;
   int port, fd;
   uint64_t off = 0;
-  double t0, t1;
+  double t0, t1, c0[2], c1[2], rc;
+  sample sm;
 
   r.lfd = listen_any(&port);
   r.ctx = ossl_ctx(1);
@@ -285,6 +326,8 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
     SSL_set_read_ahead(ssl, 1);
   snprintf(cipher, cipher_len, "%s",
            SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)));
+  cpu_s(c0);
+  rc = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   t0 = now_s();
   if (SSL_write(ssl, "g", 1) != 1)
     die("go");
@@ -295,7 +338,9 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
     off += k;
   }
   t1 = now_s();
+  rc = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - rc;
   pthread_join(th, NULL);
+  cpu_s(c1);
   *ktls_tx = r.ktls_tx;
   SSL_free(ssl);
   SSL_CTX_free(cctx);
@@ -306,15 +351,20 @@ static double ossl_bulk(const uint8_t *src, uint8_t *dst, uint64_t n,
     fprintf(stderr, "openssl: bytes differ\n");
     exit(1);
   }
-  return (double)n / (t1 - t0) / 1e9;
+  sm.gbs = (double)n / (t1 - t0) / 1e9;
+  sm.cpu[0] = c1[0] - c0[0];
+  sm.cpu[1] = c1[1] - c0[1];
+  sm.side[0] = r.cpu;
+  sm.side[1] = rc;
+  return sm;
 }
 
 /* ------------------------------------------------------------------------ */
 /* 2, 3. hurray GETs                                                         */
 /* ------------------------------------------------------------------------ */
 
-static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
-                         uint64_t n, hr_tls_info *ti) {
+static sample hurray_get(const server *srv, int tls, hr_tensor *ref,
+                         uint8_t *dst, uint64_t n, hr_tls_info *ti) {
   hr_client_options co;
   hr_tls_config tc;
   hr_client_error err;
@@ -324,7 +374,9 @@ static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   hr_tensor *t;
   hr_transfer_record rec;
   char url[64];
-  double secs;
+  double c0[2], c1[2], s0, r0;
+  clockid_t sid;
+  sample sm;
 
   hr_client_options_default(&co);
   memset(&tc, 0, sizeof tc);
@@ -333,7 +385,9 @@ static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   co.tls = &tc;
   co.timeout_ms = 120000;
   snprintf(url, sizeof url, "%s://127.0.0.1:%d", tls ? "hurrays" : "hurray",
-           port);
+           srv->port);
+  if (pthread_getcpuclockid(srv->th, &sid) != 0)
+    die("pthread_getcpuclockid");
   if (hr_client_connect(&c, url, &co, NULL, &err) != 0) {
     fprintf(stderr, "connect %s: %s\n", url, err.message);
     exit(1);
@@ -348,11 +402,19 @@ static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   dest.buffer = dst;
   dest.capacity = n;
   o.dest = &dest;
+  cpu_s(c0);
+  s0 = thread_cpu_s(sid);
+  r0 = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID);
   if (hr_client_get(c, &o, &t, &rec) != 0) {
     fprintf(stderr, "GET failed: %s\n", hr_client_last_error(c)->message);
     exit(1);
   }
-  secs = (double)(rec.finished - rec.started) / 1e9;
+  sm.side[0] = thread_cpu_s(sid) - s0;
+  sm.side[1] = thread_cpu_s(CLOCK_THREAD_CPUTIME_ID) - r0;
+  cpu_s(c1);
+  sm.gbs = (double)n / ((double)(rec.finished - rec.started) / 1e9) / 1e9;
+  sm.cpu[0] = c1[0] - c0[0];
+  sm.cpu[1] = c1[1] - c0[1];
   if (hr_tensor_buffer(t, 0) != dst ||
       memcmp(dst, hr_tensor_buffer(ref, 0), n) != 0) {
     fprintf(stderr, "hurray: bytes differ or not in place\n");
@@ -360,18 +422,23 @@ static double hurray_get(int port, int tls, hr_tensor *ref, uint8_t *dst,
   }
   hr_tensor_unref(t);
   hr_client_close(c);
-  return (double)n / secs / 1e9;
+  return sm;
 }
 
+#define MAX_RUNS 64
+
 int main(int argc, char **argv) {
+  static const char *const names[3] = {"openssl", "hurray TLS GET",
+                                       "hurray TCP GET"};
   hr_store *store;
   hr_tensor *t;
   uint8_t *dst;
   server tls_srv, tcp_srv;
   hr_tls_info ti;
   char cipher[64];
-  double best_o = 0, best_t = 0, best_p = 0, c0, cpu[3] = {0, 0, 0};
-  int i, runs = 3, ktx = 0, krx = 0;
+  sample sm[3][MAX_RUNS];
+  double v[MAX_RUNS], best[3], med[3], gib;
+  int i, k, m, runs = 5, ktx = 0, krx = 0, only = -1;
 
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mib") && i + 1 < argc)
@@ -380,13 +447,26 @@ int main(int argc, char **argv) {
       runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-ktls"))
       g_no_ktls = 1;
-    else {
-      fprintf(stderr, "usage: tls_bench [--mib N] [--runs R] [--no-ktls]\n");
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      i++;
+      only = !strcmp(argv[i], "openssl") ? 0
+             : !strcmp(argv[i], "tls")   ? 1
+             : !strcmp(argv[i], "tcp")   ? 2
+                                         : -2;
+      if (only == -2)
+        return 2;
+    } else {
+      fprintf(stderr, "usage: tls_bench [--mib N] [--runs R] [--no-ktls] "
+                      "[--only openssl|tls|tcp]\n");
       return 2;
     }
   }
-  if (g_bytes == 0 || runs < 1)
+  if (g_bytes == 0 || runs < 1 || runs > MAX_RUNS) {
+    fprintf(stderr, "tls_bench: --mib must be > 0, --runs 1..%d\n",
+            MAX_RUNS);
     return 2;
+  }
+  gib = (double)g_bytes / (1 << 30);
   if (certs_make(&g_certs))
     die("certificates");
   t = big_tensor(g_bytes);
@@ -400,51 +480,89 @@ int main(int argc, char **argv) {
   hr_store_put(store, "big", 3, t, 0);
   srv_start(&tls_srv, store, 1);
   srv_start(&tcp_srv, store, 0);
-  printf("tls_bench: %.0f MiB over loopback into the final buffer%s\n",
-         (double)g_bytes / (1 << 20), g_no_ktls ? " (kTLS off)" : "");
+  printf("tls_bench: %.0f MiB over loopback into the final buffer, %d "
+         "interleaved runs%s\n",
+         (double)g_bytes / (1 << 20), runs, g_no_ktls ? " (kTLS off)" : "");
   for (i = 0; i < runs; i++) {
-    double o, tl, p;
-    memset(dst, 0, 4096);
-    c0 = cpu_s();
-    o = ossl_bulk(hr_tensor_buffer(t, 0), dst, g_bytes, &ktx, &krx, cipher,
-                  sizeof cipher);
-    cpu[0] += cpu_s() - c0;
-    memset(dst, 0, 4096);
-    c0 = cpu_s();
-    tl = hurray_get(tls_srv.port, 1, t, dst, g_bytes, &ti);
-    cpu[1] += cpu_s() - c0;
-    memset(dst, 0, 4096);
-    c0 = cpu_s();
-    p = hurray_get(tcp_srv.port, 0, t, dst, g_bytes, NULL);
-    cpu[2] += cpu_s() - c0;
-    printf("  run %d: openssl %.2f GB/s  hurray TLS GET %.2f GB/s  "
+    /* Run i starts with a different one of the three. */
+    for (k = 0; k < 3; k++) {
+      m = (i + k) % 3;
+      if (only >= 0 && m != only) {
+        sm[m][i].gbs = 1;
+        sm[m][i].cpu[0] = sm[m][i].cpu[1] = 0;
+        sm[m][i].side[0] = sm[m][i].side[1] = 0;
+        continue;
+      }
+      memset(dst, 0, 4096);
+      if (m == 0)
+        sm[0][i] = ossl_bulk(hr_tensor_buffer(t, 0), dst, g_bytes, &ktx,
+                             &krx, cipher, sizeof cipher);
+      else
+        sm[m][i] = hurray_get(m == 1 ? &tls_srv : &tcp_srv, m == 1, t, dst,
+                              g_bytes, &ti);
+    }
+    if (only >= 0)
+      printf("  run %d: %s %.2f GB/s, CPU s user %.2f sys %.2f, sender "
+             "%.2f receiver %.2f\n",
+             i + 1, names[only], sm[only][i].gbs, sm[only][i].cpu[0],
+             sm[only][i].cpu[1], sm[only][i].side[0], sm[only][i].side[1]);
+    else
+      printf("  run %d: openssl %.2f GB/s  hurray TLS GET %.2f GB/s  "
            "hurray TCP GET %.2f GB/s  TLS/openssl %.2f  TLS/TCP %.2f\n",
-           i + 1, o, tl, p, tl / o, tl / p);
-    if (o > best_o)
-      best_o = o;
-    if (tl > best_t)
-      best_t = tl;
-    if (p > best_p)
-      best_p = p;
+           i + 1, sm[0][i].gbs, sm[1][i].gbs, sm[2][i].gbs,
+           sm[1][i].gbs / sm[0][i].gbs, sm[1][i].gbs / sm[2][i].gbs);
+    fflush(stdout);
+  }
+  if (only >= 0) {
+    for (i = 0; i < runs; i++)
+      v[i] = sm[only][i].gbs;
+    printf("  %s only: median %.2f GB/s\n", names[only], median(v, runs));
+    goto out;
   }
   printf("  cipher: openssl %s (kTLS tx %d rx %d), hurray %s %s (kTLS tx %d "
          "rx %d)\n",
          cipher, ktx, krx, ti.version, ti.cipher, ti.ktls_tx, ti.ktls_rx);
   if (strcmp(cipher, ti.cipher) != 0)
     printf("  WARNING: the ciphers differ; the comparison is unfair\n");
-  printf("  best: openssl %.2f GB/s, hurray TLS %.2f GB/s, hurray TCP %.2f "
-         "GB/s\n",
-         best_o, best_t, best_p);
-  printf("  TLS GET / openssl %.2f (target >= 0.85), TLS GET / TCP GET %.2f "
-         "(target >= 0.50)\n",
-         best_t / best_o, best_t / best_p);
-  /* CPU time per GiB, both ends together (memcmp checks included): the
-   * steadier figure on a loaded machine. */
-  printf("  CPU s per GiB, both ends: openssl %.2f, hurray TLS %.2f, hurray "
-         "TCP %.2f\n",
-         cpu[0] / runs / ((double)g_bytes / (1 << 30)),
-         cpu[1] / runs / ((double)g_bytes / (1 << 30)),
-         cpu[2] / runs / ((double)g_bytes / (1 << 30)));
+  for (m = 0; m < 3; m++) {
+    double cu, cs, ss, rs;
+    best[m] = 0;
+    for (i = 0; i < runs; i++) {
+      v[i] = sm[m][i].gbs;
+      if (v[i] > best[m])
+        best[m] = v[i];
+    }
+    med[m] = median(v, runs);
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].cpu[0];
+    cu = median(v, runs) / gib;
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].cpu[1];
+    cs = median(v, runs) / gib;
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].side[0];
+    ss = median(v, runs) / gib;
+    for (i = 0; i < runs; i++)
+      v[i] = sm[m][i].side[1];
+    rs = median(v, runs) / gib;
+    /* CPU time per GiB, both ends together: the steadier figure on a
+     * loaded machine.  With two cores GB/s cannot beat 2 / (user + sys),
+     * nor 1 / the busier side. */
+    printf("  %-15s median %.2f GB/s, best %.2f GB/s; CPU s per GiB: user "
+           "%.2f + sys %.2f = %.2f (sender %.2f, receiver %.2f)\n",
+           names[m], med[m], best[m], cu, cs, cu + cs, ss, rs);
+  }
+  for (i = 0; i < runs; i++)
+    v[i] = sm[1][i].gbs / sm[0][i].gbs;
+  printf("  TLS GET / openssl: median of runs %.2f, of bests %.2f (target "
+         ">= 0.85)\n",
+         median(v, runs), best[1] / best[0]);
+  for (i = 0; i < runs; i++)
+    v[i] = sm[1][i].gbs / sm[2][i].gbs;
+  printf("  TLS GET / TCP GET: median of runs %.2f, of bests %.2f (target "
+         ">= 0.50)\n",
+         median(v, runs), best[1] / best[2]);
+out:
   srv_stop(&tls_srv);
   srv_stop(&tcp_srv);
   hr_store_del(store);

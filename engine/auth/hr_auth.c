@@ -413,8 +413,11 @@ size_t hr_auth_count(const hr_auth *a) {
   return n;
 }
 
-int hr_auth_check(hr_auth *a, const uint8_t *token, size_t token_len,
-                  unsigned need, const uint8_t *key, size_t key_len) {
+/* hr_auth_check(); *narrow (may be NULL) is set when the token is bounded
+ * to prefixes, i.e. may not read every key. */
+static int check_token(hr_auth *a, const uint8_t *token, size_t token_len,
+                       unsigned need, const uint8_t *key, size_t key_len,
+                       int *narrow) {
   uint8_t d[DIGEST_LEN];
   const entry *e;
   table *t;
@@ -427,8 +430,15 @@ int hr_auth_check(hr_auth *a, const uint8_t *token, size_t token_len,
   t = acquire(a);
   e = find(t, d);
   rv = !e ? HR_ERR_NOT_FOUND : allowed(e, need, key, key_len) ? 0 : HR_ERR_STATE;
+  if (e && narrow)
+    *narrow = e->npfx != 0;
   release(a, t);
   return rv;
+}
+
+int hr_auth_check(hr_auth *a, const uint8_t *token, size_t token_len,
+                  unsigned need, const uint8_t *key, size_t key_len) {
+  return check_token(a, token, token_len, need, key, key_len, NULL);
 }
 
 /* ---- the provider wrapper -------------------------------------------- */
@@ -464,12 +474,20 @@ static int w_on_hello(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
 static int w_on_get(hr_session *s, hr_srv_get *g, void *ud) {
   wrap *w = ud;
   const hr_get_info *gi = hr_srv_get_info(g);
+  const hr_hello *h = hr_session_peer_hello(s);
+  int narrow = 1;
 
-  if (!gi || check_session(w, s, HR_AUTH_READ, gi->key, gi->key_len)) {
+  if (!gi || !h ||
+      check_token(w->a, h->exts.auth_token, h->exts.auth_token_len,
+                  HR_AUTH_READ, gi->key, gi->key_len, &narrow)) {
     int rv = hr_get_fail(g, HR_WIRE_UNAUTHORIZED,
                          "the token does not allow reading this key");
     return hr_err_is_fatal(rv) ? HR_ERR_CALLBACK_FAILURE : 0;
   }
+  /* A token bounded to prefixes must never be handed memory that holds
+   * other keys too (a shared arena's segment). */
+  if (narrow)
+    hr_get_set_narrow(g);
   return w->inner.on_get(s, g, w->inner.user_data);
 }
 

@@ -284,7 +284,9 @@ static int get_descriptor_checks(hr_session *s, hr_stream *st, uint32_t sid,
    * server's rules; one we advertised but cannot take is declined. */
   for (unsigned k = 0; k < d->buffer_count; k++)
     if (!we_advertised(s, d->buffers[k].device_tag) ||
-        d->buffers[k].memory_class != HR_MEM_STANDARD)
+        (d->buffers[k].memory_class != HR_MEM_STANDARD &&
+         !(d->buffers[k].memory_class == HR_MEM_PINNED &&
+           hr__shm_dev_advertise(s))))
       return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                               "device or memory class never advertised");
   /* A GET into a device lands any placement there (the bytes come in
@@ -344,8 +346,13 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   switch (m->hdr.type) {
   case HR_MSG_TENSOR_DESCRIPTOR:
     rc = get_descriptor_checks(s, st, m->hdr.stream_id, &m->u.tensor.desc);
-    if (rc || st->ended)
+    if (rc || st->ended) {
+      /* Refused before its segment was claimed: close it here, or it
+       * would look like a descriptor no message carries. */
+      if (m->u.tensor.xport.data_plane == HR_PLANE_SHM)
+        hr__shm_drop_fd(s, s->msg_start);
       return rc;
+    }
     /* fall through */
   case HR_MSG_TENSOR_DATA:
   case HR_MSG_TENSOR_DATA_END:
@@ -361,6 +368,7 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
         hr__tensor_set_release(t, st->cg.dest.release, st->cg.dest.release_ctx);
         st->cg.dest.release = NULL;
       }
+      /* Imported device memory (hr_shm_dev.c) has no ring: as is. */
       if (st->rv.dev && t)
         return hr__devrx_finish(s, st, t);
       get_complete(s, st, t);

@@ -47,6 +47,15 @@ int hr__composite_check(const hr_descriptor *head,
  * owner before the tensor is shared. */
 void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx);
 
+/* Someone to tell when a tensor is freed: fn(a, b, t) runs in the last
+ * hr_tensor_unref() (on whichever thread drops it), before the buffers go.
+ * The caller holds a reference; any thread may add watchers.  A watcher
+ * equal in (fn, a, b) to one already there is not added again.  Returns 0
+ * (added), 1 (already there) or HR_ERR_NOMEM. */
+typedef struct hr__tensor_watcher hr__tensor_watcher;
+typedef void (*hr__tensor_freed_fn)(void *a, void *b, hr_tensor *t);
+int hr__tensor_watch(hr_tensor *t, hr__tensor_freed_fn fn, void *a, void *b);
+
 /* Composite nesting depth of a tensor (0 for a plain tensor, 1 for a
  * composite whose members are all plain). */
 unsigned hr__tensor_depth(const hr_tensor *t);

@@ -1,47 +1,122 @@
 /*
  * Receiving a GET into device memory (hr_get_opts.device).
  *
- * Frames land, zero-copy as usual, in pinned host memory of the device
- * (one block from the session's chunk pool, the size of the tensor, so a
- * repeated GET of the same size reuses it without pinning again).  The
- * tensor's buffers are cut into transcode_chunk pieces; the moment every
- * byte of a piece has landed its host-to-device copy is enqueued on the
- * session's stream of the device, so the copy of piece k overlaps the
- * receive of piece k+1 and only the last piece's copy is left when the
- * last frame arrives.  Then, as the application asked:
+ * The bytes go through a bounded ring of pinned staging pieces of the
+ * device (settings.device_piece bytes each, settings.device_pieces of
+ * them; blocks of the session's chunk pool, so a later GET reuses them
+ * without pinning again), never through a tensor-sized landing block:
  *
- *  - P1 (HR_SYNC_PRODUCER_SYNCED): the GET completes once the device has
- *    finished the copies.  The loop does not wait for that: a work item
- *    whose completion the device signals (hr_work.start) completes it.
- *  - P2 (HR_SYNC_EVENT): the GET completes at once with a device tensor
- *    whose event (hr_tensor_gpu_event) marks the end of the copies; the
- *    application waits on it on its own stream (ADR-018 § 2).
+ *  - a piece of the tensor (a device_piece-sized slice of one buffer) is
+ *    given a free slot when its first byte arrives; frames land there,
+ *    zero-copy as usual (hr__recv_where points the socket's recv() at the
+ *    slot);
+ *  - the moment every byte of the piece has landed, its host-to-device
+ *    copy is enqueued on the session's stream of the device, and a work
+ *    item (hr_work.start: a host function on that stream, which writes
+ *    the engine's completion eventfd) reports when the copy is done; the
+ *    slot is free again then.  The loop thread never waits on the device;
+ *  - when every slot is taken, the session stops taking input
+ *    (hr_session_recv_paused()) until a copy completes: backpressure on
+ *    the socket.  Bytes of a full ring that arrive anyway (the engine's
+ *    64 KiB staging read may hold the start of a frame) are kept aside
+ *    (the spill) and placed when a slot frees;
+ *  - over the SHM data plane the bytes arrive as a mapped segment: the
+ *    pieces are filled from the mapping (a memcpy into the pinned slot,
+ *    as a socket would) as slots free, and copied the same way.
  *
- * In both cases the pinned block stays held by a work item until the
- * device has read it.  Restrictions: one plain tensor (no composite), not
- * parallel, no application destination (checked by hr_session_get).
+ * Then, as the application asked:
+ *  - P1 (HR_SYNC_PRODUCER_SYNCED): the GET completes when the last
+ *    piece's copy is done (the completion of its work item);
+ *  - P2 (HR_SYNC_EVENT): the GET completes once every copy is enqueued,
+ *    with a device tensor whose event (hr_tensor_gpu_event) marks the end
+ *    of the copies; the application waits on it on its own stream
+ *    (ADR-018 § 2).
+ *
+ * Frames may arrive in any order within the ring's reach; a peer that
+ * sends a piece beyond it while the earlier pieces wait for bytes (no copy
+ * in flight to free a slot) fails the GET.  Restrictions: one plain
+ * tensor (no composite), not parallel, no application destination
+ * (checked by hr_session_get).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "hr_session_int.h"
 
+#define DEVRX_SLOTS_MAX 16u
+#define DEVRX_PIECE_DEFAULT ((uint64_t)8 << 20)
+#define DEVRX_SLOTS_DEFAULT 4u
+/* Bytes a host that reads past hr_session_recv_paused() may push into the
+ * spill before the GET fails (the engine spills at most one 64 KiB read). */
+#define DEVRX_SPILL_MAX ((uint64_t)4 << 20)
+
+#define AT_NONE (-1)   /* no byte landed yet, no slot */
+#define AT_COPIED (-2) /* copy enqueued, slot released to its work */
+
+typedef struct pwork pwork;
+
+typedef struct dslot {
+  hr_tensor *blk;  /* pool chunk (pinned), NULL until first used */
+  hr_gpu_buf *pin; /* its device handle */
+  uint8_t *ptr;
+  int used; /* holds a piece: filling, or its copy in flight */
+} dslot;
+
+typedef struct spill {
+  struct spill *next;
+  unsigned bi;
+  uint64_t off, n;
+  uint8_t data[]; /* n bytes */
+} spill;
+
 struct hr_devrx {
+  hr_session *s;
+  hr_recv *rv;
   hr_gpu *g;
   hr_gpu_stream *gs;
-  uint8_t sync;     /* HR_SYNC_PRODUCER_SYNCED or HR_SYNC_EVENT */
-  uint8_t tag;      /* the device's device_tag */
-  hr_tensor *block; /* pinned landing block (pool chunk tensor) */
-  hr_gpu_buf *pinned;
-  uint64_t boff[HR_MAX_BUFFERS]; /* buffer k's offset in the block */
-  hr_gpu_buf *dev[HR_MAX_BUFFERS];
+  uint8_t sync; /* HR_SYNC_PRODUCER_SYNCED or HR_SYNC_EVENT */
+  uint8_t tag;  /* the device's device_tag */
+  int have_dest;
   unsigned nbuf;
-  uint64_t chunk;
-  uint64_t *filled; /* bytes landed per piece, all buffers in a row */
-  uint64_t first[HR_MAX_BUFFERS + 1]; /* buffer k's first piece */
+  hr_gpu_buf *dev[HR_MAX_BUFFERS];
   uint64_t size[HR_MAX_BUFFERS];
-  int err;            /* a copy could not be enqueued */
-  int copies;         /* copies enqueued */
-  struct dwork *wait; /* P1: the completion pending */
+  uint64_t first[HR_MAX_BUFFERS + 1]; /* buffer k's first piece */
+  uint64_t piece;                     /* bytes per piece */
+  unsigned nslots;
+  dslot slot[DEVRX_SLOTS_MAX];
+  uint64_t npieces;
+  uint64_t *filled; /* bytes landed per piece */
+  int8_t *at;       /* per piece: slot index, AT_NONE or AT_COPIED */
+  uint64_t enqueued, completed; /* piece copies */
+  pwork *works;                 /* in flight, newest first */
+  spill *spill_head, *spill_tail;
+  uint64_t spilled; /* bytes in the spill */
+  hr_tensor *src;   /* SHM: the mapped segment the pieces come from */
+  uint64_t src_next;
+  int finished;       /* every byte arrived (hr__devrx_finish ran) */
+  hr_descriptor desc; /* the tensor's, kept by finish */
+  int err;            /* a copy or a slot could not be had */
+  int busy, again;    /* progress() re-entrancy guard */
+};
+
+/* A piece's copy in flight: holds its slot's block until the device has
+ * read it; the GET learns of the end through done(). */
+struct pwork {
+  hr_work w;
+  hr_session *s;
+  hr_devrx *d; /* NULL once the GET is gone */
+  pwork *next, *prev;
+  unsigned slot;
+  hr_tensor *blk;
+  hr_gpu_stream *gs;
+  /* The device buffers of a GET that went while copies were in flight:
+   * the newest work frees them (the stream runs in order, so its copy is
+   * the last one to write them). */
+  hr_gpu_buf *own[HR_MAX_BUFFERS];
+  unsigned nown;
+  void (*complete)(hr_work *w, void *ctx);
+  void *complete_ctx;
+  int rc;
 };
 
 /* What a device tensor handed to the application owns. */
@@ -51,6 +126,8 @@ typedef struct devout {
   unsigned nbuf;
   hr_gpu_event *ev;
 } devout;
+
+static void progress(hr_devrx *d, int from_work);
 
 /* Waits for the copies into the device memory (the event's point: at
  * once when the application honoured it, as it must before the release),
@@ -66,132 +143,40 @@ static void devout_release(void *ctx) {
   hr__mem_free(&mem, o);
 }
 
-void hr__devrx_free(hr_session *s, hr_devrx *d) {
-  if (!d)
-    return;
-  /* A GET abandoned while copies are in flight (the drain holds the
-   * block otherwise): they read the block and write the device buffers,
-   * so they must end before either goes.  A wait on the stream, on this
-   * failure path only. */
-  if (d->block && d->copies)
-    hr_gpu_stream_sync(d->gs);
-  for (unsigned k = 0; k < d->nbuf; k++)
-    hr_gpu_buf_del(d->dev[k]);
-  hr_tensor_unref(d->block);
-  hr__mem_free(&s->mem, d->filled);
-  hr__mem_free(&s->mem, d);
+static hr_stream *stream_of(hr_devrx *d) {
+  return (hr_stream *)(void *)((char *)d->rv - offsetof(hr_stream, rv));
 }
 
-int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync) {
-  hr_gpu_caps caps;
-  int rc = hr_gpu_query(g, &caps);
-  if (rc)
-    return rc;
-  hr_devrx *d = hr__mem_calloc(&s->mem, 1, sizeof *d);
-  if (!d)
-    return HR_ERR_NOMEM;
-  d->g = g;
-  d->sync = sync;
-  d->tag = caps.device_tag;
-  d->chunk = s->set.transcode_chunk ? s->set.transcode_chunk : (4u << 20);
-  rv->dev = d;
-  return 0;
+/* The buffer and the byte range [lo, hi) of piece `g`. */
+static unsigned piece_range(const hr_devrx *d, uint64_t g, uint64_t *lo,
+                            uint64_t *hi) {
+  unsigned k = 0;
+  while (k + 1 < d->nbuf && g >= d->first[k + 1])
+    k++;
+  *lo = (g - d->first[k]) * d->piece;
+  *hi = *lo + d->piece < d->size[k] ? *lo + d->piece : d->size[k];
+  return k;
 }
 
-int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
-                   hr_tensor **out) {
-  hr_devrx *d = rv->dev;
-  if (desc->layout.tag == HR_LAYOUT_COMPOSITE || d->block)
-    return HR_ERR_UNSUPPORTED;
-  uint64_t off[HR_MAX_BUFFERS], span, align;
-  if (hr__tensor_placement(desc, rv->min_align, off, &span, &align) ||
-      align > 4096)
-    return HR_ERR_LIMIT;
-  int rc = hr__chunk_stream(s, d->g, &d->gs);
-  if (rc)
-    return HR_ERR_LIMIT;
-  /* Pinned memory is page-aligned. */
-  if (hr__chunk_get(s, d->g, span ? span : 1, span, &d->block, &d->pinned))
-    return HR_ERR_LIMIT;
-  uint8_t *base = hr_tensor_buffer(d->block, 0);
-  void *bufs[HR_MAX_BUFFERS];
-  uint64_t pieces = 0;
-  d->nbuf = desc->buffer_count;
-  for (unsigned k = 0; k < desc->buffer_count; k++) {
-    bufs[k] = base + off[k];
-    d->boff[k] = off[k];
-    d->size[k] = desc->buffers[k].size_bytes;
-    d->first[k] = pieces;
-    pieces += (d->size[k] + d->chunk - 1) / d->chunk;
-    rc = hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, d->size[k] ? d->size[k] : 1,
-                          &d->dev[k]);
-    if (rc)
-      return HR_ERR_LIMIT;
-  }
-  d->first[desc->buffer_count] = pieces;
-  d->filled = hr__mem_calloc(&s->mem, pieces ? pieces : 1, sizeof *d->filled);
-  if (!d->filled)
-    return HR_ERR_NOMEM;
-  rc = hr_tensor_wrap(out, desc, bufs, NULL, NULL, &s->mem);
-  return rc == HR_ERR_NOMEM ? rc : (rc ? HR_ERR_LIMIT : 0);
-}
+/* ---- the piece copies' work items --------------------------------------- */
 
-void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n) {
-  hr_devrx *d = rv->dev;
-  if (!d || !d->block || bi >= d->nbuf || n == 0 || off > d->size[bi] ||
-      n > d->size[bi] - off)
-    return;
-  uint64_t end = off + n;
-  for (uint64_t j = off / d->chunk; j * d->chunk < end; j++) {
-    uint64_t lo = j * d->chunk, hi = lo + d->chunk;
-    if (hi > d->size[bi])
-      hi = d->size[bi];
-    uint64_t a = off > lo ? off : lo, b = end < hi ? end : hi;
-    uint64_t *f = &d->filled[d->first[bi] + j];
-    /* The frame checker refuses overlapping frames; stay exact anyway. */
-    if (*f + (b - a) > hi - lo)
-      continue;
-    *f += b - a;
-    if (*f == hi - lo && !d->err) {
-      int rc = hr_gpu_copy_async(d->gs, d->dev[bi], lo, d->pinned,
-                                 d->boff[bi] + lo, hi - lo);
-      if (rc)
-        d->err = rc;
-      else
-        d->copies = 1;
-    }
-  }
-}
-
-/* ---- the drain: the end of the copies, signalled by the device ---------- */
-
-typedef struct dwork {
-  hr_work w;
-  hr_session *s;
-  hr_stream *st;    /* P1: the GET to complete (NULL once it is gone) */
-  hr_tensor *block; /* held until the device has read it */
-  hr_tensor *out;   /* P1: the tensor to deliver */
-  hr_gpu_stream *gs;
-  void (*complete)(hr_work *w, void *ctx);
-  void *complete_ctx;
-  int rc;
-} dwork;
-
-static void drain_landed(void *arg) {
-  dwork *x = arg;
+static void piece_landed(void *arg) {
+  pwork *x = arg;
   x->complete(&x->w, x->complete_ctx);
 }
 
-static int drain_start(hr_work *w, void (*complete)(hr_work *, void *),
+static int piece_start(hr_work *w, void (*complete)(hr_work *, void *),
                        void *ctx) {
-  dwork *x = (dwork *)w;
+  pwork *x = (pwork *)w;
   x->complete = complete;
   x->complete_ctx = ctx;
-  return hr_gpu_launch_host_fn(x->gs, drain_landed, x);
+  return hr_gpu_launch_host_fn(x->gs, piece_landed, x);
 }
 
-static void drain_run(hr_work *w) {
-  dwork *x = (dwork *)w;
+/* For a host without `start` (a worker thread, or inline): the same end,
+ * waited for. */
+static void piece_run(hr_work *w) {
+  pwork *x = (pwork *)w;
   hr_gpu_event *e = NULL;
   int rc = hr_gpu_event_new(hr_gpu_stream_device(x->gs), 0, &e);
   if (rc == 0)
@@ -202,100 +187,448 @@ static void drain_run(hr_work *w) {
   x->rc = rc;
 }
 
-static void drain_done(hr_work *w) {
-  dwork *x = (dwork *)w;
-  hr_session *s = x->s;
-  s->works_inflight--;
-  if (x->st) {
-    hr_stream *st = x->st;
-    st->rv.dev->wait = NULL;
-    if (x->rc) {
-      hr_tensor_unref(x->out);
-      hr__cli_stream_fail(s, st, HR_ERR_IO, 0, 0,
-                          "copying to the device failed");
-    } else {
-      hr__cli_get_deliver(s, st, x->out);
-    }
-    hr__stream_end(s, st);
-  } else {
-    hr_tensor_unref(x->out);
-  }
-  hr_tensor_unref(x->block);
-  hr__mem_free(&s->mem, x);
+static void unlink_work(hr_devrx *d, pwork *x) {
+  if (x->prev)
+    x->prev->next = x->next;
+  else
+    d->works = x->next;
+  if (x->next)
+    x->next->prev = x->prev;
+  x->next = x->prev = NULL;
 }
 
-static int drain_submit(hr_session *s, hr_devrx *d, hr_stream *st,
-                        hr_tensor *out) {
-  dwork *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
-  if (!x)
-    return HR_ERR_NOMEM;
-  x->w.run = drain_run;
-  x->w.done = drain_done;
-  x->w.start = drain_start;
+static void piece_done(hr_work *w) {
+  pwork *x = (pwork *)w;
+  hr_session *s = x->s;
+  s->works_inflight--;
+  hr_devrx *d = x->d;
+  if (d) {
+    unlink_work(d, x);
+    d->slot[x->slot].used = 0;
+    d->completed++;
+    if (x->rc && !d->err)
+      d->err = x->rc;
+  }
+  for (unsigned k = 0; k < x->nown; k++)
+    hr_gpu_buf_del(x->own[k]);
+  hr_tensor_unref(x->blk);
+  hr__mem_free(&s->mem, x);
+  if (d)
+    progress(d, 1);
+}
+
+/* Enqueues piece g's copy (its every byte landed in its slot) and the
+ * work that reports its end. */
+static void enqueue(hr_devrx *d, uint64_t g) {
+  hr_session *s = d->s;
+  unsigned k = (unsigned)d->at[g];
+  dslot *sl = &d->slot[k];
+  uint64_t lo, hi;
+  unsigned bi = piece_range(d, g, &lo, &hi);
+  d->at[g] = AT_COPIED;
+  d->enqueued++;
+  pwork *x = d->err ? NULL : hr__mem_calloc(&s->mem, 1, sizeof *x);
+  int rc = x ? hr_gpu_copy_async(d->gs, d->dev[bi], lo, sl->pin, 0, hi - lo)
+             : HR_ERR_NOMEM;
+  if (rc) {
+    hr__mem_free(&s->mem, x);
+    if (!d->err)
+      d->err = rc;
+    /* Nothing in flight reads the slot. */
+    sl->used = 0;
+    d->completed++;
+    return;
+  }
+  x->w.run = piece_run;
+  x->w.done = piece_done;
+  x->w.start = piece_start;
   x->s = s;
-  x->st = st;
-  x->out = out;
+  x->d = d;
+  x->slot = k;
+  x->blk = hr_tensor_ref(sl->blk);
   x->gs = d->gs;
-  x->block = d->block;
-  d->block = NULL;
-  if (st)
-    d->wait = x;
+  x->next = d->works;
+  if (d->works)
+    d->works->prev = x;
+  d->works = x;
   s->works_inflight++;
   if (s->cbs.submit_work) {
     hr__cb_enter(s);
     int rv = s->cbs.submit_work(s, &x->w, s->ud);
     hr__cb_leave(s);
     if (rv == 0)
-      return 0;
+      return;
   }
+  /* Inline: piece_done's progress() finds us busy and defers. */
   x->w.run(&x->w);
-  drain_done(&x->w);
+  piece_done(&x->w);
+}
+
+/* The slot of piece g, given one if it has none and one is free (-1:
+ * none now, or the piece is already copied). */
+static int slot_for(hr_devrx *d, uint64_t g) {
+  if (d->at[g] >= 0)
+    return d->at[g];
+  if (d->at[g] == AT_COPIED || d->err)
+    return -1;
+  for (unsigned k = 0; k < d->nslots; k++) {
+    dslot *sl = &d->slot[k];
+    if (sl->used)
+      continue;
+    if (!sl->blk) {
+      if (hr__chunk_get(d->s, d->g, d->piece, d->piece, &sl->blk, &sl->pin)) {
+        d->err = HR_ERR_NOMEM;
+        return -1;
+      }
+      sl->ptr = hr_tensor_buffer(sl->blk, 0);
+    }
+    sl->used = 1;
+    d->at[g] = (int8_t)k;
+    return (int)k;
+  }
+  return -1;
+}
+
+static int free_slot(const hr_devrx *d) {
+  for (unsigned k = 0; k < d->nslots; k++)
+    if (!d->slot[k].used)
+      return 1;
   return 0;
 }
 
-void hr__devrx_detach(hr_recv *rv) {
-  if (rv->dev && rv->dev->wait) {
-    rv->dev->wait->st = NULL;
-    rv->dev->wait = NULL;
+/* Counts n bytes landed at [off, off + n) of buffer bi (all in one piece
+ * or several) and enqueues the copies of the pieces now complete. */
+static void count_landed(hr_devrx *d, unsigned bi, uint64_t off, uint64_t n) {
+  uint64_t end = off + n;
+  for (uint64_t j = off / d->piece; j * d->piece < end; j++) {
+    uint64_t lo = j * d->piece, hi = lo + d->piece;
+    if (hi > d->size[bi])
+      hi = d->size[bi];
+    uint64_t a = off > lo ? off : lo, b = end < hi ? end : hi;
+    uint64_t g = d->first[bi] + j;
+    /* The frame checker refuses overlapping frames; stay exact anyway. */
+    if (d->at[g] < 0 || d->filled[g] + (b - a) > hi - lo)
+      continue;
+    d->filled[g] += b - a;
+    if (d->filled[g] == hi - lo)
+      enqueue(d, g);
   }
 }
 
-/* Every byte has landed: copies the pieces whose landing was not seen
- * piece by piece (a data plane that writes the landing memory directly,
- * such as RDMA, bypasses hr__devrx_landed). */
-static void copy_rest(hr_devrx *d) {
-  for (unsigned k = 0; k < d->nbuf && !d->err; k++)
-    for (uint64_t j = 0; j * d->chunk < d->size[k] && !d->err; j++) {
-      uint64_t lo = j * d->chunk, hi = lo + d->chunk;
-      if (hi > d->size[k])
-        hi = d->size[k];
-      uint64_t *f = &d->filled[d->first[k] + j];
-      if (*f == hi - lo)
-        continue;
-      *f = hi - lo;
-      int rc = hr_gpu_copy_async(d->gs, d->dev[k], lo, d->pinned,
-                                 d->boff[k] + lo, hi - lo);
-      if (rc)
-        d->err = rc;
-      else
-        d->copies = 1;
-    }
+/* Places what it can of n bytes at (bi, off); returns the bytes placed. */
+static uint64_t place_some(hr_devrx *d, unsigned bi, uint64_t off,
+                           const uint8_t *p, uint64_t n) {
+  uint64_t done = 0;
+  while (done < n) {
+    uint64_t run = 0;
+    uint8_t *dst = hr__devrx_where(d->rv, bi, off + done, &run);
+    if (!dst || !run)
+      break;
+    uint64_t c = run < n - done ? run : n - done;
+    memcpy(dst, p + done, (size_t)c);
+    count_landed(d, bi, off + done, c);
+    done += c;
+  }
+  return done;
 }
 
-int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
-  hr_devrx *d = st->rv.dev;
-  copy_rest(d);
-  const hr_descriptor *ld = hr_tensor_descriptor(landed);
-  hr_descriptor desc = *ld;
+/* Places spilled bytes whose piece has a slot now. */
+static void replay_spill(hr_devrx *d) {
+  while (d->spill_head && !d->err) {
+    spill *sp = d->spill_head;
+    uint64_t c = place_some(d, sp->bi, sp->off, sp->data, sp->n);
+    if (c < sp->n) {
+      if (c) {
+        /* Keep the rest (rarely: a spill entry that spans pieces). */
+        memmove(sp->data, sp->data + c, (size_t)(sp->n - c));
+        sp->off += c;
+        sp->n -= c;
+        d->spilled -= c;
+      }
+      return;
+    }
+    d->spill_head = sp->next;
+    if (!d->spill_head) {
+      d->spill_tail = NULL;
+      d->s->dev_spilling--;
+    }
+    d->spilled -= sp->n;
+    hr__mem_free(&d->s->mem, sp);
+  }
+}
+
+/* SHM: fills free slots from the mapping, in order. */
+static void fill_from_src(hr_devrx *d) {
+  while (d->src && d->src_next < d->npieces && !d->err) {
+    uint64_t g = d->src_next, lo, hi;
+    unsigned bi = piece_range(d, g, &lo, &hi);
+    int k = slot_for(d, g);
+    if (k < 0)
+      return;
+    memcpy(d->slot[k].ptr, (const uint8_t *)hr_tensor_buffer(d->src, bi) + lo,
+           (size_t)(hi - lo));
+    d->filled[g] = hi - lo;
+    d->src_next++;
+    enqueue(d, g);
+  }
+  if (d->src && d->src_next == d->npieces) {
+    /* Every byte is in pinned memory: the segment goes back now. */
+    hr_tensor_unref(d->src);
+    d->src = NULL;
+  }
+}
+
+static void deliver(hr_devrx *d);
+
+/* Moves the GET forward after anything happened: spilled bytes, SHM
+ * pieces, the delivery.  From a work's completion (from_work) it also
+ * fails a GET that cannot go on.  May end the stream (and free `d`): the
+ * caller touches `d` no more. */
+static void progress(hr_devrx *d, int from_work) {
+  if (d->busy) {
+    d->again = 1;
+    return;
+  }
+  d->busy = 1;
+  do {
+    d->again = 0;
+    replay_spill(d);
+    fill_from_src(d);
+  } while (d->again);
+  d->busy = 0;
+  if (!d->finished) {
+    /* Frames still come: a failure or a spill nothing will ever place
+     * (its piece is beyond the ring and no copy is left to free a slot)
+     * ends the GET with an ERROR to the server. */
+    if (from_work && (d->err || (d->spill_head && !d->works))) {
+      hr_stream *st = stream_of(d);
+      int rv =
+          hr__stream_error(d->s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                           d->err ? "copying to the device failed"
+                                  : "frames beyond the device staging ring");
+      if (rv < 0)
+        hr__fatal(d->s, rv);
+    }
+    return;
+  }
+  if (d->spill_head && !d->works && !d->err)
+    d->err = HR_ERR_UNSUPPORTED;
+  if (d->err ||
+      (d->sync == HR_SYNC_EVENT ? d->enqueued : d->completed) == d->npieces)
+    deliver(d);
+}
+
+/* ---- the session's entry points ----------------------------------------- */
+
+void hr__devrx_free(hr_session *s, hr_devrx *d) {
+  if (!d)
+    return;
+  hr__devrx_detach(d->rv);
+  if (d->spill_head)
+    s->dev_spilling--;
+  while (d->spill_head) {
+    spill *sp = d->spill_head;
+    d->spill_head = sp->next;
+    hr__mem_free(&s->mem, sp);
+  }
+  for (unsigned k = 0; k < d->nbuf; k++)
+    hr_gpu_buf_del(d->dev[k]);
+  for (unsigned k = 0; k < d->nslots; k++)
+    hr_tensor_unref(d->slot[k].blk);
+  hr_tensor_unref(d->src);
+  hr__mem_free(&s->mem, d->filled);
+  hr__mem_free(&s->mem, d->at);
+  hr__mem_free(&s->mem, d);
+}
+
+void hr__devrx_detach(hr_recv *rv) {
+  hr_devrx *d = rv ? rv->dev : NULL;
+  if (!d || !d->works)
+    return;
+  /* Copies still write the device buffers: the newest work frees the
+   * ones nobody took (a GET that failed or was cancelled). */
+  pwork *last = d->works;
+  for (unsigned k = 0; k < d->nbuf; k++)
+    if (d->dev[k]) {
+      last->own[last->nown++] = d->dev[k];
+      d->dev[k] = NULL;
+    }
+  for (pwork *x = d->works, *next; x; x = next) {
+    next = x->next;
+    x->d = NULL;
+    x->next = x->prev = NULL;
+  }
+  d->works = NULL;
+}
+
+int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync) {
+  hr_gpu_caps caps;
+  int rc = hr_gpu_query(g, &caps);
+  if (rc)
+    return rc;
+  hr_devrx *d = hr__mem_calloc(&s->mem, 1, sizeof *d);
+  if (!d)
+    return HR_ERR_NOMEM;
+  d->s = s;
+  d->rv = rv;
+  d->g = g;
+  d->sync = sync;
+  d->tag = caps.device_tag;
+  d->piece = s->set.device_piece ? s->set.device_piece : DEVRX_PIECE_DEFAULT;
+  d->nslots = s->set.device_pieces ? s->set.device_pieces : DEVRX_SLOTS_DEFAULT;
+  if (d->nslots > DEVRX_SLOTS_MAX)
+    d->nslots = DEVRX_SLOTS_MAX;
+  if (d->nslots < 2)
+    d->nslots = 2;
+  if (d->piece < 4096)
+    d->piece = 4096;
+  rv->dev = d;
+  return 0;
+}
+
+int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
+                   hr_tensor **out) {
+  hr_devrx *d = rv->dev;
+  if (desc->layout.tag == HR_LAYOUT_COMPOSITE || d->have_dest)
+    return HR_ERR_UNSUPPORTED;
+  d->have_dest = 1;
+  if (hr__chunk_stream(s, d->g, &d->gs))
+    return HR_ERR_LIMIT;
+  uint64_t pieces = 0;
+  d->nbuf = desc->buffer_count;
+  for (unsigned k = 0; k < desc->buffer_count; k++) {
+    d->size[k] = desc->buffers[k].size_bytes;
+    d->first[k] = pieces;
+    pieces += (d->size[k] + d->piece - 1) / d->piece;
+    if (hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, d->size[k] ? d->size[k] : 1,
+                         &d->dev[k]))
+      return HR_ERR_LIMIT;
+  }
+  d->first[desc->buffer_count] = pieces;
+  d->npieces = pieces;
+  d->filled = hr__mem_calloc(&s->mem, pieces ? pieces : 1, sizeof *d->filled);
+  d->at = hr__mem_malloc(&s->mem, pieces ? pieces : 1);
+  if (!d->filled || !d->at)
+    return HR_ERR_NOMEM;
+  memset(d->at, AT_NONE, pieces ? pieces : 1);
+  /* The node's tensor stands for the device buffers; the bytes land in
+   * the ring (hr__recv_where asks hr__devrx_where). */
+  int rc = hr_tensor_wrap_device(out, desc, d->dev, NULL, NULL, NULL, &s->mem);
+  if (rc)
+    return rc == HR_ERR_NOMEM ? rc : HR_ERR_LIMIT;
+  if (rv->shm_next) {
+    /* SHM: the bytes are in the mapped segment already. */
+    d->src = rv->shm_next;
+    rv->shm_next = NULL;
+    rv->bytes += hr_tensor_bytes(d->src);
+  }
+  return 0;
+}
+
+uint8_t *hr__devrx_where(hr_recv *rv, unsigned bi, uint64_t off,
+                         uint64_t *run) {
+  hr_devrx *d = rv->dev;
+  if (!d || !d->have_dest || d->src || bi >= d->nbuf || off >= d->size[bi])
+    return NULL;
+  uint64_t j = off / d->piece, g = d->first[bi] + j;
+  int k = slot_for(d, g);
+  if (k < 0)
+    return NULL;
+  uint64_t lo = j * d->piece, hi = lo + d->piece;
+  if (hi > d->size[bi])
+    hi = d->size[bi];
+  *run = hi - off;
+  return d->slot[k].ptr + (off - lo);
+}
+
+int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off) {
+  const hr_devrx *d = rv->dev;
+  if (!d || !d->have_dest || bi >= d->nbuf || off >= d->size[bi] || d->err)
+    return 0;
+  uint64_t g = d->first[bi] + off / d->piece;
+  /* Only copies in flight free a slot: without one, reading on is what
+   * finds a peer that outran the ring (hr__devrx_place fails it). */
+  return d->at[g] == AT_NONE && !free_slot(d) && d->works;
+}
+
+int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
+                    uint64_t n) {
+  hr_devrx *d = rv->dev;
+  if (!d || !d->have_dest || d->src || bi >= d->nbuf || off > d->size[bi] ||
+      n > d->size[bi] - off)
+    return HR_ERR_INVALID_ARGUMENT;
+  d->busy = 1;
+  /* Behind spilled bytes, only more spill: order is kept per buffer. */
+  uint64_t c = d->spill_head ? 0 : place_some(d, bi, off, p, n);
+  d->busy = 0;
+  int rc = 0;
+  if (c < n && !d->err) {
+    uint64_t g = d->first[bi] + (off + c) / d->piece;
+    if (d->at[g] == AT_COPIED)
+      rc = HR_ERR_INVALID_ARGUMENT; /* bytes for a piece already copied */
+    else if (!d->works)
+      rc = HR_ERR_UNSUPPORTED; /* beyond the ring, and nothing frees it */
+    else if (d->spilled + (n - c) > DEVRX_SPILL_MAX)
+      rc = HR_ERR_LIMIT;
+    else {
+      spill *sp = hr__mem_malloc(&d->s->mem, sizeof *sp + (size_t)(n - c));
+      if (!sp)
+        return HR_ERR_NOMEM;
+      sp->next = NULL;
+      sp->bi = bi;
+      sp->off = off + c;
+      sp->n = n - c;
+      memcpy(sp->data, p + c, (size_t)(n - c));
+      if (d->spill_tail)
+        d->spill_tail->next = sp;
+      else {
+        d->spill_head = sp;
+        d->s->dev_spilling++;
+      }
+      d->spill_tail = sp;
+      d->spilled += sp->n;
+    }
+  }
+  if (d->err && !rc)
+    rc = d->err;
+  if (!rc && d->again) {
+    d->again = 0;
+    progress(d, 0); /* not finished yet: cannot end the stream */
+  }
+  if (!rc && d->spill_head && !d->works)
+    rc = HR_ERR_UNSUPPORTED;
+  return rc;
+}
+
+void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n) {
+  hr_devrx *d = rv->dev;
+  if (!d || !d->have_dest || d->src || bi >= d->nbuf || n == 0 ||
+      off > d->size[bi] || n > d->size[bi] - off)
+    return;
+  d->busy = 1;
+  count_landed(d, bi, off, n);
+  d->busy = 0;
+  if (d->again) {
+    d->again = 0;
+    progress(d, 0);
+  }
+}
+
+/* Ends the GET: delivers the device tensor, or fails it.  Ends the
+ * stream (which frees `d`). */
+static void deliver(hr_devrx *d) {
+  hr_session *s = d->s;
+  hr_stream *st = stream_of(d);
+  hr_descriptor desc = d->desc;
   for (unsigned k = 0; k < desc.buffer_count; k++) {
     desc.buffers[k].device_tag = d->tag;
     desc.buffers[k].sync_mode = d->sync;
   }
-  devout *o = hr__mem_calloc(&s->mem, 1, sizeof *o);
+  devout *o = NULL;
   hr_gpu_event *ev = NULL;
-  int rc = o ? 0 : HR_ERR_NOMEM;
-  if (rc == 0 && d->err)
-    rc = d->err;
+  int rc = d->err;
+  if (rc == 0 && !(o = hr__mem_calloc(&s->mem, 1, sizeof *o)))
+    rc = HR_ERR_NOMEM;
   if (rc == 0 && d->sync == HR_SYNC_EVENT) {
     rc = hr_gpu_event_new(d->g, 0, &ev);
     if (rc == 0)
@@ -305,16 +638,13 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
   if (rc == 0)
     rc = hr_tensor_wrap_device(&out, &desc, d->dev, ev, devout_release, o,
                                &s->mem);
-  hr_tensor_unref(landed);
   if (rc) {
     hr_gpu_event_del(ev);
     hr__mem_free(&s->mem, o);
-    /* The block goes once the device is done with it. */
-    int rv = drain_submit(s, d, NULL, NULL);
     hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO, 0,
                         0, "copying to the device failed");
     hr__stream_end(s, st);
-    return rv;
+    return;
   }
   /* The device buffers are the tensor's now. */
   o->mem = s->mem;
@@ -324,12 +654,27 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
     o->dev[k] = d->dev[k];
     d->dev[k] = NULL;
   }
-  if (d->sync == HR_SYNC_EVENT) {
-    /* The drain takes the block first: ending the stream frees `d`. */
-    int rv = drain_submit(s, d, NULL, NULL);
-    hr__cli_get_deliver(s, st, out);
-    hr__stream_end(s, st);
-    return rv;
+  hr__cli_get_deliver(s, st, out);
+  hr__stream_end(s, st);
+}
+
+int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
+  (void)s;
+  hr_devrx *d = st->rv.dev;
+  d->desc = *hr_tensor_descriptor(landed);
+  hr_tensor_unref(landed);
+  /* A data plane that writes the landing memory itself (RDMA, for a
+   * tensor of one piece) bypasses hr__devrx_landed: copy what it filled. */
+  d->busy = 1;
+  /* Spilled bytes still land as slots free: the pieces are complete then. */
+  for (uint64_t g = 0; g < d->npieces && !d->err && !d->spill_head; g++) {
+    if (d->at[g] >= 0)
+      enqueue(d, g);
+    else if (d->at[g] == AT_NONE && !d->src)
+      d->err = HR_ERR_INTERNAL; /* complete, yet a piece never landed */
   }
-  return drain_submit(s, d, st, out);
+  d->busy = 0;
+  d->finished = 1;
+  progress(d, 0);
+  return 0;
 }

@@ -20,6 +20,7 @@ struct hr_stream;
 struct hr_srv_get {
   struct hr_stream *st;
   const hr__local_get_ops *local; /* NULL: a session's GET */
+  int narrow; /* hr_get_set_narrow(): the reader may not see every key */
 };
 
 #endif /* HR_LOCAL_GET_H */

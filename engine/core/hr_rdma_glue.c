@@ -28,6 +28,7 @@
  * session call: each event is bracketed like a public call, so that
  * streams it ends are freed only when the outermost call returns.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -338,7 +339,41 @@ static void hold_release(void *ctx) {
   hr__mem_free(&mem, h);
 }
 
+/* A tensor moved over the data plane is freed: its buffers' cached
+ * registrations must go (any thread; the fabric closes them on its own). */
+static void tensor_freed(void *a, void *b, hr_tensor *t) {
+  const hr_fabric_ops *ops = a;
+  const hr_descriptor *d = hr_tensor_descriptor(t);
+  for (unsigned k = 0; k < d->buffer_count; k++) {
+    const void *p = hr_tensor_buffer(t, k);
+    if (p && d->buffers[k].size_bytes)
+      ops->tracker_invalidate(b, p, d->buffers[k].size_bytes);
+  }
+  ops->tracker_unref(b);
+}
+
+/* Asks to be told when `t` is freed (once per tensor and fabric), so that
+ * a cached registration never outlives its memory: the store replacing or
+ * deleting a tensor, the application dropping a received one or the GET
+ * whose destination buffer it wrapped. */
+static int watch_tensor(hr_rdma_glue *g, hr_tensor *t) {
+  const hr_fabric_ops *ops = g->ops;
+  size_t need = offsetof(hr_fabric_ops, tracker_unref) + sizeof(void *);
+  if (ops->size < need || !ops->tracker || !ops->tracker_invalidate ||
+      !ops->tracker_unref)
+    return 0; /* a backend that caches nothing */
+  void *trk = ops->tracker(g->ctx);
+  if (!trk)
+    return HR_ERR_NOMEM;
+  int rv = hr__tensor_watch(t, tensor_freed, (void *)ops, trk);
+  if (rv != 0)
+    ops->tracker_unref(trk); /* watched already, or out of memory */
+  return rv < 0 ? rv : 0;
+}
+
 static hold *hold_new(hr_session *s, hr_tensor *t) {
+  if (watch_tensor(s->rdma, t))
+    return NULL;
   hold *h = hr__mem_calloc(&s->mem, 1, sizeof *h);
   if (!h)
     return NULL;

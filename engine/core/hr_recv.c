@@ -90,6 +90,13 @@ static int shm_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
 
 static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
                        hr_tensor **out) {
+  /* Imported device memory is already the device tensor (hr_shm_dev.c):
+   * no staging ring, and it is delivered as is. */
+  if (rv->shm_next && hr_tensor_on_device(rv->shm_next)) {
+    hr__devrx_free(s, rv->dev);
+    rv->dev = NULL;
+    return shm_tensor(s, rv, d, out);
+  }
   if (rv->dev)
     return hr__devrx_dest(s, rv, d, out);
   if (rv->shm_next)
@@ -413,6 +420,8 @@ static uint8_t *shard_where(hr_recv *rv, uint32_t i, uint64_t off,
 
 uint8_t *hr__recv_where(hr_recv *rv, uint32_t sid, uint8_t bi, uint64_t off,
                         uint64_t *run) {
+  if (rv->dev)
+    return hr__devrx_where(rv, bi, off, run);
   if (rv->assembled && rv->shards) {
     uint32_t i = sid - rv->base;
     if (i >= rv->nshards || !rv->shards[i].began || bi != 0)

@@ -366,6 +366,26 @@ static int pump_stage(hr_session *s, hr_stream *st, hr_part *p,
   return 0;
 }
 
+/* Exported device memory (hr_shm_dev.c) is producer-synced before its
+ * descriptor goes: one zero-byte staging item waits, on the device, for
+ * the producer's event and completes through the device's host function,
+ * so the loop never waits. */
+static int pump_dipc(hr_session *s, hr_stream *st, hr_part *p) {
+  hr_tx *tx = &st->tx;
+  if (p->dipc != HR_DIPC_WAIT || tx->win_count)
+    return 0;
+  hr_gpu_stream *gs;
+  if (hr__chunk_stream(s, hr_gpu_buf_device(p->dsrc[0]), &gs)) {
+    tx->failed = 1;
+    return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
+                            "no device stream to wait for the producer");
+  }
+  hr_chunk *c = &tx->win[tx->win_head];
+  memset(c, 0, sizeof *c);
+  tx->win_count = 1;
+  return submit(s, st, c, 0, NULL, gs);
+}
+
 int hr__tx_pump(hr_session *s, hr_stream *st) {
   hr_tx *tx = &st->tx;
   if (tx->cur >= tx->nparts || tx->failed)
@@ -391,6 +411,8 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
     return submit(s, st, c, 1, NULL, NULL);
   }
   uint64_t chunk = s->set.transcode_chunk ? s->set.transcode_chunk : 1;
+  if (p->xmode == HR_XM_STAGE && p->dipc)
+    return pump_dipc(s, st, p);
   if (p->xmode == HR_XM_STAGE)
     return pump_stage(s, st, p, chunk);
   if (p->xj->grain > 1 && chunk > p->xj->grain)
@@ -439,6 +461,12 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st) {
     }
   }
   hr_part *p = &tx->parts[tx->cur];
+  if (p->dipc == HR_DIPC_WAIT && tx->win_count &&
+      tx->win[tx->win_head].done) {
+    /* The producer's event completed: the descriptor may go. */
+    p->dipc = HR_DIPC_SYNCED;
+    window_clear(tx);
+  }
   if (p->xmode == HR_XM_WHOLE && tx->win_count && tx->win[tx->win_head].done) {
     /* The sparse output exists as a whole now: send it directly. */
     hr_tensor *w = p->xj->whole;
@@ -474,11 +502,13 @@ int hr__tx_ready(const hr_stream *st) {
     return tx->cur >= tx->nparts && !tx->failed;
   if (tx->phase == HR_TXP_RDMA)
     return 0; /* the data plane moves it; its events go on */
+  if (tx->phase == HR_TXP_DESC && tx->parts[tx->cur].dipc == HR_DIPC_WAIT)
+    return 0; /* the producer's event first (pump_dipc) */
   if (tx->phase != HR_TXP_DATA)
     return 1;
   const hr_part *p = &tx->parts[tx->cur];
-  if (p->xmode == HR_XM_DIRECT)
-    return 1;
+  if (p->xmode == HR_XM_DIRECT || p->shm)
+    return 1; /* an SHM part has no frames: DATA_END is next */
   if (p->xmode == HR_XM_WHOLE)
     return 0;
   if (tx->off >= part_buf_len(p, tx->buf))
@@ -523,6 +553,8 @@ int hr__tx_send_head(hr_session *s, hr_stream *st) {
   hr_tx *tx = &st->tx;
   if (tx->cur >= tx->nparts || tx->phase != HR_TXP_DESC)
     return 0;
+  if (tx->parts[tx->cur].dipc == HR_DIPC_WAIT)
+    return hr__tx_pump(s, st);
   int rv = send_desc(s, st, &tx->parts[tx->cur]);
   if (rv < 0)
     return rv;
@@ -553,6 +585,8 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
     }
     switch (tx->phase) {
     case HR_TXP_DESC:
+      if (p->dipc == HR_DIPC_WAIT)
+        return hr__tx_pump(s, st); /* sent when the device says so */
       if ((rv = send_desc(s, st, p)) < 0)
         return rv;
       msgs++;

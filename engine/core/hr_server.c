@@ -69,6 +69,13 @@ const hr_get_info *hr_srv_get_info(const hr_srv_get *g) {
   return g && g->st && !g->st->ended ? &g->st->sg.info : NULL;
 }
 
+void hr_get_set_narrow(hr_srv_get *g) {
+  if (g)
+    g->narrow = 1;
+}
+
+int hr_get_narrow(const hr_srv_get *g) { return g ? g->narrow : 0; }
+
 static int copy_request(hr_session *s, hr_stream *st, const hr_request *r) {
   st->sg.key = hr__mem_malloc(&s->mem, r->key_len);
   if (!st->sg.key)
@@ -113,6 +120,7 @@ static int srv_get_open(hr_session *s, const hr_msg *m, uint32_t last) {
   st->counted = 1;
   s->nrequests++;
   st->gh.st = st;
+  st->gh.narrow = 0;
   st->sg.block_last = last;
   /* L counts the lanes when the request arrives (§ 14.5). */
   st->sg.lanes = hr__lanes_now(s);

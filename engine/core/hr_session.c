@@ -702,6 +702,10 @@ static int send_hello(hr_session *s, uint16_t minor) {
   h->device_count = s->set.devices ? s->set.device_count : 1;
   h->memory_classes = std_memory;
   h->memory_class_count = 1;
+  if (hr__shm_dev_advertise(s)) {
+    h->memory_classes = hr__shm_dev_classes;
+    h->memory_class_count = 2; /* PINNED: exported device memory */
+  }
   uint8_t ext[HR_MAX_KEY + 256 + 64 + 4 + HR_TOKEN_MAX + 1024];
   size_t n = 0;
   int w;
@@ -1049,6 +1053,17 @@ static int frame_complete(hr_session *s) {
 static int place(hr_session *s, const uint8_t *p, size_t n) {
   hr_stream *st = s->rc.st;
   uint64_t off = s->rc.next;
+  if (n && st && !st->ended && st->rv.dev) {
+    /* A GET into device memory: its staging ring places the bytes. */
+    st->rv.bytes += n;
+    int rc = hr__devrx_place(&st->rv, s->rc.buffer_index, off, p, n);
+    return rc ? hr__stream_error(s, s->rc.stream_id,
+                                 HR_WIRE_RESOURCE_EXHAUSTED,
+                                 rc == HR_ERR_UNSUPPORTED
+                                     ? "frames beyond the device staging ring"
+                                     : "no room in the device staging ring")
+              : 0;
+  }
   while (n && st && !st->ended) {
     uint64_t run = 0;
     uint8_t *dst =
@@ -1350,6 +1365,20 @@ void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now) {
 
 int hr_session_want_read(const hr_session *s) {
   return s && !s->fatal && s->state != HR_CS_CLOSED;
+}
+
+int hr_session_recv_paused(const hr_session *s) {
+  if (!s || s->fatal || s->state == HR_CS_CLOSED)
+    return 0;
+  if (s->dev_spilling)
+    return 1;
+  if (!s->rc.active || !s->rc.st || s->rc.st->ended || !s->rc.st->rv.dev)
+    return 0;
+  uint8_t bi;
+  uint64_t off;
+  if (!hr_reader_data_pending(s->rd, &bi, &off))
+    return 0;
+  return hr__devrx_full(&s->rc.st->rv, bi, off);
 }
 
 int hr_session_want_write(const hr_session *s) {

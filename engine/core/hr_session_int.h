@@ -78,7 +78,12 @@ typedef struct hr_part {
   hr_gpu_event *dready;
   int shm;         /* sent over the SHM plane: descriptor + fd, no frames */
   int shm_fd;      /* the segment (borrowed from t) when shm */
+  int dipc;        /* HR_DIPC_*: exported device memory (hr_shm_dev.c) */
 } hr_part;
+
+/* hr_part.dipc: the descriptor of exported device memory waits until the
+ * producer's event completed (P1 over IPC). */
+enum { HR_DIPC_NONE = 0, HR_DIPC_WAIT, HR_DIPC_SYNCED };
 
 /* One chunk of transcoded output in the stream's window. */
 typedef struct hr_chunk {
@@ -202,8 +207,18 @@ void hr__devrx_free(hr_session *s, hr_devrx *d);
  * HR_ERR_UNSUPPORTED (a composite, a second tensor). */
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
                    hr_tensor **out);
-/* Bytes [off, off + n) of buffer bi landed. */
+/* Bytes [off, off + n) of buffer bi landed (where hr__devrx_where said). */
 void hr__devrx_landed(hr_recv *rv, unsigned bi, uint64_t off, uint64_t n);
+/* Where byte `off` of buffer bi lands (a staging slot; *run bytes from
+ * there on), or NULL when no slot is free now. */
+uint8_t *hr__devrx_where(hr_recv *rv, unsigned bi, uint64_t off,
+                         uint64_t *run);
+/* Copies n received bytes into place, keeping aside what a full ring
+ * cannot take yet.  0, or the error that fails the GET. */
+int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
+                    uint64_t n);
+/* 1 when byte `off` of buffer bi must wait for a slot (stop reading). */
+int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off);
 /* Every byte landed (`landed` taken over): completes the GET now (P2) or
  * once the copies are done (P1); ends the stream either way. */
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
@@ -509,6 +524,7 @@ struct hr_session {
   int shm_ok;         /* both HELLOs carry SHM_DATA_PLANE */
   int shm_off;        /* server: the client could not map a segment */
   int pull_fd;        /* the fd of the last pull, or -1 */
+  unsigned dev_spilling; /* GETs into a device holding bytes aside */
   /* Asynchronous I/O (hr_session_io_hold): the last pull's iovecs are
    * being written, or the last recv target read into, off the driving
    * thread; io_fence stops it before the memory may go. */
@@ -576,6 +592,31 @@ int hr__shm_release_due(const hr_session *s);
 /* Session teardown: server leases dropped, client leases detached,
  * unclaimed descriptors closed. */
 void hr__shm_free(hr_session *s);
+/* Client: closes the descriptor that came with the message starting at
+ * `start`, which was refused before it could claim it. */
+void hr__shm_drop_fd(hr_session *s, uint64_t start);
+/* A client's hold on stream `sid`'s lease for one more delivered tensor
+ * (NULL: no memory), and its release from any thread. */
+struct hr_clease *hr__shm_clease_hold(hr_session *s, uint32_t sid);
+void hr__shm_clease_let_go(struct hr_clease *l);
+
+/* ---- hr_shm_dev.c: device memory over the SHM plane --------------------- */
+
+/* 1 when our HELLO lists memory class PINNED (device memory exported for
+ * IPC): we speak SHM and advertise a device, and a client can be woken
+ * for the release.  hr__shm_dev_classes is that list. */
+int hr__shm_dev_advertise(const hr_session *s);
+extern const uint8_t hr__shm_dev_classes[2];
+/* 1 when `t` is a device tensor whose memory can be exported. */
+int hr__shm_dev_serves(const hr_tensor *t);
+/* Server: marks part `p` (of a device tensor) to go as its exported
+ * memory; returns 1, or 0 with the reason in *miss. */
+int hr__shm_dev_plan(const hr_session *s, hr_part *p, const char **miss);
+/* Client: imports descriptor `fd` (not taken) for stream st's GET into
+ * its device.  Returns 0 with *out, HR_ERR_PROTO with `ws` (ERROR
+ * DEVICE_UNAVAILABLE: the server falls back to frames), HR_ERR_NOMEM. */
+int hr__shm_dev_import(hr_session *s, hr_stream *st, const hr_descriptor *d,
+                       int fd, hr_tensor **out, hr_wire_status *ws);
 /* Queues an encoded message carrying descriptor `fd`. */
 int hr__out_msg_fd(hr_session *s, const hr_msg *m, int fd);
 

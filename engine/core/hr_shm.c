@@ -66,7 +66,8 @@ static void clease_unref(struct hr_clease *l) {
 /* ---- server ------------------------------------------------------------ */
 
 int hr__shm_serves(const hr_session *s, const hr_tensor *t) {
-  return s->shm_ok && !s->shm_off && hr_tensor_segment(t, NULL, NULL);
+  return s->shm_ok && !s->shm_off &&
+         (hr_tensor_segment(t, NULL, NULL) || hr__shm_dev_serves(t));
 }
 
 /* The part sends its tensor whole and as stored: the SHM plane can carry
@@ -102,6 +103,9 @@ void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
     uint64_t off;
     if (s->shm_off) {
       miss = "shm: off on this connection since the client could not map";
+    } else if (hr_tensor_on_device(p->t)) {
+      /* Exported device memory (hr_shm_dev.c). */
+      (void)hr__shm_dev_plan(s, p, &miss);
     } else if (!hr_tensor_segment(p->t, &fd, &off)) {
       miss = "shm: the tensor is not in a shared segment";
     } else if (!part_whole_native(p)) {
@@ -238,6 +242,12 @@ static int take_fd(hr_session *s, uint64_t start, int *fd) {
   return 0;
 }
 
+void hr__shm_drop_fd(hr_session *s, uint64_t start) {
+  int fd;
+  if (take_fd(s, start, &fd))
+    fd_close(s, fd);
+}
+
 /* ---- client ------------------------------------------------------------ */
 
 static void map_release(void *ctx) {
@@ -252,6 +262,23 @@ static void map_release(void *ctx) {
   clease_unref(l);
   hr_mem mem = c->mem;
   hr__mem_free(&mem, c);
+}
+
+static struct hr_clease *clease_for(hr_session *s, uint32_t sid);
+
+struct hr_clease *hr__shm_clease_hold(hr_session *s, uint32_t sid) {
+  struct hr_clease *l = clease_for(s, sid);
+  if (l) {
+    atomic_fetch_add_explicit(&l->live, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->refs, 1, memory_order_relaxed);
+  }
+  return l;
+}
+
+void hr__shm_clease_let_go(struct hr_clease *l) {
+  if (atomic_fetch_sub_explicit(&l->live, 1, memory_order_acq_rel) == 1)
+    atomic_store_explicit(&l->released, 1, memory_order_release);
+  clease_unref(l);
 }
 
 static struct hr_clease *clease_for(hr_session *s, uint32_t sid) {
@@ -303,6 +330,12 @@ int hr__shm_cli_map(hr_session *s, hr_stream *st, const hr_descriptor *d,
     /* A head has no bytes: nothing to map. */
     fd_close(s, fd);
     return 0;
+  }
+  if (d->buffer_count && d->buffers[0].device_tag != HR_DEV_CPU) {
+    /* Device memory exported for IPC (hr_shm_dev.c). */
+    int rc = hr__shm_dev_import(s, st, d, fd, out, ws);
+    fd_close(s, fd);
+    return rc;
   }
   /* § 7.1: buffer 0 at byte_offset, buffer k at the first multiple of its
    * alignment after buffer k-1.  Overflow here is the peer's. */

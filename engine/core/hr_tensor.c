@@ -32,7 +32,35 @@ struct hr_tensor {
   int on_device;
   int seg_fd;          /* shared segment holding the buffers (-1: none) */
   uint64_t seg_offset; /* buffer 0's offset in it */
+  /* Told when the tensor is freed (hr__tensor_watch): pushed with a CAS by
+   * any thread holding a reference, read only by the last unref. */
+  _Atomic(hr__tensor_watcher *) watchers;
 };
+
+struct hr__tensor_watcher {
+  hr__tensor_watcher *next;
+  hr__tensor_freed_fn fn;
+  void *a, *b;
+};
+
+int hr__tensor_watch(hr_tensor *t, hr__tensor_freed_fn fn, void *a, void *b) {
+  hr__tensor_watcher *head =
+      atomic_load_explicit(&t->watchers, memory_order_acquire);
+  for (hr__tensor_watcher *w = head; w; w = w->next)
+    if (w->fn == fn && w->a == a && w->b == b)
+      return 1;
+  hr__tensor_watcher *n = hr__mem_calloc(&t->mem, 1, sizeof *n);
+  if (!n)
+    return HR_ERR_NOMEM;
+  n->fn = fn;
+  n->a = a;
+  n->b = b;
+  n->next = head;
+  while (!atomic_compare_exchange_weak_explicit(
+      &t->watchers, &n->next, n, memory_order_acq_rel, memory_order_acquire)) {
+  }
+  return 0;
+}
 
 /* Copies `d` into t->desc, deep-copying the bytes its pointers reference
  * into one block owned by the tensor. */
@@ -66,11 +94,21 @@ static hr_tensor *tensor_new(const hr_mem *mem) {
   t->mem = *m;
   t->seg_fd = -1;
   atomic_init(&t->refs, 1);
+  atomic_init(&t->watchers, NULL);
   return t;
 }
 
 static void tensor_free(hr_tensor *t) {
   hr_mem mem = t->mem;
+  /* Watchers first, while the buffers are still the tensor's. */
+  hr__tensor_watcher *w =
+      atomic_load_explicit(&t->watchers, memory_order_acquire);
+  while (w) {
+    hr__tensor_watcher *next = w->next;
+    w->fn(w->a, w->b, t);
+    hr__mem_free(&mem, w);
+    w = next;
+  }
   for (size_t i = 0; i < t->member_count; i++)
     hr_tensor_unref(t->members[i]);
   hr__mem_free(&mem, t->members);

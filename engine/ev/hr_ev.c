@@ -117,6 +117,19 @@ static int ev_timer(void *loop_data, int64_t ms) {
   return event_add(b->timer, &tv) == 0 ? 0 : HR_ERR_IO;
 }
 
+static int ev_timer_ns(void *loop_data, int64_t ns) {
+  ev_binding *b = loop_data;
+  struct timeval tv;
+
+  if (ns < 0)
+    return event_del(b->timer) == 0 ? 0 : HR_ERR_IO;
+  /* Microseconds, rounded up: libevent's resolution. */
+  int64_t us = ns / 1000 + (ns % 1000 != 0);
+  tv.tv_sec = (time_t)(us / 1000000);
+  tv.tv_usec = (suseconds_t)(us % 1000000);
+  return event_add(b->timer, &tv) == 0 ? 0 : HR_ERR_IO;
+}
+
 static void ev_release(void *loop_data) {
   ev_binding *b = loop_data;
 
@@ -148,6 +161,7 @@ int hr_ev_attach(hr_engine **out, struct event_base *base,
   ops.size = sizeof ops;
   ops.watch = ev_watch;
   ops.timer = ev_timer;
+  ops.timer_ns = ev_timer_ns;
   ops.release = ev_release;
   rv = hr_engine_new(&b->engine, &ops, b, cfg, mem);
   if (rv) {

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "hr_engine_ext.h"
+#include "hr_inproc_int.h"
 #include "hr_internal.h"
 #include "hr_local_get.h"
 
@@ -465,14 +466,18 @@ static int wrap_tree(share *sh, hr_tensor *t, hr_tensor **out,
  */
 static int share_new(hr_inproc_hub *hub, box *home, hr_tensor *t,
                      hr_tensor **out, hr_wire_status *st) {
-  static const hr_buffer_handle empty; /* no buffer at all: CPU, P1 */
-  const hr_buffer_handle *b = first_handle(t);
+  hr_buffer_handle b;
   hr_handoff_request rq;
   hr_handoff_payload p;
   share *sh;
   int rv;
 
   *out = NULL;
+  /* Described as the channel describes what it carries (P1: no payload
+   * beyond the buffer release). */
+  rv = hr__inproc_describe(t, NULL, &b, &p, st);
+  if (rv)
+    return rv;
   sh = hr__mem_calloc(&hub->mem, 1, sizeof *sh);
   if (!sh)
     return HR_ERR_NOMEM;
@@ -483,11 +488,10 @@ static int share_new(hr_inproc_hub *hub, box *home, hr_tensor *t,
   sh->members_left = leaves_of(t);
   memset(&rq, 0, sizeof rq);
   rq.transport = HR_HANDOFF_IN_PROCESS;
-  memset(&p, 0, sizeof p);
   p.release = share_release_home;
   p.release_ctx = sh;
   /* On a refusal the ledger calls share_release_home itself. */
-  rv = hr_handoff_accept(hub->ledger, &rq, b ? b : &empty, &p, &sh->h, st);
+  rv = hr_handoff_accept(hub->ledger, &rq, &b, &p, &sh->h, st);
   if (rv)
     return rv;
   return wrap_tree(sh, t, out, st);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hr_inproc_int.h"
 #include "hr_internal.h"
 
 struct hr_inproc_msg {
@@ -166,32 +167,19 @@ static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
   return pthread_cond_timedwait(cv, mu, dl);
 }
 
-/* The handle and payload of `t`; HR_ERR_PROTO when its buffers disagree
- * on the mode or device (one payload serves every buffer). */
+/* The handle and payload of `t` (hr_inproc_int.h: the pair describes its
+ * answers the same way); the channel carries plain tensors only. */
 static int describe(hr_tensor *t, const hr_handoff_payload *sync,
                     hr_buffer_handle *b, hr_handoff_payload *p,
                     hr_wire_status *st) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
+  int rv;
 
   if (d->layout.tag == HR_LAYOUT_COMPOSITE || d->buffer_count == 0)
     return HR_ERR_INVALID_ARGUMENT;
-  *b = d->buffers[0];
-  for (unsigned k = 1; k < d->buffer_count; k++) {
-    if (d->buffers[k].sync_mode != b->sync_mode ||
-        d->buffers[k].device_tag != b->device_tag) {
-      if (st) {
-        st->code = HR_WIRE_INVALID_SYNC_MODE;
-        st->offset = 13;
-        st->reason = "in-process: the buffers of one tensor disagree on "
-                     "sync_mode or device_tag";
-      }
-      return HR_ERR_PROTO;
-    }
-  }
-  memset(p, 0, sizeof *p);
-  if (sync)
-    *p = *sync;
-  p->ptr = hr_tensor_buffer(t, 0);
+  rv = hr__inproc_describe(t, sync, b, p, st);
+  if (rv)
+    return rv;
   p->release = msg_buffer_release;
   p->release_ctx = t;
   return 0;

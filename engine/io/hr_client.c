@@ -243,6 +243,7 @@ int hr_client_connect(hr_client **out, const char *url,
   cfg.fabric_provider = cl->o.fabric_provider;
   cfg.fabric_node = cl->o.fabric_node;
   cfg.fabric_caps = cl->o.fabric_caps;
+  cfg.shm_map_cache = cl->o.shm_map_cache;
   if (cl->o.timeout_ms > 0)
     cfg.drain_timeout = (uint64_t)cl->o.timeout_ms * 1000000u;
   hr__ploop_ops(&ops);

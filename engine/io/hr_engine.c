@@ -235,6 +235,9 @@ struct hr_engine {
   void *fab_cookie;
   int fab_watching;
   uint8_t fab_ext[600];
+  /* Client: the SHM mapping cache (hr_shm_map.c), made at the first
+   * mapping; it outlives the engine while received tensors use it. */
+  hr__shm_cache *shm_cache;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -636,7 +639,21 @@ static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   hr_conn *c = ud;
 
   (void)s;
+  if (!c->e->shm_cache && c->e->cfg.shm_map_cache >= 0)
+    (void)hr__shm_cache_new(&c->e->shm_cache, c->e->wake_fd,
+                            c->e->cfg.shm_map_cache,
+                            c->e->cfg.shm_map_cache_bytes);
+  if (c->e->shm_cache)
+    return hr__shm_cache_map(c->e->shm_cache, fd, offset, len, align, out,
+                             why, why_len);
   return hr__shm_map(fd, offset, len, align, c->e->wake_fd, out, why, why_len);
+}
+
+static int cb_shm_wake(hr_session *s, hr_shm_mapping *out, void *ud) {
+  hr_conn *c = ud;
+
+  (void)s;
+  return hr__shm_wake_token(c->e->wake_fd, out);
 }
 
 static int cb_alloc_tensor(hr_session *s, const hr_descriptor *d,
@@ -689,6 +706,7 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
   if (unix_sock && !e->cfg.no_shm) {
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
+    cbs->shm_wake = cb_shm_wake; /* device memory (hr_shm_dev.c) */
     /* What a local client PUTs lands in a shared segment, so that local
      * clients fetch it later without a copy.  Not for TCP PUTs: without
      * transparent huge pages for shmem (a common default), sending from
@@ -935,7 +953,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   /* Bytes TLS already holds are read past the budget: no readiness of
    * the socket would ever report them. */
   while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
-         hr_session_want_read(c->s)) {
+         hr_session_want_read(c->s) && !hr_session_recv_paused(c->s)) {
     void *dst;
     size_t want, nfds = 0;
     ssize_t n;
@@ -947,7 +965,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
       if (budget && want > budget)
         want = budget;
       /* A large piece goes to a worker; the loop reads other sockets. */
-      if (!c->tls && bulk_wanted(c, HR_IO_RX, want) && bulk_rx(c, dst, want, now))
+      if (bulk_wanted(c, HR_IO_RX, want) && bulk_rx(c, dst, want, now))
         return 0;
       n = conn_recv(c, dst, want, budget == 0, fds, &nfds);
       if (n > 0 && (size_t)n == want)
@@ -1097,9 +1115,11 @@ static int conn_events(hr_conn *c) {
   switch (c->state) {
   case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
-    /* A direction a worker has is not watched (its readiness is the
-     * worker's). */
-    if (hr_session_want_read(c->s) && !c->peer_eof && !c->rx_out)
+    /* A session waiting for its device (recv_paused) leaves the input
+     * in the socket: backpressure on the peer.  A direction a worker has
+     * is not watched (its readiness is the worker's). */
+    if (hr_session_want_read(c->s) && !c->peer_eof &&
+        !hr_session_recv_paused(c->s) && !c->rx_out)
       ev |= HR_POLL_IN;
     if (c->out_blocked && !c->tx_out)
       ev |= HR_POLL_OUT;
@@ -1380,6 +1400,17 @@ static void update_timer(hr_engine *e, hr_tstamp now) {
     next = e->drain_deadline;
   if (next == e->timer_at)
     return;
+  if (e->ops.timer_ns) {
+    /* Nanoseconds: a fabric's short poll deadline is slept, not spun. */
+    int64_t ns = next == HR_TSTAMP_NEVER ? -1
+                 : next <= now           ? 0
+                 : next - now > (hr_tstamp)INT64_MAX
+                     ? INT64_MAX
+                     : (int64_t)(next - now);
+    if (e->ops.timer_ns(e->loop_data, ns) == 0)
+      e->timer_at = next;
+    return;
+  }
   if (next == HR_TSTAMP_NEVER) {
     ms = -1;
   } else if (next <= now || (next == fab && next - now < 1000000u)) {
@@ -1743,6 +1774,11 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
        * connection ended: it frees the work item itself. */
       hr_session_work_done(c->s, jb->w, now);
       hr__mem_free(&e->mem, j);
+      /* A session that paused its input may take it again: what TLS
+       * already decrypted is never reported by the socket. */
+      if (c->state == CS_OPEN && c->tls && hr__tls_pending(c->tls) &&
+          !hr_session_recv_paused(c->s) && hr_err_is_fatal(conn_read(c, now)))
+        c->want_close = 1;
       if (c->state == CS_DEAD && c->work_inflight == 0) {
         list_remove(&e->dead, c);
         conn_free(c);
@@ -1835,6 +1871,12 @@ static int copy_settings(hr_engine *e) {
   return 0;
 }
 
+#ifdef HR_HAVE_FABRIC
+static void fabric_wake(void *ctx) {
+  hr_engine_wakeup(ctx);
+}
+#endif
+
 /* The RDMA data plane: opens (or takes) the fabric, puts it into the
  * sessions' settings with the FABRIC_ADDRESS extension, and watches its
  * completion fd. */
@@ -1877,6 +1919,9 @@ static int fabric_open(hr_engine *e) {
   s->hello_ext = e->fab_ext;
   s->hello_ext_len = (uint16_t)n;
   s->hello_ext_count = 1;
+  /* A tensor freed on another thread queues its registrations' closing:
+   * the loop wakes and progresses the fabric, which closes them. */
+  hr_fabric_set_wake(f, fabric_wake, e);
   e->fab_fd = hr_fabric_fd(f);
   if (e->fab_fd >= 0) {
     e->fab_obj.kind = OBJ_FABRIC;
@@ -1890,6 +1935,7 @@ static int fabric_open(hr_engine *e) {
   }
   return 0;
 fail:
+  hr_fabric_set_wake(f, NULL, NULL);
   if (e->own_fabric)
     hr_fabric_del(f);
   e->fabric = NULL;
@@ -1909,6 +1955,7 @@ static void fabric_close(hr_engine *e) {
 #ifdef HR_HAVE_FABRIC
   if (!e->fabric)
     return;
+  hr_fabric_set_wake(e->fabric, NULL, NULL);
   if (e->fab_watching)
     e->ops.watch(e->loop_data, e->fab_fd, 0, &e->fab_cookie);
   if (e->fab_fd >= 0)
@@ -2174,6 +2221,7 @@ int hr_engine_del(hr_engine *e) {
   hr_registry_del(e->reg);
   hr__tls_ctx_del(e->tls_srv);
   hr__tls_ctx_del(e->tls_cli);
+  hr__shm_cache_close(e->shm_cache);
   close(e->wake_fd);
   if (e->ops.release)
     e->ops.release(e->loop_data);

@@ -75,11 +75,19 @@ static int pl_timer(void *loop_data, int64_t ms) {
   return 0;
 }
 
+static int pl_timer_ns(void *loop_data, int64_t ns) {
+  hr__ploop *l = loop_data;
+
+  l->deadline = ns < 0 ? HR_TSTAMP_NEVER : hr__ploop_now() + (hr_tstamp)ns;
+  return 0;
+}
+
 void hr__ploop_ops(hr_loop_ops *ops) {
   memset(ops, 0, sizeof *ops);
   ops->size = sizeof *ops;
   ops->watch = pl_watch;
   ops->timer = pl_timer;
+  ops->timer_ns = pl_timer_ns;
 }
 
 int hr__ploop_new(hr__ploop **out, const hr_mem *mem) {
@@ -115,16 +123,18 @@ void hr__ploop_set_engine(hr__ploop *l, hr_engine *e) {
 int hr__ploop_step(hr__ploop *l, int max_ms) {
   hr_tstamp now = hr__ploop_now();
   size_t i, n = l->n;
-  int timeout = max_ms, rv;
+  int rv;
+  /* Nanoseconds (ppoll): the engine's timer may be shorter than 1 ms. */
+  uint64_t wait = max_ms < 0 ? UINT64_MAX : (uint64_t)max_ms * 1000000u;
+  struct timespec ts;
 
   if (l->deadline != HR_TSTAMP_NEVER) {
     uint64_t left = l->deadline > now ? l->deadline - now : 0;
-    uint64_t ms = (left + 999999u) / 1000000u;
-    if (ms > INT_MAX)
-      ms = INT_MAX;
-    if (timeout < 0 || (uint64_t)timeout > ms)
-      timeout = (int)ms;
+    if (left < wait)
+      wait = left;
   }
+  ts.tv_sec = (time_t)(wait / 1000000000u);
+  ts.tv_nsec = (long)(wait % 1000000000u);
   if (l->pfd_cap < n) {
     struct pollfd *p = hr__mem_realloc(&l->mem, l->pfd, n * sizeof *p);
     if (!p)
@@ -140,7 +150,7 @@ int hr__ploop_step(hr__ploop *l, int max_ms) {
                 ((l->fds[i]->events & HR_POLL_OUT) ? POLLOUT : 0));
     l->pfd[i].revents = 0;
   }
-  rv = poll(l->pfd, (nfds_t)n, timeout);
+  rv = ppoll(l->pfd, (nfds_t)n, wait == UINT64_MAX ? NULL : &ts, NULL);
   if (rv < 0 && errno != EINTR)
     return HR_ERR_IO;
   for (i = 0; rv > 0 && i < n; i++) {

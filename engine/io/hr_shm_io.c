@@ -91,12 +91,18 @@ static void seg_release(void *ctx) {
 
 int hr__shm_segment_new(uint64_t size, uint64_t align, void **addr, int *ro_fd,
                         size_t *map_len) {
+  return hr__shm_segment_named("hurray-segment", size, align, addr, ro_fd,
+                               map_len);
+}
+
+int hr__shm_segment_named(const char *name, uint64_t size, uint64_t align,
+                          void **addr, int *ro_fd, size_t *map_len) {
   size_t len = (size_t)((size + PAGE - 1) & ~(PAGE - 1));
   if (size > SIZE_MAX - PAGE)
     return HR_ERR_NOMEM;
   if (len == 0)
     len = (size_t)PAGE;
-  int fd = memfd_create("hurray-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return errno == ENOMEM ? HR_ERR_NOMEM : HR_ERR_IO;
   int rv = HR_ERR_IO;

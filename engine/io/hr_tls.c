@@ -3,17 +3,37 @@
  * object per connection driven by the engine's non-blocking read and write
  * loops.
  *
- * Data path.  Reads are SSL_read_ex() straight into the buffer the engine
- * names — the destination tensor for bulk bytes — so OpenSSL decrypts into
- * place (with kernel TLS receive the kernel does).  Writes are one
- * SSL_write_ex() per large iovec, encrypted from the application's memory;
- * only items under SMALL_ITEM (frame prefixes, control messages) are
- * gathered into one record, so that a 24-byte prefix does not cost a
- * record of its own when several are queued.  Partial writes are on
- * (SSL_MODE_ENABLE_PARTIAL_WRITE): a call reports the bytes of the
- * records that went out, exactly like a short sendmsg(), and a write that
- * would block is retried with the same bytes, which the session's output
- * queue guarantees (items never move once handed out).
+ * Data path.  OpenSSL 3.0 writes one record (16 KiB) per write() and, with
+ * read-ahead, moves what is left in its read buffer to the front before
+ * every record: on loopback that was a syscall and a TCP segment per
+ * record on the sending side and a copy quadratic in the read size on the
+ * receiving side.  So, once the handshake is done and the kernel does not
+ * do the record layer (kernel TLS), the SSL object talks to the socket
+ * through this file's own BIO (docs/internals/engine.md, "The socket
+ * BIO"):
+ *  - writes: the records of one hr__tls_sendv() are gathered into `obuf`
+ *    (OBUF_SIZE) and leave in one send() per OBUF_SIZE bytes, so TCP sees
+ *    writes as large as a plain connection's;
+ *  - reads: one recv() fills `ibuf` (IBUF_SIZE, many records) and
+ *    OpenSSL, without read-ahead, takes each record's header and body
+ *    from it; it decrypts the record and copies the plaintext into the
+ *    buffer the engine names (the destination tensor for bulk bytes).
+ * The handshake runs on a plain socket BIO (kernel TLS is switched on
+ * there, at the key change); the switch happens at the first call after
+ * it finished, between records, so no byte is reordered.
+ *
+ * Writes are one SSL_write_ex() per record from the application's memory;
+ * items under SMALL_ITEM (frame prefixes, control messages) are gathered
+ * into one record first, so that a 24-byte prefix does not cost a record
+ * of its own.  Partial writes are on (SSL_MODE_ENABLE_PARTIAL_WRITE): a
+ * call reports the bytes whose records went out, exactly like a short
+ * sendmsg().  Records gathered in `obuf` that the socket did not take
+ * before the call returns stay there and their plaintext is not reported
+ * (`owed`): the next call, which by the engine's rule starts with the same
+ * bytes (the session's items never move once handed out), sends them
+ * first and then reports those bytes without encrypting them again.  A
+ * record OpenSSL could not hand over is retried by OpenSSL itself with
+ * the same bytes, as before.
  *
  * OpenSSL's error queue is per thread; every call clears it first so that
  * a message describes this connection's failure.
@@ -25,6 +45,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -41,11 +62,19 @@
 #define SMALL_ITEM 4096u
 #define WRITE_CHUNK (1u << 30)
 #define NAME_MAX_LEN 256
-#define READ_BUFFER (256u << 10) /* read-ahead: records per read() */
+/* Records per send(): 16 records, four 64 KiB loopback segments.  More
+ * buys nothing measurable and costs memory per connection. */
+#define OBUF_SIZE (256u << 10)
+/* Bytes per recv(): many records.  A record (at most 2^14 + 256 bytes of
+ * ciphertext and its header) always fits. */
+#define IBUF_SIZE (256u << 10)
+/* A send of this many bytes or more gathers its records in obuf. */
+#define BATCH_MIN (2u * GATHER_SIZE)
 
 struct hr__tls_ctx {
   hr_mem mem;
   SSL_CTX *ctx;
+  BIO_METHOD *bio; /* the socket BIO used after the handshake */
   int server;
   int ktls;
   char server_name[NAME_MAX_LEN]; /* client: the name to verify ("": URL) */
@@ -58,10 +87,20 @@ struct hr__tls {
   int rd_wants_w; /* the last read needs writability */
   int wr_wants_r; /* the last write needs input */
   int failed;     /* a fatal TLS error: every later call fails */
-  int read_ahead; /* the read-ahead decision was made */
+  int switched;   /* the post-handshake BIO decision was made */
+  int fd;
+  int draining; /* hr__tls_recv(draining): read at most what is asked */
+  int batching; /* inside hr__tls_sendv() with obuf: gather records */
+  int in_eof;   /* the socket read returned 0 */
+  int own_w;    /* our write BIO is in use (no kernel TLS send) */
   char name[NAME_MAX_LEN]; /* client: the name verified */
   char *why;
   size_t why_len;
+  uint8_t *obuf;      /* NULL until the first large write */
+  size_t ooff, olen;  /* obuf: sent up to ooff, filled up to olen */
+  size_t owed;        /* plaintext of obuf's records not yet reported */
+  uint8_t *ibuf;      /* NULL: our read BIO is not in use */
+  size_t ioff, ilen;  /* ibuf: consumed up to ioff, filled up to ilen */
   uint8_t gather[GATHER_SIZE];
 };
 
@@ -152,6 +191,181 @@ static int ctx_setup(SSL_CTX *ctx, int server, const hr_tls_config *cfg,
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The socket BIO after the handshake                                        */
+/* ------------------------------------------------------------------------ */
+
+static int would_block(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK;
+}
+
+/* Sends what obuf holds.  Returns 0 (obuf is empty) or -1 with errno
+ * (EAGAIN: the socket is full and the rest stays). */
+static int obuf_flush(hr__tls *t) {
+  while (t->ooff < t->olen) {
+    ssize_t n = send(t->fd, t->obuf + t->ooff, t->olen - t->ooff,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    t->ooff += (size_t)n;
+  }
+  t->ooff = t->olen = 0;
+  return 0;
+}
+
+/* OpenSSL hands over one record (or the rest of one) per call. */
+static int bio_write(BIO *b, const char *data, int len) {
+  hr__tls *t = BIO_get_data(b);
+  ssize_t n;
+
+  BIO_clear_retry_flags(b);
+  if (len <= 0)
+    return 0;
+  /* Gathered records go first: their order is the stream's.  Outside
+   * hr__tls_sendv() (an alert, a key update answered while reading) a
+   * record goes out at once, behind them. */
+  if (t->ooff < t->olen &&
+      (!t->batching || OBUF_SIZE - t->olen < (size_t)len) &&
+      obuf_flush(t) != 0) {
+    if (would_block(errno))
+      BIO_set_retry_write(b);
+    return -1;
+  }
+  if (t->batching && OBUF_SIZE - t->olen >= (size_t)len) {
+    memcpy(t->obuf + t->olen, data, (size_t)len);
+    t->olen += (size_t)len;
+    return len;
+  }
+  do
+    n = send(t->fd, data, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (would_block(errno))
+      BIO_set_retry_write(b);
+    return -1;
+  }
+  return (int)n;
+}
+
+/* OpenSSL asks for a record's header, then for its body (no read-ahead):
+ * both come from ibuf, refilled by one recv() of up to IBUF_SIZE. */
+static int bio_read(BIO *b, char *out, int len) {
+  hr__tls *t = BIO_get_data(b);
+  size_t avail = t->ilen - t->ioff;
+  ssize_t n;
+
+  BIO_clear_retry_flags(b);
+  if (len <= 0)
+    return 0;
+  if (avail == 0) {
+    t->ioff = t->ilen = 0;
+    do {
+      /* Draining (hr__tls_recv) reads only the rest of this record, so
+       * that it ends. */
+      if (t->draining)
+        n = recv(t->fd, out, (size_t)len, MSG_DONTWAIT);
+      else
+        n = recv(t->fd, t->ibuf, IBUF_SIZE, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+      t->in_eof = 1;
+    if (n <= 0) {
+      if (n < 0 && would_block(errno))
+        BIO_set_retry_read(b);
+      return (int)n;
+    }
+    if (t->draining)
+      return (int)n;
+    t->ilen = (size_t)n;
+    avail = (size_t)n;
+  }
+  if (avail > (size_t)len)
+    avail = (size_t)len;
+  memcpy(out, t->ibuf + t->ioff, avail);
+  t->ioff += avail;
+  return (int)avail;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  hr__tls *t = BIO_get_data(b);
+
+  (void)num;
+  (void)ptr;
+  switch (cmd) {
+  case BIO_CTRL_FLUSH:
+    /* After a handshake message or an alert: what obuf holds must go. */
+    BIO_clear_retry_flags(b);
+    if (t->ooff < t->olen && obuf_flush(t) != 0) {
+      if (would_block(errno))
+        BIO_set_retry_write(b);
+      return 0;
+    }
+    return 1;
+  case BIO_CTRL_EOF: return t->in_eof && t->ioff == t->ilen;
+  case BIO_CTRL_PENDING: return (long)(t->ilen - t->ioff);
+  case BIO_CTRL_WPENDING: return (long)(t->olen - t->ooff);
+  default: return 0;
+  }
+}
+
+static BIO *new_bio(hr__tls *t) {
+  BIO *b = BIO_new(t->cx->bio);
+
+  if (b) {
+    BIO_set_data(b, t);
+    BIO_set_init(b, 1);
+  }
+  return b;
+}
+
+/* Once the handshake finished: our BIO for each direction the kernel does
+ * not encrypt.  Between records, so nothing is reordered: the plain socket
+ * BIO buffers nothing and, without read-ahead, OpenSSL read no byte past
+ * the records it processed.  Without memory the socket BIOs stay (one
+ * write() per record, two read()s per record: slower, not wrong). */
+static void switch_bios(hr__tls *t) {
+  BIO *b;
+
+  if (t->switched || !SSL_is_init_finished(t->ssl))
+    return;
+  t->switched = 1;
+  if (!BIO_get_ktls_recv(SSL_get_rbio(t->ssl))) {
+    t->ibuf = hr__mem_malloc(&t->mem, IBUF_SIZE);
+    if (t->ibuf && (b = new_bio(t)) != NULL) {
+      SSL_set0_rbio(t->ssl, b);
+      /* A host's context may ask for read-ahead: with this BIO it would
+       * only bring back the memmove.  What it already read stays first. */
+      SSL_set_read_ahead(t->ssl, 0);
+    } else {
+      hr__mem_free(&t->mem, t->ibuf);
+      t->ibuf = NULL;
+    }
+  }
+  if (!BIO_get_ktls_send(SSL_get_wbio(t->ssl)) &&
+      (b = new_bio(t)) != NULL) {
+    SSL_set0_wbio(t->ssl, b);
+    t->own_w = 1;
+  }
+  ERR_clear_error();
+}
+
+static BIO_METHOD *bio_method(void) {
+  /* The type is informational (BIO_find_type); a dynamic index would be
+   * used up by many contexts over a process's life. */
+  BIO_METHOD *m = BIO_meth_new(BIO_TYPE_SOURCE_SINK | 0x7e, "hurray socket");
+
+  if (m && (!BIO_meth_set_write(m, bio_write) ||
+            !BIO_meth_set_read(m, bio_read) ||
+            !BIO_meth_set_ctrl(m, bio_ctrl))) {
+    BIO_meth_free(m);
+    m = NULL;
+  }
+  return m;
+}
+
 int hr__tls_ctx_new(hr__tls_ctx **out, int server, const hr_tls_config *cfg,
                     const hr_mem *mem, char *why, size_t why_len) {
   char scratch[8];
@@ -178,8 +392,16 @@ int hr__tls_ctx_new(hr__tls_ctx **out, int server, const hr_tls_config *cfg,
   if (cfg && cfg->server_name)
     memcpy(cx->server_name, cfg->server_name, strlen(cfg->server_name) + 1);
   ERR_clear_error();
+  cx->bio = bio_method();
+  if (!cx->bio) {
+    snprintf(why, why_len, "cannot create a TLS context: out of memory");
+    ERR_clear_error();
+    hr__mem_free(mem, cx);
+    return HR_ERR_NOMEM;
+  }
   if (cfg && cfg->ssl_ctx) {
     if (SSL_CTX_up_ref(cfg->ssl_ctx) != 1) {
+      BIO_meth_free(cx->bio);
       hr__mem_free(mem, cx);
       return HR_ERR_NOMEM;
     }
@@ -192,12 +414,14 @@ int hr__tls_ctx_new(hr__tls_ctx **out, int server, const hr_tls_config *cfg,
     snprintf(why, why_len, "cannot create a TLS context: %s",
              ossl_reason("out of memory"));
     ERR_clear_error();
+    BIO_meth_free(cx->bio);
     hr__mem_free(mem, cx);
     return HR_ERR_NOMEM;
   }
   rv = ctx_setup(cx->ctx, server, cfg, why, why_len);
   if (rv) {
     SSL_CTX_free(cx->ctx);
+    BIO_meth_free(cx->bio);
     hr__mem_free(mem, cx);
     return rv;
   }
@@ -209,6 +433,7 @@ void hr__tls_ctx_del(hr__tls_ctx *cx) {
   if (!cx)
     return;
   SSL_CTX_free(cx->ctx);
+  BIO_meth_free(cx->bio);
   hr__mem_free(&cx->mem, cx);
 }
 
@@ -242,6 +467,7 @@ int hr__tls_new(hr__tls **out, hr__tls_ctx *cx, int fd, const char *host,
   t->cx = cx;
   t->why = why;
   t->why_len = why_len;
+  t->fd = fd;
   ERR_clear_error();
   t->ssl = SSL_new(cx->ctx);
   if (!t->ssl)
@@ -251,7 +477,6 @@ int hr__tls_new(hr__tls **out, hr__tls_ctx *cx, int fd, const char *host,
   SSL_set_options(t->ssl, opts);
   SSL_set_mode(t->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE |
                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  SSL_set_default_read_buffer_len(t->ssl, READ_BUFFER);
   /* Also for a host's context: this protocol speaks TLS 1.3 only. */
   if (!SSL_set_min_proto_version(t->ssl, TLS1_3_VERSION) ||
       !SSL_set_fd(t->ssl, fd))
@@ -291,6 +516,8 @@ void hr__tls_del(hr__tls *t) {
   if (!t)
     return;
   SSL_free(t->ssl);
+  hr__mem_free(&t->mem, t->ibuf);
+  hr__mem_free(&t->mem, t->obuf);
   hr__mem_free(&t->mem, t);
 }
 
@@ -412,38 +639,23 @@ static ssize_t call_failed(hr__tls *t, int ret, int reading) {
 
 ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
   size_t got = 0;
-  int ret, ahead = 0;
+  int ret;
 
   t->rd_wants_w = 0;
   if (t->failed) {
     errno = EPROTO;
     return -1;
   }
+  switch_bios(t);
   if (len > INT_MAX)
     len = INT_MAX;
   ERR_clear_error();
   errno = 0;
-  /* Read-ahead refills its buffer from the socket whenever a record is
-   * incomplete: while draining it would go on as long as the peer sends. */
-  if (draining && SSL_get_read_ahead(t->ssl)) {
-    ahead = 1;
-    SSL_set_read_ahead(t->ssl, 0);
-  }
+  t->draining = draining;
   ret = SSL_read_ex(t->ssl, buf, len, &got);
-  if (ahead)
-    SSL_set_read_ahead(t->ssl, 1);
-  if (ret == 1) {
-    if (!t->read_ahead && SSL_is_init_finished(t->ssl)) {
-      /* Userspace TLS: read records in batches (one read() for several
-       * records instead of two per record).  Not before the handshake
-       * finished, nor with kernel TLS receive, which reads records
-       * itself. */
-      t->read_ahead = 1;
-      if (!BIO_get_ktls_recv(SSL_get_rbio(t->ssl)))
-        SSL_set_read_ahead(t->ssl, 1);
-    }
+  t->draining = 0;
+  if (ret == 1)
     return (ssize_t)got;
-  }
   return call_failed(t, ret, 1);
 }
 
@@ -452,12 +664,14 @@ ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
 static ssize_t write_some(hr__tls *t, const uint8_t *p, size_t len) {
   size_t off = 0;
 
+  /* A successful call leaves the queue empty: clearing it once is enough
+   * (per record it was measurable). */
+  ERR_clear_error();
   while (off < len) {
     size_t chunk = len - off, w = 0;
     int ret;
     if (chunk > WRITE_CHUNK)
       chunk = WRITE_CHUNK;
-    ERR_clear_error();
     errno = 0;
     ret = SSL_write_ex(t->ssl, p + off, chunk, &w);
     if (ret != 1) {
@@ -470,31 +684,60 @@ static ssize_t write_some(hr__tls *t, const uint8_t *p, size_t len) {
 }
 
 ssize_t hr__tls_sendv(hr__tls *t, const struct iovec *iov, int n) {
-  size_t done = 0;
-  int i = 0;
+  size_t reported = 0, accepted = 0, skip, off = 0, rest = 0;
+  int i = 0, j, err = 0;
 
   t->wr_wants_r = 0;
   if (t->failed) {
     errno = EPROTO;
     return -1;
   }
+  switch_bios(t);
+  /* The records of the last call's bytes that obuf still holds go first;
+   * then those bytes (the first `owed` of `iov`) are reported. */
+  if (t->ooff < t->olen && obuf_flush(t) != 0)
+    return -1;
+  skip = t->owed;
+  t->owed = 0;
+  for (; i < n && skip >= iov[i].iov_len; i++) {
+    skip -= iov[i].iov_len;
+    reported += iov[i].iov_len;
+  }
+  if (skip > 0 && i == n) {
+    /* The engine's rule was broken: the stream cannot go on. */
+    t->failed = 1;
+    if (!t->why[0])
+      snprintf(t->why, t->why_len,
+               "TLS connection failed: a write was retried with fewer "
+               "bytes than were sent");
+    errno = EPROTO;
+    return -1;
+  }
+  off = skip;
+  reported += skip;
+  for (j = i; j < n; j++)
+    rest += iov[j].iov_len;
+  rest -= off;
+  if (t->own_w && !t->obuf && rest >= BATCH_MIN)
+    t->obuf = hr__mem_malloc(&t->mem, OBUF_SIZE);
+  t->batching = t->obuf != NULL;
   while (i < n) {
-    const uint8_t *p;
-    size_t len;
+    const uint8_t *base = (const uint8_t *)iov[i].iov_base + off, *p;
+    size_t len = iov[i].iov_len - off;
     int next;
     ssize_t w;
 
-    if (iov[i].iov_len == 0) {
+    if (len == 0) {
       i++;
+      off = 0;
       continue;
     }
-    if (iov[i].iov_len < SMALL_ITEM && i + 1 < n &&
-        iov[i + 1].iov_len < SMALL_ITEM &&
-        iov[i].iov_len + iov[i + 1].iov_len <= GATHER_SIZE) {
+    if (len < SMALL_ITEM && i + 1 < n && iov[i + 1].iov_len < SMALL_ITEM &&
+        len + iov[i + 1].iov_len <= GATHER_SIZE) {
       /* Several small items: one record.  Only headers and control
        * messages are this small; tensor bytes are written in place. */
-      len = 0;
-      next = i;
+      memcpy(t->gather, base, len);
+      next = i + 1;
       while (next < n && iov[next].iov_len < SMALL_ITEM &&
              len + iov[next].iov_len <= GATHER_SIZE) {
         memcpy(t->gather + len, iov[next].iov_base, iov[next].iov_len);
@@ -503,19 +746,34 @@ ssize_t hr__tls_sendv(hr__tls *t, const struct iovec *iov, int n) {
       }
       p = t->gather;
     } else {
-      p = iov[i].iov_base;
-      len = iov[i].iov_len;
+      p = base;
       next = i + 1;
     }
     w = write_some(t, p, len);
-    if (w < 0)
-      return done ? (ssize_t)done : -1;
-    done += (size_t)w;
+    if (w < 0) {
+      err = errno;
+      break;
+    }
+    accepted += (size_t)w;
     if ((size_t)w < len)
-      return (ssize_t)done;
+      break;
     i = next;
+    off = 0;
   }
-  return (ssize_t)done;
+  t->batching = 0;
+  if (t->ooff < t->olen && obuf_flush(t) != 0) {
+    /* Full: these records leave with the next call, which reports their
+     * bytes.  Any other failure ends the connection. */
+    if (!err)
+      err = errno;
+    if (would_block(errno))
+      t->owed = accepted;
+    accepted = 0;
+  }
+  if (reported + accepted > 0)
+    return (ssize_t)(reported + accepted);
+  errno = err ? err : EAGAIN;
+  return -1;
 }
 
 int hr__tls_ready(const hr__tls *t) {
@@ -523,7 +781,7 @@ int hr__tls_ready(const hr__tls *t) {
 }
 
 int hr__tls_pending(const hr__tls *t) {
-  return !t->failed && SSL_has_pending(t->ssl);
+  return !t->failed && (SSL_has_pending(t->ssl) || t->ioff < t->ilen);
 }
 
 int hr__tls_events(const hr__tls *t, int events) {

@@ -10,6 +10,8 @@
  */
 #include <hurray/store.h>
 
+#include <hurray/shm.h>
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +32,12 @@ struct hr_store {
   entry *v;
   size_t n, cap;
   uint64_t bytes;
+  hr_shm_arena *arena; /* cfg.shm_arena_bytes, or NULL */
 };
+
+/* Below this, a narrow reader's private copy of an arena tensor goes as
+ * frames: a fresh memfd and the client's mmap cost more than the copy. */
+#define PRIVATE_SEGMENT_MIN ((uint64_t)1 << 20)
 
 static int key_cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
   size_t m = an < bn ? an : bn;
@@ -103,7 +110,18 @@ int hr_store_new(hr_store **out, const hr_store_config *cfg,
     s->cfg = *cfg;
   else
     hr_store_config_default(&s->cfg);
+  if (s->cfg.shm_arena_bytes) {
+    hr_shm_arena_config ac;
+    hr_shm_arena_config_default(&ac);
+    ac.max_bytes = s->cfg.shm_arena_bytes;
+    int rv = hr_shm_arena_new(&s->arena, &ac, mem);
+    if (rv) {
+      hr__mem_free(mem, s);
+      return rv;
+    }
+  }
   if (pthread_rwlock_init(&s->lock, NULL) != 0) {
+    hr_shm_arena_del(s->arena);
     hr__mem_free(mem, s);
     return HR_ERR_NOMEM;
   }
@@ -121,6 +139,8 @@ void hr_store_del(hr_store *s) {
     hr__mem_free(&s->mem, s->v[i].key);
   }
   hr__mem_free(&s->mem, s->v);
+  /* Tensors still referenced elsewhere keep their segments. */
+  hr_shm_arena_del(s->arena);
   pthread_rwlock_destroy(&s->lock);
   hr__mem_free(&s->mem, s);
 }
@@ -171,17 +191,38 @@ static int put_locked(hr_store *s, const uint8_t *key, size_t len, hr_tensor *t,
   return 0;
 }
 
+/* The tensor to store for `t` (a new reference): its copy in the arena
+ * when there is one and `t` is a plain host tensor without a segment of
+ * its own (one that has a segment is served without a copy already);
+ * else `t`.  A full arena is no error: the tensor stays where it is. */
+static hr_tensor *into_arena(hr_store *s, hr_tensor *t) {
+  hr_tensor *c;
+
+  if (!s->arena || hr_tensor_member_count(t) ||
+      hr_tensor_segment(t, NULL, NULL) ||
+      hr_tensor_descriptor(t)->layout.tag == HR_LAYOUT_COMPOSITE ||
+      hr_shm_arena_copy(s->arena, &c, t) != 0)
+    return hr_tensor_ref(t);
+  return c;
+}
+
+struct hr_shm_arena *hr_store_arena(hr_store *s) {
+  return s ? s->arena : NULL;
+}
+
 int hr_store_put(hr_store *s, const void *key, size_t key_len, hr_tensor *t,
                  uint32_t flags) {
-  hr_tensor *old;
+  hr_tensor *old, *st;
   int rv;
 
   if (!s || !key || !t || key_len < 1 || key_len > HR_MAX_KEY)
     return HR_ERR_INVALID_ARGUMENT;
+  st = into_arena(s, t);
   pthread_rwlock_wrlock(&s->lock);
-  rv = put_locked(s, key, key_len, t, (flags & HR_PUT_REPLACE) != 0, 0, &old);
+  rv = put_locked(s, key, key_len, st, (flags & HR_PUT_REPLACE) != 0, 0, &old);
   pthread_rwlock_unlock(&s->lock);
   hr_tensor_unref(old);
+  hr_tensor_unref(st);
   return rv;
 }
 
@@ -250,6 +291,58 @@ uint64_t hr_store_bytes(const hr_store *s) {
 /* The provider                                                              */
 /* ------------------------------------------------------------------------ */
 
+static void view_release(void *ctx) { hr_tensor_unref(ctx); }
+
+/* What a narrow reader (hr_get_narrow) may be handed for `t`: `t` itself
+ * unless it lies in the arena, whose segment would show every tensor in
+ * it; then a private copy in a segment of its own (large tensors), or a
+ * view with no segment, which goes as frames.  A new reference in *out. */
+static int narrow_answer(hr_store *s, hr_tensor *t, hr_tensor **out) {
+  size_t n = hr_tensor_member_count(t);
+  const hr_descriptor *d = hr_tensor_descriptor(t);
+  int rv;
+
+  if (n) {
+    hr_tensor *m[64], **mv = n <= 64 ? m : NULL;
+    size_t i;
+    int any = 0;
+    for (i = 0; i < n; i++)
+      any |= hr_shm_arena_owns(s->arena, hr_tensor_member(t, i));
+    if (!any) {
+      *out = hr_tensor_ref(t);
+      return 0;
+    }
+    if (!mv && !(mv = hr__mem_calloc(&s->mem, n, sizeof *mv)))
+      return HR_ERR_NOMEM;
+    rv = 0;
+    for (i = 0; i < n && rv == 0; i++)
+      rv = narrow_answer(s, hr_tensor_member(t, i), &mv[i]);
+    if (rv == 0)
+      rv = hr_tensor_new_composite(out, d, mv, n, &s->mem, NULL);
+    else
+      n = i - 1;
+    for (i = 0; i < n; i++)
+      hr_tensor_unref(mv[i]);
+    if (mv != m)
+      hr__mem_free(&s->mem, mv);
+    return rv;
+  }
+  if (!hr_shm_arena_owns(s->arena, t)) {
+    *out = hr_tensor_ref(t);
+    return 0;
+  }
+  if (hr_tensor_bytes(t) >= PRIVATE_SEGMENT_MIN &&
+      hr_shm_tensor_copy(out, t, &s->mem) == 0)
+    return 0;
+  void *bufs[HR_MAX_BUFFERS];
+  for (unsigned k = 0; k < d->buffer_count; k++)
+    bufs[k] = hr_tensor_buffer(t, k);
+  rv = hr_tensor_wrap(out, d, bufs, view_release, t, &s->mem);
+  if (rv == 0)
+    hr_tensor_ref(t);
+  return rv;
+}
+
 static int prov_get(hr_session *sess, hr_srv_get *g, void *ud) {
   hr_store *s = ud;
   const hr_get_info *info = hr_srv_get_info(g);
@@ -264,6 +357,17 @@ static int prov_get(hr_session *sess, hr_srv_get *g, void *ud) {
              (const char *)info->key);
     hr_get_fail(g, HR_WIRE_NOT_FOUND, msg);
     return 0;
+  }
+  if (s->arena && hr_get_narrow(g)) {
+    hr_tensor *p;
+    rv = narrow_answer(s, t, &p);
+    hr_tensor_unref(t);
+    if (rv) {
+      hr_get_fail(g, HR_WIRE_RESOURCE_EXHAUSTED,
+                  "no memory for a private copy of the tensor");
+      return 0;
+    }
+    t = p;
   }
   rv = hr_get_answer(g, t);
   hr_tensor_unref(t);
@@ -302,16 +406,18 @@ static int prov_put_begin(hr_session *sess, const hr_put_info *info,
 static int prov_put_commit(hr_session *sess, const hr_put_info *info,
                            hr_tensor *t, uint32_t *wire_error, void *ud) {
   hr_store *s = ud;
-  hr_tensor *old;
+  hr_tensor *old, *st;
   int rv, replace;
 
   (void)sess;
   replace = (info->flags & HR_PUT_REPLACE) && s->cfg.allow_replace;
+  st = into_arena(s, t);
   pthread_rwlock_wrlock(&s->lock);
-  rv = put_locked(s, info->key, info->key_len, t, replace, s->cfg.max_bytes,
+  rv = put_locked(s, info->key, info->key_len, st, replace, s->cfg.max_bytes,
                   &old);
   pthread_rwlock_unlock(&s->lock);
   hr_tensor_unref(old);
+  hr_tensor_unref(st);
   if (rv == HR_ERR_STATE)
     *wire_error = HR_WIRE_ALREADY_EXISTS; /* a racing PUT committed first */
   else if (rv == HR_ERR_LIMIT || rv == HR_ERR_NOMEM)

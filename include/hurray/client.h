@@ -59,6 +59,9 @@ typedef struct hr_client_options {
   const char *fabric_provider;
   const char *fabric_node;
   uint32_t fabric_caps;
+  /* ---- appended for the SHM mapping cache ---- */
+  int shm_map_cache; /* hr_engine_config.shm_map_cache: idle segment
+                        mappings kept (0: 16; -1: none) */
   /* ---- appended: bulk I/O (0: the default) ---- */
   /* hr_engine_config.bulk_offload_min of the client's engine: reads and
    * writes of tensor bytes of at least this size run on the client's

@@ -73,6 +73,13 @@ typedef struct hr_loop_ops {
    * everything and cancelled its timer, so a binding can free `loop_data`
    * (NULL: nothing to do). */
   void (*release)(void *loop_data);
+  /* Optional (NULL: `timer` is used): `timer` in nanoseconds, for hosts
+   * whose timer is finer than a millisecond (ns 0: the next loop turn, -1:
+   * cancel).  With it, a fabric polled without a wait fd (shm) sleeps
+   * between its polls (hr_fabric_config.poll_interval, 50 us) instead of
+   * spinning through zero-timeout loop turns while a transfer runs.  The
+   * libevent binding and the blocking client set it. */
+  int (*timer_ns)(void *loop_data, int64_t ns);
 } hr_loop_ops;
 
 /* The host reports readiness (`revents`: HR_POLL_IN|HR_POLL_OUT, plus
@@ -177,6 +184,17 @@ typedef struct hr_engine_config {
    * over max_connections, answered RESOURCE_EXHAUSTED; never OPENED).
    * hr_conn_peer() and hr_conn_role() work in it. */
   void (*on_conn)(hr_conn *c, int event, void *user_data);
+  /* ---- appended for the SHM mapping cache ---- */
+  /* Client: segments received over SHM that are sealed against shrinking
+   * (memfds: arenas, per-tensor segments) are mapped whole once and the
+   * mapping is shared by every GET that receives the same file (keyed by
+   * device, inode and size), so a GET costs no mmap.  Mappings in use
+   * stay; idle ones are kept up to shm_map_cache entries (0: 16; -1:
+   * none, every GET maps and unmaps its own range) and
+   * shm_map_cache_bytes bytes (0: 4 GiB), least recently used out first.
+   * An idle mapping keeps the server's pages of that segment alive. */
+  int shm_map_cache;
+  uint64_t shm_map_cache_bytes;
   /* ---- appended: bulk I/O on the worker pool ---- */
   /* A plain (not TLS) connection's write of at least this many bytes of
    * output at once (tensor frames), or read of at least this many bytes

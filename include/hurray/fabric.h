@@ -141,6 +141,19 @@ typedef struct hr_fabric_ops {
   /* Asks a started op to end early.  It still ends through `done`, once,
    * when no piece of it is in flight any more. */
   void (*cancel)(void *ctx, hr_fabric_op *op);
+  /* Registration invalidation from any thread (NULL: the backend caches
+   * nothing).  tracker() (the fabric's thread) returns a new reference on
+   * the backend's thread-safe invalidation handle, the same handle for
+   * every call on one backend (NULL: out of memory).  With it, from any
+   * thread and even after the backend is gone: tracker_invalidate() says
+   * that [ptr, ptr + len) is being freed (the backend closes its cached
+   * registrations there before it registers anything again, and wakes its
+   * loop through hr_fabric_set_wake()); tracker_unref() drops the
+   * reference.  The session watches every tensor it moves over the data
+   * plane and reports its buffers when the tensor is freed. */
+  void *(*tracker)(void *ctx);
+  void (*tracker_invalidate)(void *trk, const void *ptr, uint64_t len);
+  void (*tracker_unref)(void *trk);
 } hr_fabric_ops;
 
 /*
@@ -184,7 +197,7 @@ HR_EXTERN int hr_fabric_placement(const hr_descriptor *d,
 
 typedef struct hr_fabric hr_fabric;
 
-#define HR_FABRIC_CONFIG_VERSION 1
+#define HR_FABRIC_CONFIG_VERSION 2
 
 /* Where the peers are, for automatic provider selection. */
 enum hr_fabric_scope {
@@ -233,18 +246,26 @@ typedef struct hr_fabric_config {
   void *hmem_user_data;
   const uint8_t *hmem_devices; /* device tags to probe (HR_DEV_CUDA, ...) */
   uint8_t hmem_device_count;
+  /* Version 2.  libfabric is loaded (dlopen) by hr_fabric_new(), not
+   * linked: this names the library to load, NULL for "libfabric.so.1"
+   * (a path, or a name the dynamic loader searches for).  Once loaded it
+   * stays loaded for the life of the process (providers install memory
+   * hooks that must not be unmapped). */
+  const char *library;
 } hr_fabric_config;
 
 /* Fills `c` with the defaults documented above. */
 HR_EXTERN void hr_fabric_config_default(hr_fabric_config *c);
 
 /*
- * Opens the fabric, domain, completion queue (FI_WAIT_FD where the provider
- * has it, else none), address vector and RDM endpoint.  `cfg` is copied
- * (NULL: defaults); `mem` NULL: hr_mem_default().  On failure a reason goes
- * to why[0..why_cap).
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED (no such provider,
- * or none with FI_RMA and FI_TAGGED), HR_ERR_IO (a libfabric call failed),
+ * Loads libfabric (cfg->library) on first use, then opens the fabric,
+ * domain, completion queue (FI_WAIT_FD where the provider has it, else
+ * none), address vector and RDM endpoint.  `cfg` is copied (NULL:
+ * defaults); `mem` NULL: hr_mem_default().  On failure a reason goes to
+ * why[0..why_cap).
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED (libfabric cannot
+ * be loaded or is older than 1.17, no such provider, or none with FI_RMA
+ * and FI_TAGGED), HR_ERR_IO (a libfabric call failed),
  * HR_ERR_NOMEM.  May not be called from callbacks of this fabric.
  */
 HR_EXTERN int hr_fabric_new(hr_fabric **out, const hr_fabric_config *cfg,
@@ -321,14 +342,28 @@ HR_EXTERN int hr_fabric_progress(hr_fabric *f, hr_tstamp now);
  * Registration cache.  Local registrations (the memory an RMA write or a
  * tagged send reads, or the tagged receives fill) are cached by address
  * range, so that a tensor served many times is registered once.  The
- * application's release of a buffer must be reported here (the engine does
- * it from the tensor's release callback): registrations overlapping
+ * application's release of a buffer must be reported here, or through the
+ * ops' tracker_invalidate() (the session does it for every tensor it
+ * moved over the data plane, when the tensor is freed): registrations
+ * overlapping
  * [ptr, ptr + len) are closed at once, or when their last user ends.
  * Remote registrations (the keys RDMA_REGISTER carries) are never cached:
  * each is closed when its transfer ends.
  */
 HR_EXTERN void hr_fabric_invalidate(hr_fabric *f, const void *ptr,
                                     uint64_t len);
+
+/*
+ * `wake(ctx)` is called, from whichever thread frees a tensor, when an
+ * invalidation is queued through the ops' tracker_invalidate(): the
+ * engine wakes its loop (it writes its eventfd), whose next
+ * hr_fabric_progress() closes the registrations (hr_fabric_get_expiry()
+ * is 0 while some are queued).  wake must be thread-safe and must not
+ * call into the fabric.  NULL removes it; once this returns, wake is no
+ * longer called (it may be running on another thread until then).
+ */
+HR_EXTERN void hr_fabric_set_wake(hr_fabric *f, void (*wake)(void *ctx),
+                                  void *ctx);
 
 /* Counters, for --stats and the tests. */
 typedef struct hr_fabric_stats {

@@ -98,6 +98,9 @@ enum hr_gpu_mem_kind {
                                            (hr_gpu_buf_device_ptr) */
 #define HR_GPU_CAP_HOST_MAPPED (1u << 7) /* device memory is mapped into the
                                             host (hr_gpu_buf_host_ptr) */
+#define HR_GPU_CAP_IPC_FD (1u << 8) /* shareable DEVICE memory is exported
+                                       and imported as a file descriptor
+                                       (hr_gpu_buf_alloc_shareable) */
 
 /* What an opened device is and can do. */
 typedef struct hr_gpu_caps {
@@ -330,6 +333,61 @@ HR_EXTERN int hr_gpu_ipc_mem_import(hr_gpu *g, const hr_gpu_ipc_handle *h,
 HR_EXTERN int hr_gpu_ipc_event_import(hr_gpu *g, const hr_gpu_ipc_handle *h,
                                       hr_gpu_event **out);
 
+/* ---- IPC through a file descriptor --------------------------------------
+ *
+ * The form of IPC that fits a Unix socket: the memory travels as one file
+ * descriptor (SCM_RIGHTS), which is what the SHM data plane of wire-v1
+ * § 14 carries.  Only memory allocated shareable can be exported:
+ *   cuda    cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+ *           mapped with cuMemMap; cuMemExportToShareableHandle;
+ *   hip     hipMemCreate / hipMemExportToShareableHandle, likewise;
+ *   vulkan  VK_KHR_external_memory_fd (opaque fd), where the device has it;
+ *   sim     a sealed memfd; the importer maps it read-only.
+ * Level Zero and cpu have no such memory (HR_ERR_UNSUPPORTED).  The
+ * capability is HR_GPU_CAP_IPC_FD; hr_gpu_sync_modes(g, HR_HANDOFF_IPC)
+ * (<hurray/handoff.h>) reports what a consumer may rely on.
+ *
+ * Trust: an imported descriptor is checked where the kernel lets us (a
+ * regular file must hold `size` bytes and be sealed against shrinking),
+ * but a driver's opaque handle cannot be inspected: import only from a
+ * peer you trust to be running the same driver (on a Unix socket, check
+ * its credentials).
+ */
+
+/*
+ * Allocates `size` (>= 1) bytes of DEVICE memory that can be exported as
+ * a file descriptor.  The size may be rounded up to the driver's
+ * granularity (hr_gpu_buf_size() reports the size asked for).  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED (no HR_GPU_CAP_IPC_FD),
+ * HR_ERR_NOMEM, HR_ERR_IO.
+ */
+HR_EXTERN int hr_gpu_buf_alloc_shareable(hr_gpu *g, uint64_t size,
+                                         hr_gpu_buf **out);
+
+/*
+ * The file descriptor that stands for a shareable buffer.  It belongs to
+ * the buffer (closed by hr_gpu_buf_del): pass it to sendmsg() or dup() it;
+ * never close it.  A receiver imports it with hr_gpu_ipc_mem_import_fd().
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL), HR_ERR_UNSUPPORTED (not a
+ * shareable allocation, e.g. ordinary or imported memory).  Thread-safe.
+ */
+HR_EXTERN int hr_gpu_ipc_mem_export_fd(hr_gpu_buf *b, int *fd);
+
+/*
+ * Opens another process's export: the first `size` bytes of the memory
+ * behind `fd` become a DEVICE buffer of `g` (the same backend, the same
+ * physical device).  `fd` is not taken: the caller still closes it (the
+ * import holds its own reference).  Deleting the buffer unmaps it; the
+ * memory itself lives until every process has let go of it.  On the
+ * simulated device the import is read-only: it may be a copy's source,
+ * never its destination.  Returns 0, HR_ERR_INVALID_ARGUMENT (fd < 0,
+ * size 0), HR_ERR_UNSUPPORTED (no HR_GPU_CAP_IPC_FD), HR_ERR_PROTO (the
+ * descriptor is not acceptable: not shareable memory of this device,
+ * smaller than `size`, not sealed), HR_ERR_NOMEM, HR_ERR_IO.
+ */
+HR_EXTERN int hr_gpu_ipc_mem_import_fd(hr_gpu *g, int fd, uint64_t size,
+                                       hr_gpu_buf **out);
+
 /* ---- staging ----------------------------------------------------------- */
 
 /*
@@ -439,6 +497,14 @@ struct hr_gpu_ops {
                         hr_gpu_mem_info *out);
   int (*ipc_event_export)(void *dev, void *e, hr_gpu_ipc_handle *h);
   int (*ipc_event_import)(void *dev, const hr_gpu_ipc_handle *h, void **out);
+  /* Optional, appended: IPC through a file descriptor.  The exported fd
+   * belongs to the allocation (mem_free closes it); import never takes
+   * the caller's fd and fills `out` like mem_alloc, and mem_free undoes
+   * it. */
+  int (*mem_alloc_shareable)(void *dev, uint64_t size, hr_gpu_mem_info *out);
+  int (*ipc_mem_export_fd)(void *dev, const hr_gpu_mem_info *m, int *fd);
+  int (*ipc_mem_import_fd)(void *dev, int fd, uint64_t size,
+                           hr_gpu_mem_info *out);
 };
 
 #ifdef __cplusplus

@@ -62,10 +62,12 @@ enum hr_handoff_transport {
  * The § 6 capability query: the sync modes a producer may declare for a
  * buffer of `device_tag` on `transport`, given the device's capability
  * flags (HR_GPU_CAP_*, from hr_gpu_query(); ignored for CPU buffers).
- * Returns a mask of HR_SYNC_BIT() values; never 0 on a valid transport
- * (P1 is universal) and 0 for an unknown transport or a reserved or
- * invalid device_tag.  A producer that finds no mode it can serve for an
- * IPC GPU buffer falls back to a host-staged copy (hr_gpu_stager).
+ * Returns a mask of HR_SYNC_BIT() values: P1 is universal wherever the
+ * buffer can travel at all; 0 for an unknown transport, a reserved or
+ * invalid device_tag, and for a device buffer on IPC when the device
+ * cannot export memory (neither HR_GPU_CAP_IPC_MEM nor HR_GPU_CAP_IPC_FD).
+ * A producer that finds no mode it can serve for an IPC GPU buffer falls
+ * back to a host-staged copy (hr_gpu_stager; the engine's frames).
  */
 HR_EXTERN unsigned hr_sync_modes_available(uint8_t device_tag,
                                            uint32_t cap_flags, int transport);

@@ -152,6 +152,14 @@ typedef struct hr_settings {
   int rdma_destination;
   /* Source owner: tensors smaller than this go as frames (0: 64 KiB). */
   uint64_t rdma_min_bytes;
+  /* ---- appended: GET into device memory (hr_get_opts.device) ----
+   * The bytes pass through a ring of `device_pieces` pinned staging
+   * pieces of `device_piece` bytes each (0: 8 MiB and 4; at least 4 KiB,
+   * 2 to 16 pieces): a GET pins at most that much host memory whatever
+   * the tensor's size, and input waits (hr_session_recv_paused()) while
+   * every piece is being copied. */
+  uint64_t device_piece;
+  uint32_t device_pieces;
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */
@@ -232,6 +240,17 @@ typedef struct hr_get_info {
 } hr_get_info;
 
 HR_EXTERN const hr_get_info *hr_srv_get_info(const hr_srv_get *g);
+
+/* Marks the GET as coming from a client that may read only some of the
+ * provider's keys (hr_auth_wrap() does it for a token bounded to key
+ * prefixes, before the inner provider's on_get runs).  A provider must
+ * then not answer with memory that also holds other keys' bytes, such as
+ * the segment of a shared arena (<hurray/shm.h>): hr_store answers such a
+ * GET from a private copy instead.  hr_get_narrow() tells whether the mark
+ * is set (0 for NULL).  Call from on_get, before answering.
+ * version-added: 0.2 */
+HR_EXTERN void hr_get_set_narrow(hr_srv_get *g);
+HR_EXTERN int hr_get_narrow(const hr_srv_get *g);
 
 /* Answers a GET with a tensor (a reference is taken; the caller keeps its
  * own).  The session picks the layout, device, shards and transcoding
@@ -368,16 +387,21 @@ typedef struct hr_get_opts {
   const uint64_t *region_shape;
   const hr_get_dest *dest; /* NULL: allocate */
   /* Receive into device memory (NULL: host memory).  The bytes land in
-   * pinned host memory of `device` and are copied to device memory piece
-   * by piece (transcode_chunk bytes) as they arrive, each copy overlapping
-   * the receive of what follows.  The tensor delivered is a device tensor
-   * (hr_tensor_on_device; hr_tensor_gpu_buf gives its memory, its
-   * descriptor carries the device's device_tag and `device_sync`) that
-   * owns its device buffers: they are freed when it dies.  `device_sync`
+   * a bounded ring of pinned staging pieces of `device`
+   * (settings.device_piece, device_pieces) and each piece is copied to
+   * device memory as soon as it is complete, the copy overlapping the
+   * receive of what follows; a piece is reused once its copy is done, and
+   * the session stops reading while none is free.  Over the SHM data
+   * plane the pieces are filled from the mapped segment.  The tensor
+   * delivered is a device tensor (hr_tensor_on_device; hr_tensor_gpu_buf
+   * gives its memory, its descriptor carries the device's device_tag and
+   * `device_sync`) that owns its device buffers: they are freed when it
+   * dies.  `device_sync`
    * says when it is delivered (ADR-018):
    *   HR_SYNC_PRODUCER_SYNCED (P1): once the device finished the copies;
    *     use it at once.
-   *   HR_SYNC_EVENT (P2): as soon as the last byte arrived;
+   *   HR_SYNC_EVENT (P2): as soon as the last piece's copy is enqueued
+   *     (the last byte arrived);
    *     hr_tensor_gpu_event() is the event to wait on
    *     (hr_gpu_stream_wait_event) on every stream that touches it.
    * Any placement the server chose (the device's tag or CPU) lands on the
@@ -517,6 +541,16 @@ typedef struct hr_session_callbacks {
    * For logs and metrics; NULL: not reported. */
   void (*on_request)(hr_session *s, const hr_transfer_record *rec,
                      void *user_data);
+  /* ---- appended in 0.3: device memory over the SHM data plane ----
+   * Client: a token for a device tensor imported from the server's
+   * exported memory (wire-v1 § 16 PINNED; docs/internals/shm.md).  Fill
+   * out->unmap/ctx (base unused) so that unmap(ctx), called exactly once
+   * from whichever thread drops the tensor (possibly after the session is
+   * gone), makes the host call hr_session_pull() soon: the session owes
+   * the server a BUFFER_RELEASE.  Return 0, or non-zero when it cannot.
+   * NULL: device memory over SHM is refused (ERROR DEVICE_UNAVAILABLE,
+   * then frames).  version-added: 0.3 */
+  int (*shm_wake)(hr_session *s, struct hr_shm_mapping *out, void *user_data);
   /* ---- appended: asynchronous I/O (hr_session_io_hold) ---- */
   /* The session is about to drop memory that I/O held with
    * hr_session_io_hold(s, dir) may still touch: stop that I/O now and
@@ -632,6 +666,13 @@ HR_EXTERN int hr_session_recv_fds(hr_session *s, const int *fds, size_t n,
 
 /* nghttp2 rule: both 0 means the connection should be closed. */
 HR_EXTERN int hr_session_want_read(const hr_session *s);
+/* 1 while the session cannot take input now although it wants to read:
+ * a GET into device memory waits for a free staging piece (its copies are
+ * in flight).  The host stops reading (and watching for input) until a
+ * work item completes (hr_session_work_done()), then asks again.  Bytes
+ * fed anyway are kept, up to a bound, then fail that GET.  Not a reason
+ * to close: hr_session_want_read() stays 1.  version-added: 0.2 */
+HR_EXTERN int hr_session_recv_paused(const hr_session *s);
 HR_EXTERN int hr_session_want_write(const hr_session *s);
 
 /* The next timer deadline, or HR_TSTAMP_NEVER. */

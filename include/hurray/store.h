@@ -37,6 +37,22 @@ typedef struct hr_store_config {
                          always ALREADY_EXISTS) */
   uint64_t max_bytes; /* cap on the bytes stored (0: none); a PUT over it
                          is refused with RESOURCE_EXHAUSTED */
+  /* ---- appended in 0.2 ---- */
+  uint64_t shm_arena_bytes; /* > 0: keep tensors in a shared arena of at
+                         most this many bytes (<hurray/shm.h>), so that
+                         GETs over the SHM data plane hand out the arena's
+                         fd with the tensor's offset: no copy, no fd and
+                         (on a libhurray client) no mmap per tensor.  A
+                         plain host tensor without a segment of its own
+                         (hr_store_put, or a PUT's landing buffer: those
+                         of 1 MiB and more over a Unix socket already
+                         are segments) is copied in once when it is
+                         stored; what does not fit stays where it is.
+                         Every client that receives the fd can read the
+                         whole arena: a GET marked hr_get_narrow() (a
+                         token bounded to prefixes) is answered from a
+                         private copy instead (frames below 1 MiB, an own
+                         segment above).  0: no arena. */
 } hr_store_config;
 
 /* Fills `c` with the defaults: PUT off, replace on, no byte cap. */
@@ -53,6 +69,8 @@ HR_EXTERN void hr_store_del(hr_store *s);
 
 /*
  * Stores `t` under `key` (a reference is taken; the caller keeps its own).
+ * With a shared arena, `t` may be stored as a copy inside it (see
+ * hr_store_config.shm_arena_bytes).
  * With HR_PUT_REPLACE in `flags` an existing tensor is replaced
  * atomically; without it an existing key is refused.  The byte cap does
  * not apply here (it is the network's).  Returns 0,
@@ -80,6 +98,10 @@ HR_EXTERN uint64_t hr_store_bytes(const hr_store *s);
  * PUTs sets it to what it loaded plus what PUTs may add.
  * version-added: 0.1 */
 HR_EXTERN void hr_store_set_max_bytes(hr_store *s, uint64_t max_bytes);
+
+/* The store's shared arena (hr_store_config.shm_arena_bytes), borrowed
+ * for as long as the store lives; NULL without one. */
+HR_EXTERN struct hr_shm_arena *hr_store_arena(hr_store *s);
 
 /* Fills `out` with a provider serving this store (GET, LIST and, with
  * allow_put, PUT).  The store must outlive every session using it. */

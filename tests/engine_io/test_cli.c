@@ -621,10 +621,12 @@ static void test_graceful_drain(void **state) {
 }
 
 /* `serve --unix PATH` alone: the only listener is the socket; get and ls
- * take unix:PATH URLs; SIGTERM removes the socket file. */
+ * take unix:PATH URLs; SIGTERM removes the socket file.  With --shm-arena
+ * a small PUT (heap memory) is served over SHM from the arena. */
 static void test_unix_socket(void **state) {
   const char *sock = tpath("s.sock");
-  const char *argv[] = {HURRAY_BIN, "serve", "--unix", sock,
+  const char *argv[] = {HURRAY_BIN, "serve", "--unix", sock, "--allow-put",
+                        "--shm-arena", "16M",
                         HR_SOURCE_DIR "/examples/data", NULL};
   hr_tensor *ref = load(HR_SOURCE_DIR "/examples/data/matrix.npy"), *got;
   posix_spawn_file_actions_t fa;
@@ -682,7 +684,26 @@ static void test_unix_socket(void **state) {
     assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
                         "frames");
     cJSON_Delete(j);
+    /* A PUT under 1 MiB lands in heap memory; the store copies it into
+     * the arena, so it goes over SHM. */
+    assert_int_equal(run("put", uurl, "p",
+                         HR_SOURCE_DIR "/examples/data/matrix.npy", NULL),
+                     0);
+    assert_int_equal(run("get", "--stats", "-o", tpath("w.npy"), uurl, "p",
+                         NULL),
+                     0);
+    j = stats_of(err);
+    assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                        "shm");
+    cJSON_Delete(j);
+    got = load(tpath("w.npy"));
+    assert_true(tl_same_elements(ref, NULL, got));
+    hr_tensor_unref(got);
   }
+  /* The arena's size is a byte count of at least 1 MiB. */
+  assert_int_equal(run("serve", "--unix", tpath("t.sock"), "--shm-arena",
+                       "4K", HR_SOURCE_DIR "/examples/data", NULL),
+                   2);
   /* A second server on the live path fails and leaves it alone. */
   assert_int_equal(run("serve", "--unix", sock_copy,
                        HR_SOURCE_DIR "/examples/data", NULL),

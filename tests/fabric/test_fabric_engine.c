@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -135,6 +136,139 @@ static void run(int dest) {
   close_pair(&f);
 }
 
+/* ---- registration lifetime ---- */
+
+#define LIFE_LEN ((size_t)4 << 20)
+
+/* A fresh anonymous mapping (at `at` exactly when not NULL: memory freed
+ * and reallocated at the same address), filled from `seed`. */
+static uint8_t *mapping(void *at, uint32_t seed) {
+  uint8_t *p = mmap(at, LIFE_LEN, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+  assert_true(p != MAP_FAILED);
+  if (at)
+    assert_ptr_equal(p, at);
+  for (size_t i = 0; i < LIFE_LEN; i++)
+    p[i] = tl_byte(seed, i);
+  return p;
+}
+
+static hr_tensor *wrap(uint8_t *p) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = LIFE_LEN;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = LIFE_LEN;
+  void *bufs[1] = {p};
+  hr_tensor *t;
+  assert_int_equal(hr_tensor_wrap(&t, &d, bufs, NULL, NULL, NULL), 0);
+  return t;
+}
+
+typedef struct inval_wait {
+  hr_fabric *f;
+  uint64_t want;
+} inval_wait;
+
+static int invalidated(void *ud) {
+  inval_wait *iw = ud;
+  hr_fabric_stats st;
+  hr_fabric_get_stats(iw->f, &st);
+  return st.mr_cache_invalidations >= iw->want;
+}
+
+/* GET into the application's buffer `dst`; checks the bytes against
+ * `seed`. */
+static void get_into(fixture *f, uint8_t *dst, uint32_t seed) {
+  hr_get_opts o;
+  hr_get_dest dest;
+  tc_res r;
+  memset(&r, 0, sizeof r);
+  memset(&dest, 0, sizeof dest);
+  memset(dst, 0, LIFE_LEN);
+  dest.buffer = dst;
+  dest.capacity = LIFE_LEN;
+  tc_opts(&o, "t");
+  o.dest = &dest;
+  assert_int_equal(tc_get(&f->conn, &o, &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_RDMA);
+  assert_ptr_equal(hr_tensor_buffer(r.t, 0), dst);
+  tc_res_clear(&r); /* the application drops the received tensor */
+  for (size_t i = 0; i < LIFE_LEN; i++)
+    if (dst[i] != tl_byte(seed, i))
+      fail_msg("byte %zu differs", i);
+}
+
+/*
+ * A cached registration never outlives its memory.  Server: a tensor
+ * served twice is registered once; replaced in the store and freed, its
+ * registration is closed (the engine wakes for it), and a new tensor in
+ * memory mapped again at the same address is registered anew and served
+ * with its own bytes.  Client: each GET's destination (the application's
+ * buffer, unmapped and mapped again at the same address in between) is
+ * registered for that GET and closed when the received tensor is dropped.
+ * Every transfer's remote key is revoked at its end.
+ */
+static void test_registration_lifetime(void **state) {
+  (void)state;
+  fixture f;
+  open_pair(&f, provider(), 0);
+  hr_fabric *sf = hr_engine_fabric(f.srv.e), *cf = hr_engine_fabric(f.ce);
+  hr_fabric_stats s0, s1, c0, c1;
+  uint8_t *src = mapping(NULL, 31), *dst = mapping(NULL, 0);
+  hr_tensor *t = wrap(src);
+  tl_put(&f.srv, "t", t);
+  hr_fabric_get_stats(sf, &s0);
+  hr_fabric_get_stats(cf, &c0);
+  get_into(&f, dst, 31);
+  get_into(&f, dst, 31);
+  hr_fabric_get_stats(sf, &s1);
+  /* Served twice, registered once. */
+  assert_int_equal(s1.mr_cache_misses - s0.mr_cache_misses, 1);
+  assert_true(s1.mr_cache_hits > s0.mr_cache_hits);
+  assert_int_equal(s1.mr_cache_invalidations, s0.mr_cache_invalidations);
+  /* The client's destination: registered per GET, closed after it. */
+  inval_wait cw = {cf, c0.mr_cache_invalidations + 2};
+  assert_int_equal(tl_run(f.env, invalidated, &cw, 5000), 1);
+  hr_fabric_get_stats(cf, &c1);
+  assert_int_equal(c1.mr_cache_misses - c0.mr_cache_misses, 2);
+  /* Freed and mapped again at the same address: registered anew. */
+  assert_int_equal(munmap(dst, LIFE_LEN), 0);
+  assert_ptr_equal(mapping(dst, 0), dst);
+  get_into(&f, dst, 31);
+  hr_fabric_get_stats(cf, &c1);
+  assert_int_equal(c1.mr_cache_misses - c0.mr_cache_misses, 3);
+
+  /* The store lets the tensor go; its memory is freed. */
+  hr_tensor *other = tensor(1, 64, 5);
+  tl_put(&f.srv, "t", other);
+  hr_tensor_unref(other);
+  hr_tensor_unref(t);
+  inval_wait sw = {sf, s0.mr_cache_invalidations + 1};
+  assert_int_equal(tl_run(f.env, invalidated, &sw, 5000), 1);
+  assert_int_equal(munmap(src, LIFE_LEN), 0);
+  /* New memory at the same address, other bytes: a new registration. */
+  assert_ptr_equal(mapping(src, 47), src);
+  t = wrap(src);
+  tl_put(&f.srv, "t", t);
+  get_into(&f, dst, 47);
+  hr_fabric_get_stats(sf, &s1);
+  assert_int_equal(s1.mr_cache_misses - s0.mr_cache_misses, 2);
+  /* Every remote key made was revoked. */
+  assert_true(s1.remote_regs > s0.remote_regs);
+  assert_int_equal(s1.remote_regs, s1.remote_deregs);
+  hr_fabric_get_stats(cf, &c1);
+  assert_int_equal(c1.remote_regs, c1.remote_deregs);
+  hr_tensor_unref(t);
+  close_pair(&f);
+  munmap(src, LIFE_LEN);
+  munmap(dst, LIFE_LEN);
+}
+
 static void test_get_put(void **state) {
   (void)state;
   run(0);
@@ -204,6 +338,7 @@ int main(void) {
       cmocka_unit_test(test_get_put_destination),
       cmocka_unit_test(test_client_without_fabric),
       cmocka_unit_test(test_client_other_provider),
+      cmocka_unit_test(test_registration_lifetime),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -317,6 +317,52 @@ static void test_get_destination(void **state) {
   world_close(w);
 }
 
+/* Tensors moved over the data plane report their buffers when freed: the
+ * served tensor (replaced in the provider and dropped) on the server's
+ * fabric, the received one (dropped by the application) on the client's,
+ * once each, and only when freed: a tensor served twice is watched once. */
+static void test_freed_tensors_invalidate(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  hr_tensor_unref(w->got);
+  w->got = NULL;
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  hr__fake_stats st;
+  hr__fake_progress(w->es);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.invalidations, 0); /* still served */
+  /* The first received tensor is gone: its landing buffer was reported. */
+  hr__fake_progress(w->ec);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.invalidations, 1);
+  const void *landing = hr_tensor_buffer(w->got, 0);
+  hr_tensor_unref(w->got);
+  w->got = NULL;
+  hr__fake_progress(w->ec);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.invalidations, 2);
+  assert_ptr_equal(st.last_invalidated, landing);
+  assert_int_equal(st.last_invalidated_len, SIZE);
+  /* The provider lets the served tensor go: freed, reported. */
+  const void *src = hr_tensor_buffer(w->served, 0);
+  hr_tensor_unref(w->served);
+  w->served = make_tensor(SIZE, 9);
+  hr__fake_progress(w->es);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.invalidations, 1);
+  assert_ptr_equal(st.last_invalidated, src);
+  assert_int_equal(st.last_invalidated_len, SIZE);
+  /* A tensor outliving its fabric reports into nothing, harmlessly. */
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  hr_tensor *keep = hr_tensor_ref(w->got);
+  world_close(w);
+  hr_tensor_unref(keep);
+}
+
 static void test_put(void **state) {
   (void)state;
   for (int dest = 0; dest < 2; dest++) {
@@ -514,6 +560,7 @@ int main(void) {
       cmocka_unit_test(test_peer_refused),
       cmocka_unit_test(test_terminate),
       cmocka_unit_test(test_small),
+      cmocka_unit_test(test_freed_tensors_invalidate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

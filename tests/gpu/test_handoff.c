@@ -30,17 +30,28 @@ static void test_capability_query(void **state) {
   assert_int_equal(hr_sync_modes_available(HR_DEV_CPU, 0xffffffffu,
                                            HR_HANDOFF_IN_PROCESS),
                    HR_SYNC_BIT(P1));
-  /* IPC: P2 only with exportable events, P3 only with exportable
+  /* IPC: nothing without exportable memory (host-staged fallback), then
+   * P1; P2 only with exportable events, P3 only with exportable
    * streams. */
-  assert_int_equal(hr_sync_modes_available(HR_DEV_ROCM, 0, HR_HANDOFF_IPC),
+  assert_int_equal(hr_sync_modes_available(HR_DEV_ROCM, 0, HR_HANDOFF_IPC), 0);
+  assert_int_equal(hr_sync_modes_available(HR_DEV_CUDA,
+                                           ipc_ev | HR_GPU_CAP_IPC_STREAM,
+                                           HR_HANDOFF_IPC),
+                   0);
+  assert_int_equal(hr_sync_modes_available(HR_DEV_ROCM, HR_GPU_CAP_IPC_FD,
+                                           HR_HANDOFF_IPC),
                    HR_SYNC_BIT(P1));
-  assert_int_equal(hr_sync_modes_available(HR_DEV_CUDA, ipc_ev,
+  assert_int_equal(hr_sync_modes_available(HR_DEV_CUDA,
+                                           ipc_ev | HR_GPU_CAP_IPC_MEM,
                                            HR_HANDOFF_IPC),
                    HR_SYNC_BIT(P1) | HR_SYNC_BIT(P2));
   assert_int_equal(hr_sync_modes_available(HR_DEV_CUDA,
-                                           HR_GPU_CAP_IPC_STREAM,
+                                           HR_GPU_CAP_IPC_STREAM |
+                                               HR_GPU_CAP_IPC_FD,
                                            HR_HANDOFF_IPC),
                    HR_SYNC_BIT(P1) | HR_SYNC_BIT(P3));
+  assert_int_equal(hr_sync_modes_available(HR_DEV_CPU, 0, HR_HANDOFF_IPC),
+                   HR_SYNC_BIT(P1));
   /* Network: P1, whatever the device can do. */
   assert_int_equal(hr_sync_modes_available(HR_DEV_CUDA, 0xffffffffu,
                                            HR_HANDOFF_NETWORK),
@@ -60,7 +71,7 @@ static void test_capability_query(void **state) {
                    P1);
   assert_int_equal(hr_sync_mode_choose(0, 1), -1);
   /* The same through an opened device (the simulated one: in-process
-   * all, IPC P1 since it exports nothing). */
+   * all, IPC P1: it exports memory as a memfd but no events). */
   hr_gpu *g;
   assert_int_equal(hr_gpu_open(&g, NULL, NULL, NULL), 0);
   assert_int_equal(hr_gpu_sync_modes(g, HR_HANDOFF_IN_PROCESS), ALL);
@@ -384,8 +395,8 @@ static void test_ipc_with_exportable_events(void **state) {
   hr_handoff_payload p;
   good_payload(P2, &c, &b, &p);
   hr_handoff_request r = request(HR_HANDOFF_IPC, NULL);
-  r.accept_modes = hr_sync_modes_available(HR_DEV_CUDA, HR_GPU_CAP_IPC_EVENT,
-                                           HR_HANDOFF_IPC);
+  r.accept_modes = hr_sync_modes_available(
+      HR_DEV_CUDA, HR_GPU_CAP_IPC_EVENT | HR_GPU_CAP_IPC_MEM, HR_HANDOFF_IPC);
   hr_handoff *h;
   hr_wire_status st;
   assert_int_equal(hr_handoff_accept(l, &r, &b, &p, &h, &st), 0);

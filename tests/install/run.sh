@@ -17,6 +17,11 @@ libdir=$(pkg-config --variable=libdir hurray)
   $(pkg-config --cflags --libs hurray)
 LD_LIBRARY_PATH=$libdir "$work/shared" shared-pc
 ldd "$work/shared" | grep libhurray.so >/dev/null || { echo "not linked shared"; exit 1; }
+# libfabric is loaded at run time, never linked (its providers' constructors
+# would run in every process).
+if LD_LIBRARY_PATH=$libdir ldd "$work/shared" | grep libfabric >/dev/null; then
+  echo "libhurray links libfabric"; exit 1
+fi
 
 # pkg-config, static: libhurray.a plus its private dependencies.
 libs=$(pkg-config --static --libs hurray | sed 's/-lhurray/-Wl,-Bstatic -lhurray -Wl,-Bdynamic/')

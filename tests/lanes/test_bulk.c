@@ -394,7 +394,7 @@ static void server_cut_while_out(void **state) {
   interrupted(CUT_SERVER, 4);
 }
 
-/* ---- a peer that stops reading -------------------------------------------- */
+/* ---- a peer that stops reading ------------------------------------------ */
 
 typedef struct two {
   tl_env *a, *b;

@@ -1,0 +1,197 @@
+/*
+ * A GET into device memory in the sans-IO session (engine/core/hr_devrx.c),
+ * on the simulated device, with the piece copies' work items held back by
+ * the host (async work, run only when the harness says):
+ *
+ *  - with every slot of a small ring waiting for its copy, the session
+ *    reports hr_session_recv_paused(); a host that feeds bytes anyway has
+ *    them kept aside (the spill) and placed once copies complete; the
+ *    device bytes are right, through the copying path and the zero-copy
+ *    (recv_target) path, P1 and P2;
+ *  - a host that ignores the pause past the spill's bound fails that GET
+ *    (RESOURCE_EXHAUSTED to the server), and the session goes on;
+ *  - the pinned memory in use never exceeds the ring (live pinned blocks of
+ *    the device are counted through a wrapper of its ops).
+ */
+#include <stdatomic.h>
+
+#include <hurray/gpu.h>
+
+#include "engine_core/harness.h"
+
+#define PIECE 4096u
+
+/* Pinned memory alive, counted around the sim backend's ops. */
+static const hr_gpu_ops *base_ops;
+static hr_gpu_ops cnt_ops;
+static uint64_t pinned_live, pinned_peak;
+
+static int cnt_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
+  int rv = base_ops->mem_alloc(dev, kind, size, out);
+  if (rv == 0 && kind == HR_GPU_MEM_PINNED) {
+    pinned_live += size;
+    if (pinned_live > pinned_peak)
+      pinned_peak = pinned_live;
+  }
+  return rv;
+}
+
+static void cnt_free(void *dev, const hr_gpu_mem_info *m) {
+  if (m->kind == HR_GPU_MEM_PINNED)
+    pinned_live -= m->size;
+  base_ops->mem_free(dev, m);
+}
+
+static hr_gpu *open_sim(void) {
+  hr_gpu_config cfg;
+  hr_gpu *g;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = "sim";
+  assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
+  base_ops = hr_gpu_get_ops(g);
+  cnt_ops = *base_ops;
+  cnt_ops.mem_alloc = cnt_alloc;
+  cnt_ops.mem_free = cnt_free;
+  assert_int_equal(hr_gpu_del(g), 0);
+  cfg.ops = &cnt_ops;
+  assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
+  pinned_live = pinned_peak = 0;
+  return g;
+}
+
+/* The device tensor's bytes, copied back to the host. */
+static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
+                         uint64_t n) {
+  hr_gpu_stream *s;
+  hr_gpu_buf *h;
+  void *p = calloc(1, n ? n : 1);
+  assert_non_null(p);
+  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n ? n : 1, &h), 0);
+  hr_gpu_event *ev = hr_tensor_gpu_event(t);
+  if (ev)
+    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
+  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
+                   0);
+  assert_int_equal(hr_gpu_stream_sync(s), 0);
+  int same = memcmp(p, want, n) == 0;
+  hr_gpu_buf_del(h);
+  hr_gpu_stream_del(s);
+  free(p);
+  return same;
+}
+
+/* Opens a pair whose client receives into `g` through a 2 x PIECE ring,
+ * work items held back, and stores an n-byte tensor under "k". */
+static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
+  memset(p, 0, sizeof *p);
+  p->async_work = 1;
+  p->chunked = 1;
+  p->zero_copy = zero_copy;
+  hr_settings cs;
+  hr_settings_default(&cs);
+  cs.device_piece = PIECE;
+  cs.device_pieces = 2;
+  assert_int_equal(pair_open(p, &cs, NULL), 0);
+  uint64_t shape[1] = {n};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 11);
+  store_put(&p->st, "k", t);
+  return t;
+}
+
+/* Moves bytes both ways without running work; returns 1 if any moved. */
+static int pump_only(pair *p) {
+  int64_t a = pump(p, p->c, p->s), b = pump(p, p->s, p->c);
+  assert_true(a >= 0 && b >= 0);
+  return a > 0 || b > 0;
+}
+
+static void get_through_spill(int zero_copy, uint8_t sync) {
+  pair p;
+  const uint64_t n = 40 * PIECE + 3;
+  hr_gpu *g = open_sim();
+  hr_tensor *t = open_pair(&p, zero_copy, n);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = sync;
+  result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  /* Every byte reaches the client while no copy completes: the ring
+   * fills, the session asks to pause, the rest is kept aside. */
+  int paused = 0;
+  while (pump_only(&p))
+    paused |= hr_session_recv_paused(p.c);
+  assert_true(paused);
+  assert_true(hr_session_recv_paused(p.c));
+  assert_int_equal(r.calls, 0);
+  assert_true(pinned_live <= 2 * PIECE);
+  /* The copies complete, the spill lands, the GET ends. */
+  assert_int_equal(run(&p), 0);
+  assert_false(hr_session_recv_paused(p.c));
+  assert_int_equal(r.calls, 1);
+  assert_int_equal(r.status, 0);
+  assert_non_null(r.t);
+  assert_true(hr_tensor_on_device(r.t));
+  assert_int_equal(hr_tensor_descriptor(r.t)->buffers[0].sync_mode, sync);
+  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  assert_true(pinned_peak <= 2 * PIECE);
+  hr_tensor_unref(r.t);
+  hr_tensor_unref(t);
+  pair_close(&p);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+static void spill_copying_p1(void **state) {
+  (void)state;
+  get_through_spill(0, HR_SYNC_PRODUCER_SYNCED);
+}
+
+static void spill_zero_copy_p2(void **state) {
+  (void)state;
+  get_through_spill(1, HR_SYNC_EVENT);
+}
+
+/* A host that never honours the pause nor runs the copies: past the
+ * spill's bound the GET fails, the server hears of it, the session stays
+ * usable (a PING still goes round). */
+static void spill_bound(void **state) {
+  (void)state;
+  pair p;
+  const uint64_t n = (uint64_t)6 << 20;
+  hr_gpu *g = open_sim();
+  hr_tensor *t = open_pair(&p, 0, n);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  while (pump_only(&p))
+    ;
+  assert_int_equal(r.calls, 1);
+  assert_int_not_equal(r.status, 0);
+  assert_null(r.t);
+  /* The held-back copies finish; nothing is left behind. */
+  assert_int_equal(run(&p), 0);
+  result pr;
+  memset(&pr, 0, sizeof pr);
+  assert_int_equal(hr_session_ping(p.c, on_ping_done, &pr), 0);
+  assert_int_equal(run(&p), 0);
+  assert_int_equal(pr.calls, 1);
+  assert_int_equal(pr.status, 0);
+  hr_tensor_unref(t);
+  pair_close(&p);
+  assert_int_equal(pinned_live, 0);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(spill_copying_p1),
+      cmocka_unit_test(spill_zero_copy_p2),
+      cmocka_unit_test(spill_bound),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
