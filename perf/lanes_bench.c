@@ -3,18 +3,31 @@
  * with as many streams, on loopback, in the same run (guides/
  * performance.md: never compare with a table).
  *
- * For each N: a hurray GET of a 1 GiB FLOAT32 tensor with PARALLEL_OK and
- * max_shards N over a session of N connections, into the caller's buffer
- * (touched once beforehand: page faults are not the protocol's); the
- * best of --reps runs.  Then `iperf3 -c 127.0.0.1 -P N -t SECS` against
- * `iperf3 -s -1` on a free port.  Prints GB/s of both and their ratio.
- * The server is a forked process on its own libevent loop (like iperf3's),
- * the client the blocking API; nothing is pinned and no core count is
- * assumed, so it runs unchanged on a machine of many cores.
+ * For each N, --reps rounds, each of: a hurray GET of a 1 GiB FLOAT32
+ * tensor with PARALLEL_OK and max_shards N over a session of N
+ * connections, into the caller's buffer (touched once beforehand: page
+ * faults are not the protocol's), with bulk I/O on the worker pools (the
+ * default); the same GET with every byte on the loop threads (bulk
+ * offload off on both ends, the path before it: the baseline); and
+ * `iperf3 -c 127.0.0.1 -P N -t SECS` against `iperf3 -s -1`.  The three
+ * are interleaved so that a noisy machine (a shared 2-core VM) disturbs
+ * them alike; the median and the best of each are printed, with the
+ * ratios of the medians.  During the offloaded GETs the CPU time of
+ * every thread of both ends is read from /proc (utime + stime): the
+ * busiest thread's share of its process's CPU time, and how many threads
+ * did at least 5 % of it, show whether lanes
+ * spread over cores (1 lane: one thread does nearly all; N lanes: about
+ * 1/N each).
+ *
+ * The servers are forked processes on their own libevent loops (like
+ * iperf3's), the client the blocking API; nothing is pinned and no core
+ * count is assumed, so it runs unchanged on a machine of many cores.
  *
  *   lanes_bench [--mib N] [--reps N] [--iperf-secs N] [--lanes 1,2,4,8]
+ *               [--offload-min BYTES] [--no-baseline]
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,8 +46,9 @@
 #include <hurray/store.h>
 
 static uint64_t g_bytes = 1ull << 30;
-static int g_reps = 3;
-static int g_iperf_secs = 3;
+static int g_reps = 5;
+static int g_iperf_secs = 2;
+static uint64_t g_offload_min = 0; /* 0: the engine's default */
 
 static double now_s(void) {
   struct timespec ts;
@@ -80,8 +95,9 @@ static void on_term(evutil_socket_t fd, short what, void *base) {
   event_base_loopexit(base, NULL);
 }
 
-/* Serves "w" on 127.0.0.1:0 and writes the port to `ready`. */
-static int serve(int ready) {
+/* Serves "w" on 127.0.0.1:0 with bulk I/O from `bulk_min` bytes and
+ * writes the port to `ready`. */
+static int serve(int ready, uint64_t bulk_min) {
   struct event_base *base = event_base_new();
   hr_store *store = NULL;
   hr_store_config sc;
@@ -89,6 +105,7 @@ static int serve(int ready) {
   hr_engine *e;
   hr_listener *l;
   hr_tensor *t = make_tensor();
+  hr_engine_config ec;
   int port;
 
   hr_store_config_default(&sc);
@@ -97,7 +114,9 @@ static int serve(int ready) {
     die("%s", "server setup");
   hr_tensor_unref(t);
   hr_store_provider(store, &prov);
-  if (hr_ev_attach(&e, base, NULL, NULL) ||
+  hr_engine_config_default(&ec);
+  ec.bulk_offload_min = bulk_min;
+  if (hr_ev_attach(&e, base, &ec, NULL) ||
       hr_engine_listen(e, "127.0.0.1:0", &prov, &l))
     die("%s", "server listen");
   port = hr_listener_port(l);
@@ -118,51 +137,140 @@ static int serve(int ready) {
 
 /* ---- hurray -------------------------------------------------------------- */
 
-/* Best GB/s of g_reps GETs over `lanes` connections with as many shards;
- * *shards_out and *lanes_out: what the last transfer reports. */
-static double hurray_run(int port, unsigned lanes, void *dst,
-                         uint32_t *shards_out, uint32_t *lanes_out) {
+static hr_client *hurray_connect(int port, unsigned lanes, uint64_t bulk_min) {
   hr_client_options o;
   hr_client *c;
   hr_client_error err;
   char url[64];
-  double best = 0;
 
   hr_client_options_default(&o);
   o.lanes = lanes;
   o.timeout_ms = 120000;
+  o.bulk_offload_min = bulk_min;
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   if (hr_client_connect(&c, url, &o, NULL, &err))
     die("connect: %s", err.message);
   if (hr_client_lanes(c) != lanes)
     die("%s", "the server took fewer lanes than asked");
-  for (int r = 0; r < g_reps; r++) {
-    hr_get_opts go;
-    hr_get_dest dest = {dst, g_bytes, NULL, NULL};
-    hr_transfer_record rec;
-    hr_tensor *t = NULL;
-    memset(&go, 0, sizeof go);
-    go.key = (const uint8_t *)"w";
-    go.key_len = 1;
-    go.flags = HR_REQ_PARALLEL_OK;
-    go.max_shards = (uint16_t)lanes;
-    go.min_alignment_log2 = 6;
-    go.dest = &dest;
-    double t0 = now_s();
-    if (hr_client_get(c, &go, &t, &rec))
-      die("GET: %s", hr_client_last_error(c)->message);
-    double dt = now_s() - t0;
-    if (hr_tensor_bytes(t) != g_bytes)
-      die("%s", "short tensor");
-    hr_tensor_unref(t);
-    double gbs = (double)g_bytes / dt / 1e9;
-    if (gbs > best)
-      best = gbs;
-    *shards_out = rec.shards;
-    *lanes_out = rec.lanes;
+  return c;
+}
+
+/* GB/s of one GET over `lanes` connections with as many shards;
+ * *shards_out and *lanes_out: what the transfer reports. */
+static double hurray_get(hr_client *c, unsigned lanes, void *dst,
+                         uint32_t *shards_out, uint32_t *lanes_out) {
+  hr_get_opts go;
+  hr_get_dest dest = {dst, g_bytes, NULL, NULL};
+  hr_transfer_record rec;
+  hr_tensor *t = NULL;
+
+  memset(&go, 0, sizeof go);
+  go.key = (const uint8_t *)"w";
+  go.key_len = 1;
+  go.flags = HR_REQ_PARALLEL_OK;
+  go.max_shards = (uint16_t)lanes;
+  go.min_alignment_log2 = 6;
+  go.dest = &dest;
+  double t0 = now_s();
+  if (hr_client_get(c, &go, &t, &rec))
+    die("GET: %s", hr_client_last_error(c)->message);
+  double dt = now_s() - t0;
+  if (hr_tensor_bytes(t) != g_bytes)
+    die("%s", "short tensor");
+  hr_tensor_unref(t);
+  *shards_out = rec.shards;
+  *lanes_out = rec.lanes;
+  return (double)g_bytes / dt / 1e9;
+}
+
+/* ---- per-thread CPU time ------------------------------------------------- */
+
+#define MAX_THREADS 256
+
+/* CPU ticks (utime + stime) of each thread of a process. */
+typedef struct cpu_snap {
+  int n;
+  int tid[MAX_THREADS];
+  unsigned long long ticks[MAX_THREADS];
+} cpu_snap;
+
+static void cpu_read(pid_t pid, cpu_snap *cs) {
+  char path[320], buf[1024];
+  struct dirent *d;
+  DIR *dir;
+
+  cs->n = 0;
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  dir = opendir(path);
+  if (!dir)
+    return;
+  while ((d = readdir(dir)) && cs->n < MAX_THREADS) {
+    if (d->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int)pid, d->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* The name may hold spaces: fields start after its ')'. */
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
+                            "%llu",
+                     &ut, &st) != 2)
+      continue;
+    cs->tid[cs->n] = atoi(d->d_name);
+    cs->ticks[cs->n] = ut + st;
+    cs->n++;
   }
-  hr_client_close(c);
-  return best;
+  closedir(dir);
+}
+
+/* Per-thread CPU ticks accumulated over several intervals. */
+typedef struct cpu_acc {
+  int n;
+  int tid[MAX_THREADS];
+  unsigned long long ticks[MAX_THREADS];
+} cpu_acc;
+
+static void cpu_add(cpu_acc *a, const cpu_snap *before, const cpu_snap *after) {
+  for (int i = 0; i < after->n; i++) {
+    unsigned long long b = 0;
+    for (int k = 0; k < before->n; k++)
+      if (before->tid[k] == after->tid[i])
+        b = before->ticks[k];
+    int j;
+    for (j = 0; j < a->n; j++)
+      if (a->tid[j] == after->tid[i])
+        break;
+    if (j == a->n) {
+      if (a->n == MAX_THREADS)
+        continue;
+      a->tid[a->n] = after->tid[i];
+      a->ticks[a->n++] = 0;
+    }
+    a->ticks[j] += after->ticks[i] - b;
+  }
+}
+
+/* "CPU s / busiest thread's % / threads with at least 5 %". */
+static void cpu_fmt(const cpu_acc *a, char *out, size_t cap) {
+  unsigned long long total = 0, top = 0;
+  int busy = 0;
+  double hz = (double)sysconf(_SC_CLK_TCK);
+
+  for (int i = 0; i < a->n; i++) {
+    total += a->ticks[i];
+    if (a->ticks[i] > top)
+      top = a->ticks[i];
+  }
+  for (int i = 0; i < a->n; i++)
+    if (total && a->ticks[i] * 20 >= total)
+      busy++;
+  snprintf(out, cap, "%5.2f %3.0f%% %2d", (double)total / hz,
+           total ? 100.0 * (double)top / (double)total : 0.0, busy);
 }
 
 /* ---- iperf3 -------------------------------------------------------------- */
@@ -244,8 +352,41 @@ static double iperf_run(unsigned streams) {
 
 /* ---- main ---------------------------------------------------------------- */
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median and best of n values (sorted in place; failures, < 0, last). */
+static void med_best(double *v, int n, double *med, double *best) {
+  int ok = 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  while (ok < n && v[n - 1 - ok] >= 0)
+    ok++;
+  v += n - ok;
+  *med = ok ? (ok % 2 ? v[ok / 2] : (v[ok / 2 - 1] + v[ok / 2]) / 2) : -1;
+  *best = ok ? v[ok - 1] : -1;
+}
+
+static pid_t start_server(uint64_t bulk_min, int *port) {
+  int ready[2];
+  if (pipe(ready))
+    die("%s", "pipe");
+  pid_t srv = fork();
+  if (srv == 0) {
+    close(ready[0]);
+    _exit(serve(ready[1], bulk_min));
+  }
+  close(ready[1]);
+  if (read(ready[0], port, sizeof *port) != sizeof *port)
+    die("%s", "the server did not start");
+  close(ready[0]);
+  return srv;
+}
+
 int main(int argc, char **argv) {
   unsigned lanes[16] = {1, 2, 4, 8}, nl = 4;
+  int baseline = 1;
 
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mib") && i + 1 < argc) {
@@ -254,6 +395,10 @@ int main(int argc, char **argv) {
       g_reps = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--iperf-secs") && i + 1 < argc) {
       g_iperf_secs = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--offload-min") && i + 1 < argc) {
+      g_offload_min = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--no-baseline")) {
+      baseline = 0;
     } else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) {
       char *s = argv[++i];
       nl = 0;
@@ -264,51 +409,111 @@ int main(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "usage: lanes_bench [--mib N] [--reps N] "
-                      "[--iperf-secs N] [--lanes 1,2,4,8]\n");
+                      "[--iperf-secs N] [--lanes 1,2,4,8] "
+                      "[--offload-min BYTES] [--no-baseline]\n");
       return 2;
     }
   }
-  if (g_bytes < (16u << 20) || g_reps < 1 || g_iperf_secs < 1)
-    die("%s", "--mib at least 16, --reps and --iperf-secs at least 1");
+  if (g_bytes < (16u << 20) || g_reps < 1 || g_reps > 64 ||
+      g_iperf_secs < 1 || g_offload_min == UINT64_MAX)
+    die("%s", "--mib at least 16, --reps 1 to 64, --iperf-secs at least 1");
   for (unsigned i = 0; i < nl; i++)
     if (lanes[i] < 1 || lanes[i] > HR_MAX_LANES)
       die("%s", "--lanes: 1 to 64 each");
   signal(SIGPIPE, SIG_IGN);
-  int ready[2];
-  if (pipe(ready))
-    die("%s", "pipe");
-  pid_t srv = fork();
-  if (srv == 0) {
-    close(ready[0]);
-    _exit(serve(ready[1]));
-  }
-  close(ready[1]);
-  int port = 0;
-  if (read(ready[0], &port, sizeof port) != sizeof port)
-    die("%s", "the server did not start");
-  close(ready[0]);
+  int port = 0, port_old = 0;
+  pid_t srv = start_server(g_offload_min, &port), srv_old = -1;
+  if (baseline)
+    srv_old = start_server(UINT64_MAX, &port_old);
   void *dst = aligned_alloc(4096, g_bytes);
   if (!dst)
     die("%s", "out of memory for the destination");
+  /* iperf3 is started with fork(): that would write-protect every page
+   * of the destination, and the next GET would pay a copy-on-write fault
+   * per page (40 % of its time on a VM).  The children never need it. */
+  madvise(dst, g_bytes, MADV_DONTFORK);
   memset(dst, 0, g_bytes);
-  printf("lanes_bench: %llu MiB over loopback, %ld CPUs, best of %d GETs, "
-         "iperf3 -t %d\n",
+  printf("lanes_bench: %llu MiB over loopback, %ld CPUs, %d interleaved "
+         "rounds (median / best), iperf3 -t %d\n",
          (unsigned long long)(g_bytes >> 20), sysconf(_SC_NPROCESSORS_ONLN),
          g_reps, g_iperf_secs);
-  printf("%6s %7s %14s %14s %7s\n", "lanes", "shards", "hurray GB/s",
-         "iperf3 GB/s", "ratio");
+  printf("  hurray: bulk I/O on the worker pools; loop-only: every byte on "
+         "the loop threads (before)\n");
+  printf("  cpu: CPU s of the offloaded GETs / busiest thread's share / "
+         "threads with >= 5%%\n");
+  printf("%5s %6s %13s %13s %13s %7s %7s %7s  %-16s %-16s\n", "lanes",
+         "shards", "hurray GB/s", "loop-only", "iperf3 GB/s", "h/ip3",
+         "h/h1", "h/loop", "client cpu", "server cpu");
+  /* One GET first, unmeasured: the first touches of the servers' and the
+   * client's memory are nobody's throughput. */
+  {
+    uint32_t s0, u0;
+    hr_client *c = hurray_connect(port, lanes[0], g_offload_min);
+    hurray_get(c, lanes[0], dst, &s0, &u0);
+    hr_client_close(c);
+    if (baseline) {
+      c = hurray_connect(port_old, lanes[0], UINT64_MAX);
+      hurray_get(c, lanes[0], dst, &s0, &u0);
+      hr_client_close(c);
+    }
+  }
+  double h1 = -1;
   for (unsigned i = 0; i < nl; i++) {
-    uint32_t shards = 0, used = 0;
-    double h = hurray_run(port, lanes[i], dst, &shards, &used);
-    double p = iperf_run(lanes[i]);
-    if (p > 0)
-      printf("%6u %7u %14.2f %14.2f %7.2f\n", used, shards, h, p, h / p);
+    uint32_t shards = 0, used = 0, s2, u2;
+    double h[64], o[64], p[64];
+    cpu_acc cc, sc;
+    memset(&cc, 0, sizeof cc);
+    memset(&sc, 0, sizeof sc);
+    hr_client *c = hurray_connect(port, lanes[i], g_offload_min);
+    hr_client *c_old =
+        baseline ? hurray_connect(port_old, lanes[i], UINT64_MAX) : NULL;
+    for (int r = 0; r < g_reps; r++) {
+      cpu_snap cb, ca, sb, sa;
+      cpu_read(getpid(), &cb);
+      cpu_read(srv, &sb);
+      h[r] = hurray_get(c, lanes[i], dst, &shards, &used);
+      cpu_read(getpid(), &ca);
+      cpu_read(srv, &sa);
+      cpu_add(&cc, &cb, &ca);
+      cpu_add(&sc, &sb, &sa);
+      o[r] = c_old ? hurray_get(c_old, lanes[i], dst, &s2, &u2) : -1;
+      p[r] = iperf_run(lanes[i]);
+    }
+    hr_client_close(c);
+    if (c_old)
+      hr_client_close(c_old);
+    double hm, hb, om, ob, pm, pb;
+    char ccpu[32], scpu[32], ratio[3][16];
+    med_best(h, g_reps, &hm, &hb);
+    med_best(o, g_reps, &om, &ob);
+    med_best(p, g_reps, &pm, &pb);
+    if (lanes[i] == 1)
+      h1 = hm;
+    cpu_fmt(&cc, ccpu, sizeof ccpu);
+    cpu_fmt(&sc, scpu, sizeof scpu);
+    snprintf(ratio[0], sizeof ratio[0], pm > 0 ? "%.2f" : "-", hm / pm);
+    snprintf(ratio[1], sizeof ratio[1], h1 > 0 ? "%.2f" : "-", hm / h1);
+    snprintf(ratio[2], sizeof ratio[2], om > 0 ? "%.2f" : "-", hm / om);
+    char hs[32], os[32], ps[32];
+    snprintf(hs, sizeof hs, "%5.2f /%5.2f", hm, hb);
+    if (om > 0)
+      snprintf(os, sizeof os, "%5.2f /%5.2f", om, ob);
     else
-      printf("%6u %7u %14.2f %14s %7s\n", used, shards, h, "(failed)", "-");
+      snprintf(os, sizeof os, "-");
+    if (pm > 0)
+      snprintf(ps, sizeof ps, "%5.2f /%5.2f", pm, pb);
+    else
+      snprintf(ps, sizeof ps, "(failed)");
+    printf("%5u %6u %13s %13s %13s %7s %7s %7s  %-16s %-16s\n", used, shards,
+           hs, os, ps, ratio[0], ratio[1], ratio[2], ccpu, scpu);
     fflush(stdout);
   }
   free(dst);
   kill(srv, SIGTERM);
   waitpid(srv, NULL, 0);
+  if (srv_old > 0) {
+    kill(srv_old, SIGTERM);
+    waitpid(srv_old, NULL, 0);
+  }
   return 0;
 }

@@ -74,6 +74,8 @@ static void get_complete(hr_session *s, hr_stream *st, hr_tensor *t) {
     hr_tensor_unref(t);
     return;
   }
+  /* The application may free the destination in the callback. */
+  hr__io_fence_rx(s, st);
   st->cb_done = 1;
   st->rec.finished = s->now;
   st->rec.bytes = st->rv.bytes;

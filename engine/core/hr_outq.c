@@ -155,7 +155,10 @@ int hr__out_empty(hr_session *s, uint32_t type, uint32_t stream_id) {
 }
 
 void hr__out_clear(hr_session *s) {
-  hr_oitem *it = s->qhead;
+  hr_oitem *it;
+
+  hr__io_fence_tx(s);
+  it = s->qhead;
   while (it) {
     hr_oitem *next = it->next;
     item_free(s, it);

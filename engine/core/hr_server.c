@@ -327,6 +327,8 @@ static int put_refuse(hr_session *s, const hr_msg *m, uint32_t code,
 }
 
 static void put_abort(hr_session *s, hr_stream *st) {
+  /* The provider frees the landing tensor. */
+  hr__io_fence_rx(s, st);
   if (st->put_accepted && s->prov.on_put_abort) {
     st->put_accepted = 0;
     hr__cb_enter(s);

@@ -410,6 +410,7 @@ static void forget_stream(hr_session *s, void *st) {
 void hr__stream_end(hr_session *s, hr_stream *st) {
   if (st->ended)
     return;
+  hr__io_fence_rx(s, st);
   /* Whichever lane ended it, it belongs to its owner's table. */
   s = st->s;
   st->ended = 1;
@@ -592,6 +593,8 @@ static void fail_all(hr_session *s, int status, uint32_t wire, int sent,
 
 /* Keeps only the partly written head item (framing must stay intact). */
 static void out_truncate(hr_session *s) {
+  /* A held write stops first, so that qoff says where it stopped. */
+  hr__io_fence_tx(s);
   if (!s->qhead)
     return;
   if (s->qoff == 0) {
@@ -1255,6 +1258,7 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
     return HR_ERR_INVALID_ARGUMENT;
   if (in_callback(s))
     return HR_ERR_IN_CALLBACK;
+  s->rx_held = 0;
   if (s->fatal)
     return s->fatal;
   if (!s->rc.active || n > s->rc.left)
@@ -1284,6 +1288,47 @@ int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now) {
   return rv < 0 && hr_err_is_fatal(rv) ? rv : 0;
 }
 
+/* ---- asynchronous I/O ---------------------------------------------------- */
+
+int hr_session_io_hold(hr_session *s, int dir) {
+  if (!s || !s->cbs.io_fence || (dir != HR_IO_TX && dir != HR_IO_RX))
+    return HR_ERR_INVALID_ARGUMENT;
+  if (dir == HR_IO_TX) {
+    if (s->tx_held || !s->qhead)
+      return HR_ERR_STATE;
+    s->tx_held = 1;
+  } else {
+    if (s->rx_held || !s->rc.active || !s->rc.st)
+      return HR_ERR_STATE;
+    s->rx_held = 1;
+  }
+  return 0;
+}
+
+void hr__io_fence_tx(hr_session *s) {
+  size_t w;
+
+  if (!s->tx_held)
+    return;
+  s->tx_held = 0;
+  w = s->cbs.io_fence(s, HR_IO_TX, s->ud);
+  s->consumed += w;
+  if (w)
+    s->tx_progress = s->now;
+  hr__out_consume(s, w);
+}
+
+static void fence_rx_lane(hr_session *s, void *st) {
+  if (s->rx_held && s->rc.st == st) {
+    s->rx_held = 0;
+    s->cbs.io_fence(s, HR_IO_RX, s->ud);
+  }
+}
+
+void hr__io_fence_rx(hr_session *s, hr_stream *st) {
+  each_lane(s, fence_rx_lane, st);
+}
+
 /* ---- output -------------------------------------------------------------- */
 
 int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
@@ -1293,6 +1338,8 @@ int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
     return HR_ERR_IN_CALLBACK;
   if (s->fatal)
     return s->fatal;
+  if (s->tx_held)
+    return 0; /* the held iovecs are still being written */
   enter(s, now);
   int rv = s->cleases ? hr__shm_flush_releases(s) : 0;
   if (rv == 0)
@@ -1307,6 +1354,7 @@ int hr_session_pull(hr_session *s, hr_iov *iov, int max, hr_tstamp now) {
 void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now) {
   if (!s)
     return;
+  s->tx_held = 0;
   if (now != HR_TSTAMP_NEVER && now > s->now)
     s->now = now;
   s->consumed += n;
@@ -1762,6 +1810,8 @@ void hr_session_del(hr_session *s) {
     s->del_pending = 1;
     return;
   }
+  /* The host's I/O has stopped (hr_session_io_hold). */
+  s->tx_held = s->rx_held = 0;
   if (g) {
     g->refs++;
     g->depth++;

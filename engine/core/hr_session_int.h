@@ -541,7 +541,18 @@ struct hr_session {
   int shm_off;        /* server: the client could not map a segment */
   int pull_fd;        /* the fd of the last pull, or -1 */
   unsigned dev_spilling; /* GETs into a device holding bytes aside */
+  /* Asynchronous I/O (hr_session_io_hold): the last pull's iovecs are
+   * being written, or the last recv target read into, off the driving
+   * thread; io_fence stops it before the memory may go. */
+  int tx_held, rx_held;
 };
+
+/* Before the session drops output a held pull may still be writing:
+ * asks the host to stop the write and consumes what it wrote. */
+void hr__io_fence_tx(hr_session *s);
+/* Before stream `st` ends or completes: stops a held read into it on any
+ * lane of the group. */
+void hr__io_fence_rx(hr_session *s, hr_stream *st);
 
 /* Makes `p` send device tensor t (whole, or buffer 0's [start, start +
  * len)) through staging chunks; takes a reference to t. */

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hr_internal.h"
 #include "hr_ploop.h"
@@ -228,7 +229,17 @@ int hr_client_connect(hr_client **out, const char *url,
     }
     cfg.tls_client = cl->o.tls;
   }
-  cfg.worker_threads = 1;
+  /* A worker per lane, up to the CPUs: each lane's bulk reads (and a
+   * PUT's writes) run on a thread of their own, so that lanes use as many
+   * cores; more threads than cores would only take turns (a job that
+   * would wait yields to queued ones, so fewer threads serve all lanes). */
+  {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned lanes = cl->o.lanes > 1 ? cl->o.lanes : 1;
+    cfg.worker_threads =
+        ncpu >= 1 && (unsigned long)ncpu < lanes ? (unsigned)ncpu : lanes;
+  }
+  cfg.bulk_offload_min = cl->o.bulk_offload_min;
   cfg.fabric_provider = cl->o.fabric_provider;
   cfg.fabric_node = cl->o.fabric_node;
   cfg.fabric_caps = cl->o.fabric_caps;

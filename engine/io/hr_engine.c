@@ -17,7 +17,11 @@
  * (sendmsg: writev with MSG_NOSIGNAL) of the session's iovecs (frame
  * prefixes plus pointers into tensors); input is recv() straight into
  * hr_session_recv_target() when the session names a destination, and
- * into a 64 KiB staging buffer for control messages.
+ * into a 64 KiB staging buffer for control messages.  Large writes and
+ * reads of a plain socket run on the worker pool (hr_bulk.h: one job per
+ * connection and direction, the session holding the memory with
+ * hr_session_io_hold() and stopping the job through io_fence before it
+ * drops it), so that lanes and busy connections use several cores.
  *
  * Teardown.  A finished connection's session is terminated (its streams'
  * completions run), the client's close callback runs, and the socket
@@ -41,6 +45,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -54,6 +59,7 @@
 #include <hurray/fabric.h>
 #endif
 
+#include "hr_bulk.h"
 #include "hr_engine_ext.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
@@ -154,6 +160,13 @@ struct hr_conn {
   struct lookup *lookup;
   struct sockaddr_storage lane_sa;
   socklen_t lane_salen;
+  /* Bulk I/O on the worker pool (hr_bulk.h): the jobs (made on first
+   * use), whether each is out, and whether the last one stalled (the
+   * loop then moves that direction's bytes itself until it sees a fast
+   * peer again). */
+  hr__bulk *btx, *brx;
+  int tx_out, rx_out;
+  int tx_slow, rx_slow;
 };
 
 struct hr_listener {
@@ -216,6 +229,7 @@ struct hr_engine {
   void *wake_cookie;
   hr__pool *pool;
   unsigned pool_threads;
+  uint64_t bulk_min; /* cfg.bulk_offload_min, UINT64_MAX: never */
 
   hr_tstamp timer_at;      /* deadline the host's timer is armed for */
   hr_tstamp accept_resume; /* listeners paused (EMFILE) until then */
@@ -697,6 +711,8 @@ static void cb_fd_close(hr_session *s, int fd, void *ud) {
   close(fd);
 }
 
+static size_t cb_io_fence(hr_session *s, int dir, void *ud);
+
 /* `unix_sock`: the connection can carry descriptors, so the SHM data
  * plane's callbacks are set (unless the configuration turned it off). */
 static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
@@ -708,6 +724,7 @@ static void session_callbacks(hr_session_callbacks *cbs, const hr_engine *e,
   cbs->on_error = cb_error;
   cbs->on_transfer = cb_transfer;
   cbs->on_request = cb_request;
+  cbs->io_fence = cb_io_fence;
   if (unix_sock && !e->cfg.no_shm) {
     cbs->shm_map = cb_shm_map;
     cbs->fd_close = cb_fd_close;
@@ -730,6 +747,197 @@ static int conn_fds(hr_conn *c, const int *fds, size_t nfds, ssize_t n,
   for (i = 0; i < nfds; i++)
     close(fds[i]);
   return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bulk I/O on the worker pool                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Whether a transfer of `len` bytes in direction `dir` goes to the pool:
+ * large enough, a plain socket (an SSL object is used by one thread at a
+ * time: TLS stays on the loop), no job of that direction out, and the
+ * last one did not stall on a slow peer. */
+static int bulk_wanted(const hr_conn *c, int dir, size_t len) {
+  if (c->tls || c->state != CS_OPEN || (uint64_t)len < c->e->bulk_min)
+    return 0;
+  return dir == HR_IO_TX ? !c->tx_out && !c->tx_slow
+                         : !c->rx_out && !c->rx_slow;
+}
+
+/* The connection's job of `dir`, made on first use (NULL: no memory or
+ * no eventfd; the loop moves the bytes itself). */
+static hr__bulk *bulk_get(hr_conn *c, int dir) {
+  hr_engine *e = c->e;
+  hr__bulk **pb = dir == HR_IO_TX ? &c->btx : &c->brx;
+
+  if (*pb)
+    return *pb;
+  if (engine_pool(e))
+    return NULL;
+  *pb = hr__mem_malloc(&e->mem, sizeof **pb);
+  if (!*pb)
+    return NULL;
+  if (hr__bulk_init(*pb, c, e->pool)) {
+    hr__mem_free(&e->mem, *pb);
+    *pb = NULL;
+  }
+  return *pb;
+}
+
+/* Hands the job to the pool (the session holds the memory: io_hold).
+ * Returns 1 when it is out, 0 when the loop must move the bytes. */
+static int bulk_submit(hr_conn *c, hr__bulk *b, int dir, hr_tstamp now) {
+  hr_engine *e = c->e;
+
+  if (hr_session_io_hold(c->s, dir))
+    return 0;
+  hr__bulk_arm(b, dir, c->fd);
+  if (hr__pool_submit(e->pool, &b->base)) {
+    /* No thread could start: undo the hold by reporting nothing. */
+    if (dir == HR_IO_TX)
+      hr_session_consumed(c->s, 0, now);
+    else
+      hr_session_recv_placed(c->s, 0, now);
+    return 0;
+  }
+  if (dir == HR_IO_TX)
+    c->tx_out = 1;
+  else
+    c->rx_out = 1;
+  c->work_inflight++;
+  return 1;
+}
+
+/* Writes the first `total` bytes of a pull's iovecs on the pool.  Returns
+ * 1 when the job is out. */
+static int bulk_tx(hr_conn *c, const hr_iov *hv, int n, size_t total,
+                   hr_tstamp now) {
+  hr__bulk *b = bulk_get(c, HR_IO_TX);
+  size_t left = total;
+  int i;
+
+  if (!b || n > HR__BULK_IOV)
+    return 0;
+  for (i = 0; i < n && left; i++) {
+    b->iov[i].iov_base = (void *)hv[i].base;
+    b->iov[i].iov_len = hv[i].len < left ? hv[i].len : left;
+    left -= b->iov[i].iov_len;
+  }
+  b->niov = i;
+  b->total = total;
+  return bulk_submit(c, b, HR_IO_TX, now);
+}
+
+/* Reads `len` bytes into `dst` on the pool.  Returns 1 when the job is
+ * out. */
+static int bulk_rx(hr_conn *c, void *dst, size_t len, hr_tstamp now) {
+  hr__bulk *b = bulk_get(c, HR_IO_RX);
+
+  if (!b)
+    return 0;
+  b->iov[0].iov_base = dst;
+  b->iov[0].iov_len = len;
+  b->niov = 1;
+  b->total = len;
+  return bulk_submit(c, b, HR_IO_RX, now);
+}
+
+/* Reports the first `n` bytes a TX job wrote to the tap. */
+static void bulk_tap_tx(hr_conn *c, const hr__bulk *b, size_t n) {
+  int i;
+
+  for (i = 0; i < b->niov && n; i++) {
+    size_t k = b->iov[i].iov_len < n ? b->iov[i].iov_len : n;
+    c->tap_tx(b->iov[i].iov_base, k, c->tap_ud);
+    n -= k;
+  }
+}
+
+/* The session drops what a job points at (session.h, io_fence): stop it,
+ * and count its bytes now, while the memory is still there. */
+static size_t cb_io_fence(hr_session *s, int dir, void *ud) {
+  hr_conn *c = ud;
+  hr__bulk *b = dir == HR_IO_TX ? c->btx : c->brx;
+  int out = dir == HR_IO_TX ? c->tx_out : c->rx_out;
+
+  (void)s;
+  if (!b || !out || b->fenced)
+    return 0;
+  hr__bulk_stop(b);
+  b->fenced = 1;
+  if (dir == HR_IO_TX) {
+    c->tx_bytes += b->done;
+    if (c->tap_tx)
+      bulk_tap_tx(c, b, b->done);
+    return b->done;
+  }
+  c->rx_bytes += b->done;
+  if (c->tap_rx && b->done)
+    c->tap_rx(b->iov[0].iov_base, b->done, c->tap_ud);
+  return 0;
+}
+
+/* Stops the connection's jobs before its socket goes (their completions
+ * still come back: the connection waits for them in `dead`). */
+static void bulk_stop_all(hr_conn *c) {
+  if (c->btx && c->tx_out)
+    hr__bulk_stop(c->btx);
+  if (c->brx && c->rx_out)
+    hr__bulk_stop(c->brx);
+}
+
+/* A job came back (loop thread): its bytes go to the session, and the
+ * loop takes the direction back. */
+static void bulk_done(hr_conn *c, hr__bulk *b, hr_tstamp now) {
+  int open = c->state == CS_OPEN;
+
+  if (b->dir == HR_IO_TX) {
+    c->tx_out = 0;
+    if (!open)
+      return;
+    if (!b->fenced) {
+      c->tx_bytes += b->done;
+      if (c->tap_tx)
+        bulk_tap_tx(c, b, b->done);
+      hr_session_consumed(c->s, b->done, now);
+    }
+    if (b->err) {
+      c->want_close = 1;
+      conn_note(c, HR_ERR_IO, "send", b->err);
+    } else if (b->done < b->total) {
+      /* Stalled (or stopped): the loop waits for room itself. */
+      c->out_blocked = 1;
+      c->tx_slow = b->stalled;
+    }
+    return;
+  }
+  c->rx_out = 0;
+  if (!open)
+    return;
+  if (b->done) {
+    int rv;
+    if (!b->fenced) {
+      c->rx_bytes += b->done;
+      if (c->tap_rx)
+        c->tap_rx(b->iov[0].iov_base, b->done, c->tap_ud);
+    }
+    rv = hr_session_recv_placed(c->s, b->done, now);
+    if (hr_err_is_fatal(rv)) {
+      c->want_close = 1;
+      conn_note(c, rv, "session failed", 0);
+      return;
+    }
+  }
+  if (b->eof) {
+    c->peer_eof = 1;
+    c->want_close = 1;
+    conn_note(c, HR_ERR_CLOSED, NULL, 0);
+  } else if (b->err) {
+    c->want_close = 1;
+    conn_note(c, HR_ERR_IO, "recv", b->err);
+  } else if (b->stalled) {
+    c->rx_slow = 1;
+  }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -762,6 +970,8 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
   size_t budget = e->cfg.io_budget;
   int rv;
 
+  if (c->rx_out)
+    return 0; /* a worker reads this socket */
   /* Bytes TLS already holds are read past the budget: no readiness of
    * the socket would ever report them. */
   while ((budget > 0 || (c->tls && hr__tls_pending(c->tls))) &&
@@ -776,7 +986,12 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
        * holds: never a zero-length read, that would look like EOF). */
       if (budget && want > budget)
         want = budget;
+      /* A large piece goes to a worker; the loop reads other sockets. */
+      if (bulk_wanted(c, HR_IO_RX, want) && bulk_rx(c, dst, want, now))
+        return 0;
       n = conn_recv(c, dst, want, budget == 0, fds, &nfds);
+      if (n > 0 && (size_t)n == want)
+        c->rx_slow = 0; /* the peer keeps up again */
       if (nfds && hr_err_is_fatal(rv = conn_fds(c, fds, nfds, n, now)))
         return rv;
       if (n > 0) {
@@ -851,6 +1066,8 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
   struct iovec iov[IOV_BATCH];
   struct msghdr mh;
 
+  if (c->tx_out)
+    return; /* a worker writes this socket */
   while (budget > 0) {
     int n = hr_session_pull(c->s, hv, IOV_BATCH, now), i;
     size_t total = 0;
@@ -863,6 +1080,13 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
       iov[i].iov_len = hv[i].len;
       total += hv[i].len;
     }
+    /* Tensor frames go to a worker, at most the byte budget of a turn;
+     * the loop serves other sockets.  An SHM descriptor (Unix sockets) is
+     * sent by the loop. */
+    if (bulk_wanted(c, HR_IO_TX, total < budget ? total : budget) &&
+        hr_session_pull_fd(c->s) < 0 &&
+        bulk_tx(c, hv, n, total < budget ? total : budget, now))
+      return;
     /* sendmsg() is writev() with MSG_NOSIGNAL: a peer that vanished must
      * give EPIPE, not kill the host with SIGPIPE. */
     memset(&mh, 0, sizeof mh);
@@ -896,6 +1120,7 @@ static void conn_flush(hr_conn *c, hr_tstamp now) {
       c->out_blocked = 1;
       return;
     }
+    c->tx_slow = 0; /* the peer keeps up again */
     budget -= (size_t)w < budget ? (size_t)w : budget;
   }
   /* Out of budget with more to send: yield to the other connections and
@@ -913,11 +1138,12 @@ static int conn_events(hr_conn *c) {
   case CS_CONNECTING: return HR_POLL_OUT;
   case CS_OPEN:
     /* A session waiting for its device (recv_paused) leaves the input
-     * in the socket: backpressure on the peer. */
+     * in the socket: backpressure on the peer.  A direction a worker has
+     * is not watched (its readiness is the worker's). */
     if (hr_session_want_read(c->s) && !c->peer_eof &&
-        !hr_session_recv_paused(c->s))
+        !hr_session_recv_paused(c->s) && !c->rx_out)
       ev |= HR_POLL_IN;
-    if (c->out_blocked)
+    if (c->out_blocked && !c->tx_out)
       ev |= HR_POLL_OUT;
     return c->tls ? hr__tls_events(c->tls, ev) : ev;
   case CS_LINGER:
@@ -936,6 +1162,14 @@ static void conn_free(hr_conn *c) {
   /* A lookup still out is freed when it comes back (lookup_done). */
   if (c->lookup)
     c->lookup->j.c = NULL;
+  if (c->btx) {
+    hr__bulk_fini(c->btx);
+    hr__mem_free(&e->mem, c->btx);
+  }
+  if (c->brx) {
+    hr__bulk_fini(c->brx);
+    hr__mem_free(&e->mem, c->brx);
+  }
   hr_session_del(c->s);
   hr_group_del(c->grp);
   hr__mem_free(&e->mem, c->puts);
@@ -948,6 +1182,9 @@ static void conn_close_socket(hr_conn *c) {
   hr_engine *e = c->e;
 
   if (c->fd >= 0) {
+    /* No worker may touch the descriptor once it is closed (its number
+     * could be reused at once). */
+    bulk_stop_all(c);
     if (c->watching)
       e->ops.watch(e->loop_data, c->fd, 0, &c->cookie);
     c->watching = 0;
@@ -1030,6 +1267,9 @@ static void conn_teardown(hr_conn *c, hr_tstamp now) {
   size_t i;
   int status = c->close_status ? c->close_status : HR_ERR_CLOSED;
 
+  /* The lingering socket is the loop's alone; the session's fences
+   * (terminate below) count what the jobs moved. */
+  bulk_stop_all(c);
   lanes_close(c);
   lane_detach(c);
   list_remove(&e->conns, c);
@@ -1548,25 +1788,33 @@ static void listener_io(hr_listener *l, hr_tstamp now) {
 /* Worker completions                                                        */
 /* ------------------------------------------------------------------------ */
 
-static void wake_io(hr_engine *e, hr_tstamp now) {
-  uint64_t v;
+/* Completes the pool's finished jobs. */
+static void reap_jobs(hr_engine *e, hr_tstamp now) {
   hr__job *list, *j;
-  ssize_t n;
 
-  do {
-    n = read(e->wake_fd, &v, sizeof v);
-  } while (n < 0 && errno == EINTR);
   if (e->pool) {
     list = hr__pool_take_done(e->pool);
     while (list) {
       job *jb = (job *)list;
-      hr_conn *c = jb->c;
+      hr_conn *c;
       j = list;
       list = list->next;
+      if (hr__bulk_is(j)) {
+        hr__bulk *b = (hr__bulk *)j;
+        c = b->owner;
+        c->work_inflight--;
+        bulk_done(c, b, now);
+        if (c->state == CS_DEAD && c->work_inflight == 0) {
+          list_remove(&e->dead, c);
+          conn_free(c);
+        }
+        continue;
+      }
       if (!jb->w) {
         lookup_done(e, (lookup *)jb);
         continue;
       }
+      c = jb->c;
       c->work_inflight--;
       /* The session is alive until its work is back, even after its
        * connection ended: it frees the work item itself. */
@@ -1583,6 +1831,16 @@ static void wake_io(hr_engine *e, hr_tstamp now) {
       }
     }
   }
+}
+
+static void wake_io(hr_engine *e, hr_tstamp now) {
+  uint64_t v;
+  ssize_t n;
+
+  do {
+    n = read(e->wake_fd, &v, sizeof v);
+  } while (n < 0 && errno == EINTR);
+  reap_jobs(e, now);
   if (e->ext) {
     e->in_user_cb++;
     e->ext->run(e->ext);
@@ -1807,6 +2065,8 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
   e->cfg.tls_server = e->cfg.tls_client = NULL;
   if (rv)
     goto fail;
+  e->bulk_min = e->cfg.bulk_offload_min ? e->cfg.bulk_offload_min
+                                         : (uint64_t)1 << 20;
   e->pool_threads = e->cfg.worker_threads;
   if (e->pool_threads == 0) {
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1987,6 +2247,13 @@ int hr_engine_del(hr_engine *e) {
     e->ext->detach(e->ext);
   while ((c = e->lingering))
     conn_close_socket(c);
+  /* A lingering connection's last bulk job may not be back yet: it was
+   * stopped, so its completion comes at once. */
+  for (int tries = 0; e->dead && tries < 1000; tries++) {
+    struct pollfd p = {e->wake_fd, POLLIN, 0};
+    poll(&p, 1, 10);
+    reap_jobs(e, now_of(e));
+  }
   while (e->listeners) {
     hr_listener *l = e->listeners;
     e->listeners = l->next;

@@ -153,6 +153,15 @@ hr__job *hr__pool_take_done(hr__pool *p) {
   return list;
 }
 
+int hr__pool_queued(hr__pool *p) {
+  int q;
+
+  pthread_mutex_lock(&p->lock);
+  q = p->queue_head != NULL;
+  pthread_mutex_unlock(&p->lock);
+  return q;
+}
+
 size_t hr__pool_pending(const hr__pool *p) {
   return p->pending;
 }

@@ -8,9 +8,9 @@
  * finished jobs with hr__pool_take_done() and completes them there.  No
  * job ever completes on a worker thread.
  *
- * Threads start lazily on the first submission, so engines that never
- * transcode nor look up a host name (clients of numeric addresses, the
- * blocking API on them) never create a thread.
+ * Threads start lazily on the first submission, so engines that neither
+ * transcode, look up a host name nor move bulk bytes (hr_bulk.h) never
+ * create a thread.
  */
 #ifndef HR_POOL_H
 #define HR_POOL_H
@@ -52,6 +52,10 @@ void hr__pool_end_async(hr__pool *p);
 
 /* Takes every finished job, oldest first (NULL: none).  Loop thread. */
 hr__job *hr__pool_take_done(hr__pool *p);
+
+/* Whether jobs wait for a thread (any thread may ask: a running job
+ * that would block yields to them). */
+int hr__pool_queued(hr__pool *p);
 
 /* Jobs submitted and not yet taken back. */
 size_t hr__pool_pending(const hr__pool *p);

@@ -65,6 +65,13 @@ typedef struct hr_client_options {
   /* ---- appended for the SHM mapping cache ---- */
   int shm_map_cache; /* hr_engine_config.shm_map_cache: idle segment
                         mappings kept (0: 16; -1: none) */
+  /* ---- appended: bulk I/O (0: the default) ---- */
+  /* hr_engine_config.bulk_offload_min of the client's engine: reads and
+   * writes of tensor bytes of at least this size run on the client's
+   * worker threads (one per lane, up to the CPU count), so that lanes use
+   * as many cores
+   * (0: 1 MiB; UINT64_MAX: never, every byte on the caller's thread). */
+  uint64_t bulk_offload_min;
 } hr_client_options;
 
 /* Why a call failed. */

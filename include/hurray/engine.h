@@ -10,9 +10,10 @@
  *
  * Threads: every engine call and every callback happens on the loop
  * thread, except hr_engine_wakeup().  The only threads the library creates
- * are the engine's worker pool (transcoding), started on its first work
- * item; their completions come back to the loop thread through an eventfd
- * the engine watches like any other descriptor.
+ * are the engine's worker pool (transcoding, and the bulk reads and writes
+ * of tensor bytes: bulk_offload_min), started on its first job; their
+ * completions come back to the loop thread through an eventfd the engine
+ * watches like any other descriptor.
  *
  * Data path: the engine moves tensor bytes itself — gathering writes of
  * the session's iovecs, reads straight into the destination tensor — and
@@ -194,6 +195,14 @@ typedef struct hr_engine_config {
    * An idle mapping keeps the server's pages of that segment alive. */
   int shm_map_cache;
   uint64_t shm_map_cache_bytes;
+  /* ---- appended: bulk I/O on the worker pool ---- */
+  /* A plain (not TLS) connection's write of at least this many bytes of
+   * output at once (tensor frames), or read of at least this many bytes
+   * straight into a tensor, runs on a worker thread while the loop goes
+   * on, so that the lanes of a session (or many connections) use several
+   * cores.  0: the default (1 MiB); UINT64_MAX: never (all I/O on the
+   * loop thread, as before 0.3).  See docs/internals/engine.md. */
+  uint64_t bulk_offload_min;
 } hr_engine_config;
 
 /* hr_engine_config.on_conn events. */

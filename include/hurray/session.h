@@ -551,7 +551,25 @@ typedef struct hr_session_callbacks {
    * NULL: device memory over SHM is refused (ERROR DEVICE_UNAVAILABLE,
    * then frames).  version-added: 0.3 */
   int (*shm_wake)(hr_session *s, struct hr_shm_mapping *out, void *user_data);
+  /* ---- appended: asynchronous I/O (hr_session_io_hold) ---- */
+  /* The session is about to drop memory that I/O held with
+   * hr_session_io_hold(s, dir) may still touch: stop that I/O now and
+   * wait until it no longer touches the memory (a thread of the host's
+   * that moves the bytes must have returned from its last call).
+   * HR_IO_TX: return how many bytes of the held pull went out; the
+   * session counts them itself, and the host does not report that write
+   * with hr_session_consumed().  HR_IO_RX: the return value is ignored;
+   * the host still reports the bytes read with hr_session_recv_placed()
+   * later (the session skips them when their stream is gone).  Called on
+   * the driving thread from inside session calls (no session call may be
+   * made from it).  Required once hr_session_io_hold() is used.
+   * version-added: 0.3 */
+  size_t (*io_fence)(hr_session *s, int dir, void *user_data);
 } hr_session_callbacks;
+
+/* hr_session_io_hold() directions. */
+#define HR_IO_TX 1
+#define HR_IO_RX 2
 
 /* A segment mapped by hr_session_callbacks.shm_map. */
 typedef struct hr_shm_mapping {
@@ -615,6 +633,24 @@ HR_EXTERN void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now);
  * that byte.  The descriptor stays the session's (the host does not close
  * it).  version-added: 0.2 */
 HR_EXTERN int hr_session_pull_fd(const hr_session *s);
+
+/*
+ * Asynchronous I/O (a host that moves bulk bytes on other threads).
+ * HR_IO_TX, right after hr_session_pull(): the returned iovecs are being
+ * written elsewhere; the host makes no other pull on this session until
+ * it reports the write with hr_session_consumed().  HR_IO_RX, right after
+ * hr_session_recv_target(): the target is being read into elsewhere; the
+ * host feeds nothing else until hr_session_recv_placed().  Meanwhile the
+ * session runs as usual (other calls, other lanes, timers), and before it
+ * frees what the held I/O points at (the output dropped on a connection
+ * error, close or final-flush timeout; the target's stream failing,
+ * cancelled, or its session terminated) it calls callbacks.io_fence.
+ * hr_session_del() makes no fence call: the host's I/O must have stopped
+ * before it.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL, an unknown
+ * direction, no io_fence callback), HR_ERR_STATE (nothing was pulled or
+ * targeted, or that direction is already held).  version-added: 0.3
+ */
+HR_EXTERN int hr_session_io_hold(hr_session *s, int dir);
 
 /* SHM data plane: `n` descriptors arrived with the next `len` bytes the
  * host feeds (hr_session_recv, or recv_placed).  Call it before feeding

@@ -332,6 +332,9 @@ static void *server_main(void *arg) {
   hr_engine_config ec;
   hr_engine_config_default(&ec);
   ec.worker_threads = 2;
+  /* Tensors of a few KiB up: most payloads move on the worker pool
+   * (bulk I/O), racing the cancels and cuts. */
+  ec.bulk_offload_min = 16 * 1024;
   if (hr_ev_attach(&s->e, s->base, &ec, &counting_mem) != 0)
     abort();
   hr_provider prov;
@@ -389,6 +392,7 @@ static int connect_client(client *cl) {
   hr_client_options_default(&o);
   /* The per-request deadline: nothing may hang longer than this. */
   o.timeout_ms = 60000;
+  o.bulk_offload_min = 16 * 1024; /* like the server's */
   hr_client_error err;
   int rv = hr_client_connect(&cl->c, cl->url, &o, NULL, &err);
   if (rv != 0) {

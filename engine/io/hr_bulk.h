@@ -1,0 +1,72 @@
+/*
+ * Bulk I/O on the worker pool: one connection's large write (the iovecs of
+ * a pull: frame prefixes and pointers into tensors) or large read
+ * (straight into a recv target) runs on a pool thread while the loop
+ * thread goes on with everything else.  See docs/internals/engine.md,
+ * "Bulk I/O on the worker pool".
+ *
+ * The loop thread owns an hr__bulk between jobs; while a job is out the
+ * worker owns the descriptor's direction and the memory, and the loop
+ * only reads `state` under the lock (hr__bulk_stop).  The worker moves
+ * bytes with non-blocking calls and poll(), so that a write to the
+ * job's abort eventfd wakes it at once; it gives up on its own after
+ * HR__BULK_STALL_NS without finishing (a slow peer must not hold a pool
+ * thread), leaving the rest to the loop, and at once when other jobs
+ * wait for a thread (the loop then waits for readiness itself, so that a
+ * few threads serve many connections without blocking on one).
+ */
+#ifndef HR_BULK_H
+#define HR_BULK_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include "hr_pool.h"
+
+#define HR__BULK_IOV 128
+#define HR__BULK_STALL_NS (200ull * 1000000ull)
+#define HR__BULK_NAP_MS 5
+
+enum { HR__BULK_IDLE, HR__BULK_QUEUED, HR__BULK_RUNNING, HR__BULK_FINISHED };
+
+typedef struct hr__bulk {
+  hr__job base; /* first: the pool hands back hr__job pointers */
+  void *owner;  /* the connection */
+  hr__pool *pool; /* where it runs: a job that would wait yields to queued
+                     ones */
+  int dir;      /* HR_IO_TX or HR_IO_RX */
+  int fd;       /* the socket (not owned) */
+  int abort_fd; /* eventfd that wakes the worker (owned) */
+  struct iovec iov[HR__BULK_IOV]; /* TX: what to write; RX: iov[0] */
+  int niov;
+  size_t total;
+  /* Results: written by the worker, read by the loop once the job is
+   * back (or stopped). */
+  size_t done; /* bytes moved */
+  int err;     /* errno of the call that failed, or 0 */
+  int eof;     /* RX: the peer closed its side */
+  int stalled; /* gave up after HR__BULK_STALL_NS */
+  int fenced;  /* loop only: the session counted the bytes (io_fence) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state; /* HR__BULK_*, under mu */
+  int abort; /* under mu, and read atomically by the worker */
+} hr__bulk;
+
+/* Prepares `b` (its lock and abort eventfd) for jobs of `owner` on
+ * `pool`.  Returns 0 or HR_ERR_IO. */
+int hr__bulk_init(hr__bulk *b, void *owner, hr__pool *pool);
+/* Frees what init made; the job must not be out. */
+void hr__bulk_fini(hr__bulk *b);
+/* Readies a job of `dir` on `fd` for the pool (the caller filled iov,
+ * niov and total). */
+void hr__bulk_arm(hr__bulk *b, int dir, int fd);
+/* Whether `j` is a bulk job (and not a work item's). */
+int hr__bulk_is(const hr__job *j);
+/* Loop thread: stops the job and waits until the worker no longer touches
+ * the descriptor or the memory (a job not started yet never will).  The
+ * job still comes back through the pool's completion list.  Idempotent. */
+void hr__bulk_stop(hr__bulk *b);
+
+#endif /* HR_BULK_H */
