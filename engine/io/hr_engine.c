@@ -755,10 +755,14 @@ static int conn_fds(hr_conn *c, const int *fds, size_t nfds, ssize_t n,
 
 /* Whether a transfer of `len` bytes in direction `dir` goes to the pool:
  * large enough, a plain socket (an SSL object is used by one thread at a
- * time: TLS stays on the loop), no job of that direction out, and the
- * last one did not stall on a slow peer. */
+ * time: TLS stays on the loop), not the engine's only connection (unless
+ * bulk_offload_lone: one stream is bounded by one core, so a lone one
+ * gains nothing from a worker and pays the handoffs), no job of that
+ * direction out, and the last one did not stall on a slow peer. */
 static int bulk_wanted(const hr_conn *c, int dir, size_t len) {
   if (c->tls || c->state != CS_OPEN || (uint64_t)len < c->e->bulk_min)
+    return 0;
+  if (c->e->nconns < 2 && !c->e->cfg.bulk_offload_lone)
     return 0;
   return dir == HR_IO_TX ? !c->tx_out && !c->tx_slow
                          : !c->rx_out && !c->rx_slow;

@@ -72,6 +72,8 @@ typedef struct hr_client_options {
    * as many cores
    * (0: 1 MiB; UINT64_MAX: never, every byte on the caller's thread). */
   uint64_t bulk_offload_min;
+  int bulk_offload_lone; /* hr_engine_config.bulk_offload_lone (0: a
+                            single-lane client moves bytes itself) */
 } hr_client_options;
 
 /* Why a call failed. */

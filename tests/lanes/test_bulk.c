@@ -46,6 +46,7 @@ static hr_engine_config cfg_with(uint64_t bulk_min) {
   hr_engine_config c;
   hr_engine_config_default(&c);
   c.bulk_offload_min = bulk_min;
+  c.bulk_offload_lone = 1; /* the 1-lane cases go through the pool too */
   c.worker_threads = 8;
   /* Shards of a MB or more: every lane gets some of a test tensor. */
   c.session.shard_bytes = 1u << 20;
@@ -284,6 +285,42 @@ static void on_the_loop(void **state) {
   transfers(UINT64_MAX);
 }
 
+/* By default an engine's only connection moves its bytes on the loop (no
+ * thread starts); a second lane turns offloading on. */
+static void lone_on_the_loop(void **state) {
+  (void)state;
+  tl_env *env = tl_new(TL_EPOLL);
+  tl_server srv;
+  hr_engine_config scfg = cfg_with(SMALL_MIN);
+  scfg.bulk_offload_lone = 0;
+  int before = threads_now();
+
+  tl_server_start(env, &srv, &scfg, NULL);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 1024}, 25);
+  tl_put(&srv, "w", t);
+  hr_engine_config ccfg = cfg_with(SMALL_MIN);
+  ccfg.bulk_offload_lone = 0;
+  hr_engine *ce = tl_engine(env, &ccfg);
+  for (unsigned lanes = 1; lanes <= 2; lanes++) {
+    cconn cc;
+    cconn_open(env, ce, srv.url, lanes, &cc);
+    got g;
+    get_start(ce, &cc, "w", (uint16_t)lanes, 0, &g);
+    assert_true(tl_run(env, got_done, &g, 20000));
+    got_check(&g, t);
+    if (before > 0 && lanes == 1)
+      assert_int_equal(threads_now(), before);
+    if (before > 0 && lanes == 2)
+      assert_true(threads_now() > before);
+    hr_conn_close(cc.c);
+    assert_true(tl_run(env, conn_closed, &cc, 10000));
+  }
+  tl_engine_finish(env, ce);
+  hr_tensor_unref(t);
+  tl_server_stop(env, &srv);
+  tl_free(env);
+}
+
 /* ---- a cancel, and cut connections, while jobs are out ------------------- */
 
 /* The server's connections, as on_conn reports them. */
@@ -467,6 +504,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(offloaded),
       cmocka_unit_test(on_the_loop),
+      cmocka_unit_test(lone_on_the_loop),
       cmocka_unit_test(cancel_while_out),
       cmocka_unit_test(client_cut_while_out),
       cmocka_unit_test(server_cut_while_out),

@@ -335,6 +335,7 @@ static void *server_main(void *arg) {
   /* Tensors of a few KiB up: most payloads move on the worker pool
    * (bulk I/O), racing the cancels and cuts. */
   ec.bulk_offload_min = 16 * 1024;
+  ec.bulk_offload_lone = 1;
   if (hr_ev_attach(&s->e, s->base, &ec, &counting_mem) != 0)
     abort();
   hr_provider prov;
@@ -393,6 +394,7 @@ static int connect_client(client *cl) {
   /* The per-request deadline: nothing may hang longer than this. */
   o.timeout_ms = 60000;
   o.bulk_offload_min = 16 * 1024; /* like the server's */
+  o.bulk_offload_lone = 1;        /* one lane: offloaded all the same */
   hr_client_error err;
   int rv = hr_client_connect(&cl->c, cl->url, &o, NULL, &err);
   if (rv != 0) {
