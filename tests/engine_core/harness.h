@@ -466,6 +466,43 @@ static inline int64_t pump(pair *p, hr_session *from, hr_session *to) {
   return rv < 0 ? rv : (int64_t)total;
 }
 
+/* Picks the descriptors that travel with one pulled message, as a Unix
+ * socket would carry them: `fd` is the one the session handed out with
+ * it (-1: none).  Fills fds (at most 2) and returns how many; the picker
+ * owns what it puts there until pump_fds() passes them on. */
+typedef int (*pump_fds_pick)(void *ud, hr_session *from, int fd, int fds[2]);
+
+/* pump() for SHM tests: moves what `from` has to send into `to` in one
+ * piece, with the descriptors `pick` chooses.  Returns bytes moved, or a
+ * negative error. */
+static inline int64_t pump_fds(pair *p, hr_session *from, hr_session *to,
+                               pump_fds_pick pick, void *ud) {
+  hr_iov iov[64];
+  int n = hr_session_pull(from, iov, 64, p->now);
+  if (n < 0)
+    return n;
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += iov[i].len;
+  if (!total)
+    return 0;
+  int fd = hr_session_pull_fd(from);
+  uint8_t *buf = malloc(total), *q = buf;
+  for (int i = 0; i < n; i++) {
+    memcpy(q, iov[i].base, iov[i].len);
+    q += iov[i].len;
+  }
+  hr_session_consumed(from, total, p->now);
+  int fds[2];
+  int nfds = pick(ud, from, fd, fds);
+  if (nfds)
+    assert_int_equal(
+        hr_session_recv_fds(to, fds, (size_t)nfds, total, p->now), 0);
+  int64_t rv = hr_session_recv(to, buf, total, p->now);
+  free(buf);
+  return rv < 0 ? rv : (int64_t)total;
+}
+
 /* Runs queued work items (as a pool would), in submission order. */
 static inline int run_work(pair *p) {
   int n = p->wq.n;

@@ -103,25 +103,10 @@ static void sp_open(shm_pair *sp, int client_shm) {
       0);
 }
 
-/* pump() that carries the descriptor of each pull along, per `mode`. */
-static int64_t fpump(shm_pair *sp, hr_session *from, hr_session *to) {
-  hr_iov iov[64];
-  int n = hr_session_pull(from, iov, 64, sp->p.now);
-  if (n < 0)
-    return n;
-  size_t total = 0;
-  for (int i = 0; i < n; i++)
-    total += iov[i].len;
-  if (!total)
-    return 0;
-  int fd = hr_session_pull_fd(from);
-  uint8_t *buf = malloc(total), *q = buf;
-  for (int i = 0; i < n; i++) {
-    memcpy(q, iov[i].base, iov[i].len);
-    q += iov[i].len;
-  }
-  hr_session_consumed(from, total, sp->p.now);
-  int fds[2], nfds = 0;
+/* The descriptors of each pull, per `mode`. */
+static int pick_fds(void *ud, hr_session *from, int fd, int fds[2]) {
+  shm_pair *sp = ud;
+  int nfds = 0;
   if (fd >= 0 && sp->mode != M_DROP) {
     fds[nfds++] = dup(fd);
     if (sp->mode == M_TWO)
@@ -132,13 +117,11 @@ static int64_t fpump(shm_pair *sp, hr_session *from, hr_session *to) {
     sp->stray_done = 1;
     fds[nfds++] = memfd_create("stray", MFD_CLOEXEC);
   }
-  if (nfds)
-    assert_int_equal(hr_session_recv_fds(to, fds, (size_t)nfds, total,
-                                         sp->p.now),
-                     0);
-  int64_t rv = hr_session_recv(to, buf, total, sp->p.now);
-  free(buf);
-  return rv < 0 ? rv : (int64_t)total;
+  return nfds;
+}
+
+static int64_t fpump(shm_pair *sp, hr_session *from, hr_session *to) {
+  return pump_fds(&sp->p, from, to, pick_fds, sp);
 }
 
 static void frun(shm_pair *sp) {

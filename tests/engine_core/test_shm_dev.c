@@ -100,49 +100,38 @@ static void dp_open(dev_pair *dp) {
       0);
 }
 
-/* pump() that carries the descriptor of each pull along, per `mode`. */
-static int64_t fpump(dev_pair *dp, hr_session *from, hr_session *to) {
-  hr_iov iov[64];
-  int n = hr_session_pull(from, iov, 64, dp->p.now);
-  if (n < 0)
-    return n;
-  size_t total = 0;
-  for (int i = 0; i < n; i++)
-    total += iov[i].len;
-  if (!total)
+/* The descriptors of each pull, per `mode`. */
+static int pick_fds(void *ud, hr_session *from, int fd, int fds[2]) {
+  dev_pair *dp = ud;
+  (void)from;
+  if (fd < 0)
     return 0;
-  int fd = hr_session_pull_fd(from);
-  uint8_t *buf = malloc(total), *q = buf;
-  for (int i = 0; i < n; i++) {
-    memcpy(q, iov[i].base, iov[i].len);
-    q += iov[i].len;
+  if (dp->mode == M_NORMAL || dp->swapped) {
+    fds[0] = dup(fd);
+    return 1;
   }
-  hr_session_consumed(from, total, dp->p.now);
-  int nfds = 0, fds[1];
-  if (fd >= 0 && !(dp->mode != M_NORMAL && !dp->swapped)) {
-    fds[nfds++] = dup(fd);
-  } else if (fd >= 0) {
-    /* The hostile server's descriptor, once. */
-    dp->swapped = 1;
-    if (dp->mode == M_PIPE) {
-      int p[2];
-      assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-      close(p[1]);
-      fds[nfds++] = p[0];
-    } else if (dp->mode == M_SHORT) {
-      int m = memfd_create("short", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-      assert_true(m >= 0);
-      assert_int_equal(ftruncate(m, 4096), 0);
-      assert_int_equal(fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-      fds[nfds++] = m;
-    }
+  /* The hostile server's descriptor, once. */
+  dp->swapped = 1;
+  if (dp->mode == M_PIPE) {
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    close(p[1]);
+    fds[0] = p[0];
+    return 1;
   }
-  if (nfds)
-    assert_int_equal(
-        hr_session_recv_fds(to, fds, (size_t)nfds, total, dp->p.now), 0);
-  int64_t rv = hr_session_recv(to, buf, total, dp->p.now);
-  free(buf);
-  return rv < 0 ? rv : (int64_t)total;
+  if (dp->mode == M_SHORT) {
+    int m = memfd_create("short", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(m >= 0);
+    assert_int_equal(ftruncate(m, 4096), 0);
+    assert_int_equal(fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    fds[0] = m;
+    return 1;
+  }
+  return 0;
+}
+
+static int64_t fpump(dev_pair *dp, hr_session *from, hr_session *to) {
+  return pump_fds(&dp->p, from, to, pick_fds, dp);
 }
 
 static void frun(dev_pair *dp) {
