@@ -108,7 +108,7 @@ static void test_unsupported_version(void **state) {
       m.u.hello.version_major = 2;
     assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
     expect_error(f, fd, 0, HR_WIRE_UNSUPPORTED_VERSION);
-    assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+    assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
     close(fd);
   }
 }
@@ -122,14 +122,14 @@ static void test_message_too_large(void **state) {
   hr_wire_put_header(h, HR_MSG_CLIENT_HELLO, 0, 65537);
   assert_int_equal(tl_raw_send(f->env, fd, h, sizeof h), 0);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   /* After them, the server's max_message_size (16 MiB). */
   fd = raw_client(f);
   hr_wire_put_header(h, HR_MSG_TENSOR_REQUEST, 1, (16u << 20) + 1);
   assert_int_equal(tl_raw_send(f->env, fd, h, sizeof h), 0);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
 }
 
@@ -141,7 +141,7 @@ static void test_protocol_violation(void **state) {
   /* A request before the HELLO. */
   send_request(f, fd, 1, "m", 0, HR_DEV_CPU);
   expect_error(f, fd, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   /* A second CLIENT_HELLO. */
   fd = raw_client(f);
@@ -153,10 +153,10 @@ static void test_protocol_violation(void **state) {
   fd = raw_client(f);
   send_request(f, fd, 5, "m", 0, HR_DEV_CPU);
   assert_true(tl_raw_expect(f->env, fd, HR_MSG_TENSOR_DATA_END, 5, f->buf,
-                            BUFSZ, &m, 5000));
+                            BUFSZ, &m, TL_WAIT_MS));
   send_request(f, fd, 3, "m", 0, HR_DEV_CPU);
   expect_error(f, fd, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
 }
 
@@ -372,7 +372,7 @@ static void test_timeout(void **state) {
 
   /* No HELLO within the handshake timeout (300 ms here). */
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
 }
 
@@ -406,7 +406,7 @@ static void test_connect_timeout(void **state) {
   e = tl_engine(f->env, &ec);
   snprintf(url, sizeof url, "127.0.0.1:%d", port);
   tc_connect(f->env, e, url, &c, NULL);
-  assert_false(tc_wait_up(&c, 5000));
+  assert_false(tc_wait_up(&c, TL_WAIT_MS));
   assert_true(c.closed);
   assert_int_equal(c.status, HR_ERR_TIMEOUT);
   assert_int_equal(hr_engine_del(e), 0);
@@ -428,7 +428,7 @@ static void test_resource_exhausted_connection(void **state) {
   tl_spin(f->env, 20);
   b = tl_raw_connect(s2.port);
   expect_error(f, b, 0, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_true(tl_raw_wait_eof(f->env, b, 5000));
+  assert_true(tl_raw_wait_eof(f->env, b, TL_WAIT_MS));
   close(b);
   close(a);
   tl_spin(f->env, 20);
@@ -470,14 +470,14 @@ static void test_unauthorized_and_internal(void **state) {
   assert_int_equal(hr_engine_listen(e, "127.0.0.1:0", &p, &l), 0);
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(l));
   tc_connect(f->env, ce, url, &c, NULL);
-  assert_false(tc_wait_up(&c, 5000));
+  assert_false(tc_wait_up(&c, TL_WAIT_MS));
   assert_int_equal(c.status, HR_ERR_REMOTE);
   assert_int_equal(c.wire_error, HR_WIRE_UNAUTHORIZED);
   hr_settings_default(&s);
   s.auth_token = (const uint8_t *)"secret";
   s.auth_token_len = 6;
   tc_connect(f->env, ce, url, &c, &s);
-  assert_true(tc_wait_up(&c, 5000));
+  assert_true(tc_wait_up(&c, TL_WAIT_MS));
   assert_int_equal(tc_get_key(&c, "anything", &r), HR_ERR_REMOTE);
   assert_int_equal(r.rec.wire_error, HR_WIRE_INTERNAL);
   assert_int_equal(r.rec.wire_error_sent, 0);
@@ -516,7 +516,7 @@ static void raw_server_open(fx *f, rawsrv *rs, const hr_msg *hello) {
   rs->fd = accept(rs->lfd, NULL, NULL);
   assert_true(rs->fd >= 0);
   assert_true(tl_raw_expect(f->env, rs->fd, HR_MSG_CLIENT_HELLO, 0, f->buf,
-                            BUFSZ, &m, 5000));
+                            BUFSZ, &m, TL_WAIT_MS));
   if (!hello) {
     tl_hello(&m, 1);
     hello = &m;
@@ -529,7 +529,7 @@ static void raw_server_close(fx *f, rawsrv *rs) {
     close(rs->fd);
   close(rs->lfd);
   if (!rs->c.closed)
-    assert_true(tc_wait_closed(&rs->c, 5000));
+    assert_true(tc_wait_closed(&rs->c, TL_WAIT_MS));
   assert_int_equal(hr_engine_del(rs->ce), 0);
   (void)f;
 }
@@ -545,7 +545,7 @@ static uint32_t raw_get(fx *f, rawsrv *rs, tc_res *r, uint32_t flags,
   o.max_shards = max_shards;
   assert_int_equal(tc_get_start(&rs->c, &o, r, NULL), 0);
   assert_true(tl_raw_expect(f->env, rs->fd, HR_MSG_TENSOR_REQUEST, UINT32_MAX,
-                            f->buf, BUFSZ, &m, 5000));
+                            f->buf, BUFSZ, &m, TL_WAIT_MS));
   return m.hdr.stream_id;
 }
 
@@ -587,7 +587,7 @@ static void test_client_rejects_minor_version(void **state) {
   tl_hello(&m, 1);
   m.u.hello.version_minor = 1;
   raw_server_open(f, &rs, &m);
-  assert_false(tc_wait_up(&rs.c, 5000));
+  assert_false(tc_wait_up(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.wire_error, HR_WIRE_UNSUPPORTED_VERSION);
   assert_int_equal(rs.c.wire_sent, 1);
   expect_error(f, rs.fd, 0, HR_WIRE_UNSUPPORTED_VERSION);
@@ -602,13 +602,13 @@ static void test_client_sync_mode_and_gap(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* sync_mode 1 on a network transport. */
   sid = raw_get(f, &rs, &r, 0, 1);
   descriptor_msg(&m, sid, 16);
   m.u.tensor.desc.buffers[0].sync_mode = HR_SYNC_EVENT;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_not_equal(r.status, 0);
   assert_int_equal(r.rec.wire_error, HR_WIRE_INVALID_SYNC_MODE);
   assert_int_equal(r.rec.wire_error_sent, 1);
@@ -620,7 +620,7 @@ static void test_client_sync_mode_and_gap(void **state) {
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
     send_data(f, rs.fd, sid, 0, 4);
     send_data(f, rs.fd, sid, 8, 8);
-    assert_true(tc_wait(&rs.c, &r, 5000));
+    assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
     assert_int_equal(r.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
     expect_error(f, rs.fd, UINT32_MAX, HR_WIRE_PROTOCOL_VIOLATION);
   }
@@ -636,7 +636,7 @@ static void test_client_shard_inconsistent(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   sid = raw_get(f, &rs, &r, HR_REQ_PARALLEL_OK, 2);
   /* Two shards of [8] that overlap: [0,5) and [4,8). */
   for (i = 0; i < 2; i++) {
@@ -650,7 +650,7 @@ static void test_client_shard_inconsistent(void **state) {
     m.u.tensor.xport.total_shards = 2;
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
   }
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_equal(r.rec.wire_error, HR_WIRE_SHARD_INCONSISTENT);
   assert_int_equal(r.rec.wire_error_sent, 1);
   raw_server_close(f, &rs);
@@ -665,7 +665,7 @@ static void test_client_torn_composite(void **state) {
   hr_descriptor *d;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   sid = raw_get(f, &rs, &r, 0, 1);
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_DESCRIPTOR;
@@ -694,7 +694,7 @@ static void test_client_torn_composite(void **state) {
   m.hdr.stream_id = sid;
   m.u.error.code = HR_WIRE_INTERNAL;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_not_equal(r.status, 0);
   assert_null(r.t);
   raw_server_close(f, &rs);
@@ -706,7 +706,7 @@ static void test_client_handles_every_error_code(void **state) {
   uint32_t code;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* Every code the server may answer a request with, and an unassigned
    * one (read as INTERNAL). */
   for (code = HR_WIRE_PROTOCOL_VIOLATION; code <= HR_WIRE_ERROR_LAST + 1;
@@ -721,7 +721,7 @@ static void test_client_handles_every_error_code(void **state) {
     m.u.error.message = (const uint8_t *)"why";
     m.u.error.message_len = 3;
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-    assert_true(tc_wait(&rs.c, &r, 5000));
+    assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
     assert_int_equal(r.status, HR_ERR_REMOTE);
     assert_null(r.t);
     assert_int_equal(r.rec.wire_error_sent, 0);
@@ -742,7 +742,7 @@ static void test_client_goaway_and_conn_error(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* A GOAWAY while a request is open: that stream may finish, no new
    * stream may start. */
   sid = raw_get(f, &rs, &r, 0, 1);
@@ -761,7 +761,7 @@ static void test_client_goaway_and_conn_error(void **state) {
   m.hdr.type = HR_MSG_ERROR;
   m.u.error.code = HR_WIRE_RDMA_SETUP_FAILED;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_true(r.done);
   assert_int_not_equal(r.status, 0);
   assert_int_equal(rs.c.status, HR_ERR_REMOTE);
@@ -769,14 +769,14 @@ static void test_client_goaway_and_conn_error(void **state) {
   raw_server_close(f, &rs);
   /* GOAWAY with nothing open: the client closes cleanly. */
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_GOAWAY;
   m.u.goaway.code = HR_WIRE_NO_ERROR;
   m.u.goaway.message = (const uint8_t *)"bye";
   m.u.goaway.message_len = 3;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.status, HR_ERR_CLOSED);
   raw_server_close(f, &rs);
 }
@@ -787,17 +787,17 @@ static void test_client_too_large_and_unknown(void **state) {
   uint8_t h[HR_HEADER_SIZE];
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   hr_wire_put_header(h, HR_MSG_PONG, 0, (16u << 20) + 1);
   assert_int_equal(tl_raw_send(f->env, rs.fd, h, sizeof h), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.wire_error, HR_WIRE_MESSAGE_TOO_LARGE);
   assert_int_equal(rs.c.wire_sent, 1);
   expect_error(f, rs.fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
   raw_server_close(f, &rs);
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   hr_wire_put_header(h, 0xEE, 0, 0);
   assert_int_equal(tl_raw_send(f->env, rs.fd, h, sizeof h), 0);
   expect_error(f, rs.fd, 0, HR_WIRE_UNKNOWN_MESSAGE_TYPE);

@@ -253,6 +253,21 @@ void tl_spin(tl_env *env, int ms) {
   tl_run(env, never, NULL, ms);
 }
 
+typedef struct conns_at_most {
+  hr_engine *e;
+  size_t n;
+} conns_at_most;
+
+static int conns_down(void *ud) {
+  conns_at_most *w = ud;
+  return hr_engine_conn_count(w->e) <= w->n;
+}
+
+int tl_wait_conns(tl_env *env, hr_engine *e, size_t n) {
+  conns_at_most w = {e, n};
+  return tl_run(env, conns_down, &w, TL_WAIT_MS);
+}
+
 typedef struct closed_flag {
   int closed;
 } closed_flag;
@@ -507,6 +522,25 @@ int tl_raw_listen(int *port) {
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+int tl_raw_dead_port(int *port) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+  if (fd < 0)
+    return -1;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
       getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     close(fd);
     return -1;
