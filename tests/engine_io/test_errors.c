@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -374,6 +375,117 @@ static void test_timeout(void **state) {
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
   assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
+}
+
+/* A clock that each read of the server's connection moves on by a
+ * minute: the reads of one batch take "long", as thousands of small
+ * messages per read do on a loaded machine. */
+typedef struct slow_clock {
+  hr_tstamp offset;
+  size_t rx;
+} slow_clock;
+
+static slow_clock *the_clock; /* for the provider's on_hello */
+
+static hr_tstamp slow_now(void *ud) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (hr_tstamp)ts.tv_sec * 1000000000ull + (hr_tstamp)ts.tv_nsec +
+         ((slow_clock *)ud)->offset;
+}
+
+static void slow_tap(const void *b, size_t n, void *ud) {
+  slow_clock *k = ud;
+  (void)b;
+  k->rx += n;
+  k->offset += 60ull * 1000000000u;
+}
+
+static int tap_hello(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
+                     void *ud) {
+  (void)peer;
+  (void)wire_error;
+  (void)ud;
+  hr_conn_set_tap(hr_session_user_data(s), slow_tap, NULL, the_clock);
+  return 0;
+}
+
+static int rx_reached(void *ud) {
+  void **p = ud;
+  return ((slow_clock *)p[0])->rx >= *(size_t *)p[1];
+}
+
+/* Regression: the read timeout counted from the time a batch of reads
+ * began, so a peer that kept sending was cut as stalled inside a message
+ * when processing the batch took longer than the timeout (test_attack's
+ * PING flood under load).  Each read now has its own time: with reads a
+ * minute apart and a 200 s timeout, a message cut at the end of a
+ * 256 KiB batch (five reads) is not yet overdue: it began at most two
+ * reads before the batch ended. */
+static void test_read_timeout_per_read(void **state) {
+  fx *f = *state;
+  slow_clock k = {0, 0};
+  hr_engine_config ec;
+  hr_provider p;
+  hr_listener *l;
+  hr_engine *se;
+  uint8_t one[64], *batch;
+  size_t len, total, n = 0, sent = 0;
+  int64_t m_len;
+  hr_msg m;
+  int fd, big = 4 << 20;
+  void *w[2];
+
+  hr_engine_config_default(&ec);
+  ec.session.read_timeout = 200ull * 1000000000u;
+  ec.session.idle_timeout = 0;
+  ec.socket_buffer = 1 << 20;
+  the_clock = &k;
+  se = tl_engine_clock(f->env, &ec, slow_now, &k);
+  hr_store_provider(f->srv.store, &p);
+  p.on_hello = tap_hello;
+  assert_int_equal(hr_engine_listen(se, "127.0.0.1:0", &p, &l), 0);
+  fd = tr_client(f->env, hr_listener_port(l), NULL, f->buf, BUFSZ);
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
+  /* 256 KiB of PONGs (ignored: no answer to read) and the first bytes of
+   * a PING, all in the server's socket before its loop runs again. */
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_PONG;
+  m_len = hr_wire_encode(&m, one, sizeof one);
+  assert_true(m_len > 0);
+  len = (size_t)m_len;
+  total = (256u << 10) / len * len + 5;
+  batch = malloc(total);
+  assert_non_null(batch);
+  while (n + len < total) {
+    memcpy(batch + n, one, len);
+    n += len;
+  }
+  m.hdr.type = HR_MSG_PING;
+  m.u.ping = 77;
+  m_len = hr_wire_encode(&m, one, sizeof one);
+  assert_true(m_len > 5);
+  memcpy(batch + n, one, 5);
+  while (sent < total) {
+    ssize_t r = send(fd, batch + sent, total - sent, MSG_DONTWAIT);
+    assert_true(r > 0); /* the buffers take it all */
+    sent += (size_t)r;
+  }
+  k.rx = 0;
+  w[0] = &k;
+  w[1] = &total;
+  assert_true(tl_run(f->env, rx_reached, w, TL_WAIT_MS));
+  /* Five reads (64 KiB each, then the PING's last byte), each a minute
+   * later: more than the timeout since the batch began. */
+  assert_true(k.offset >= 4 * 60ull * 1000000000u);
+  /* The rest of the PING: the connection is alive and answers it. */
+  assert_int_equal(tl_raw_send(f->env, fd, one + 5, (size_t)m_len - 5), 0);
+  assert_true(
+      tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m, TL_WAIT_MS));
+  assert_int_equal(m.u.ping, 77);
+  close(fd);
+  free(batch);
+  tl_engine_finish(f->env, se);
 }
 
 /* A TCP connect that never completes ends with the session's handshake
@@ -818,6 +930,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cancelled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transcode_failed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_timeout_per_read, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resource_exhausted_connection, setup,
                                       teardown),

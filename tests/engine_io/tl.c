@@ -49,6 +49,8 @@ struct tl_adapter {
   hr_engine *e;
   hr_tstamp deadline;
   tl_adapter *next;
+  hr_tstamp (*clock)(void *ud); /* tl_engine_clock() */
+  void *clock_ud;
 };
 
 struct tl_env {
@@ -203,7 +205,13 @@ int tl_mode(const tl_env *env) {
   return env->mode;
 }
 
-hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
+static hr_tstamp ep_now(void *ud) {
+  tl_adapter *a = ud;
+  return a->clock(a->clock_ud);
+}
+
+static hr_engine *engine_on(tl_env *env, const hr_engine_config *cfg,
+                            hr_tstamp (*clock)(void *ud), void *ud) {
   hr_engine *e = NULL;
 
   if (env->mode == TL_EPOLL) {
@@ -212,19 +220,34 @@ hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
     CHECK(a);
     a->env = env;
     a->deadline = HR_TSTAMP_NEVER;
+    a->clock = clock;
+    a->clock_ud = ud;
     memset(&ops, 0, sizeof ops);
     ops.size = sizeof ops;
     ops.watch = ep_watch;
     ops.timer = ep_timer;
     ops.release = ep_release;
+    if (clock)
+      ops.now = ep_now;
     a->next = env->adapters;
     env->adapters = a;
     CHECK(hr_engine_new(&e, &ops, a, cfg, NULL) == 0);
     a->e = e;
   } else {
+    CHECK(!clock);
     CHECK(hr_ev_attach(&e, env->base, cfg, NULL) == 0);
   }
   return e;
+}
+
+hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
+  return engine_on(env, cfg, NULL, NULL);
+}
+
+hr_engine *tl_engine_clock(tl_env *env, const hr_engine_config *cfg,
+                           hr_tstamp (*clock)(void *ud), void *ud) {
+  CHECK(clock && env->mode == TL_EPOLL);
+  return engine_on(env, cfg, clock, ud);
 }
 
 int tl_run(tl_env *env, int (*done)(void *), void *ud, int timeout_ms) {

@@ -33,6 +33,11 @@ void tl_free(tl_env *env);
 int tl_mode(const tl_env *env);
 /* Creates an engine on the loop (cfg NULL: defaults). */
 hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg);
+/* The same on an epoll loop, the engine reading its time from
+ * clock(ud) (hr_loop_ops.now) instead of CLOCK_MONOTONIC; the loop's
+ * timers still run on the real clock. */
+hr_engine *tl_engine_clock(tl_env *env, const hr_engine_config *cfg,
+                           hr_tstamp (*clock)(void *ud), void *ud);
 /* Runs the loop until done(ud) returns non-zero or timeout_ms passed.
  * Returns 1 when done, 0 on timeout. */
 int tl_run(tl_env *env, int (*done)(void *), void *ud, int timeout_ms);
