@@ -18,6 +18,7 @@
  *    OpenSSL, without read-ahead, takes each record's header and body
  *    from it; it decrypts the record and copies the plaintext into the
  *    buffer the engine names (the destination tensor for bulk bytes).
+ *    One hr__tls_recv() takes every record that lies whole in `ibuf`.
  * The handshake runs on a plain socket BIO (kernel TLS is switched on
  * there, at the key change); the switch happens at the first call after
  * it finished, between records, so no byte is reordered.
@@ -562,8 +563,11 @@ static void describe(hr__tls *t) {
   unsigned long e = ERR_peek_error();
   long vr = SSL_get_verify_result(t->ssl);
   int reason = e && ERR_GET_LIB(e) == ERR_LIB_SSL ? ERR_GET_REASON(e) : 0;
-  const char *stage = SSL_is_init_finished(t->ssl) ? "TLS connection failed"
-                                                   : "TLS handshake failed";
+  /* After a fatal error OpenSSL no longer says the handshake finished:
+   * `switched` remembers that it had. */
+  const char *stage = t->switched || SSL_is_init_finished(t->ssl)
+                          ? "TLS connection failed"
+                          : "TLS handshake failed";
 
   t->failed = 1;
   if (t->why[0]) {
