@@ -190,18 +190,28 @@ typedef struct job {
 } job;
 
 /* A host name lookup on the worker pool: getaddrinfo() may block for
- * seconds, never on the loop thread.  The worker reads only `addr` (a
- * copy) and writes `res`, `rv` and `why`; the loop thread connects with
- * the result (lookup_done), or frees it when the connection went
- * meanwhile (j.c is then NULL). */
-typedef struct lookup {
-  job j; /* first; j.w is NULL */
+ * seconds, never on the loop thread.  It is a detachable job (hr_pool.h):
+ * the worker runs on a copy of `io`, reading `addr` and writing `res`,
+ * `rv` and `why`, and copies the answer back when it is done; the loop
+ * thread then connects with it (lookup_done), or frees it when the
+ * connection went meanwhile (j.c is then NULL).  hr_engine_del() does not
+ * wait for a lookup that is running: the worker frees its answer itself
+ * (lookup_drop) and the engine frees the lookup (lookups_free). */
+typedef struct lookup_io {
   hr__addr addr;
   struct addrinfo *res;
   int rv;
   char why[256];
+} lookup_io;
+
+typedef struct lookup {
+  job j; /* first; j.w is NULL */
+  lookup_io io;
   struct lookup *next; /* in e->lookups until taken back */
 } lookup;
+
+_Static_assert(sizeof(lookup_io) <= HR__POOL_IO_MAX,
+               "a lookup's io fits a worker's copy");
 
 struct hr_engine {
   hr_mem mem;
@@ -2434,11 +2444,20 @@ static int conn_start(hr_engine *e, const hr__addr *a,
   return rv;
 }
 
-/* Worker thread: the lookup itself. */
-static void lookup_run(hr__job *j) {
-  lookup *lk = (lookup *)j;
+/* Worker thread: the lookup itself, on the worker's copy of lookup_io. */
+static void lookup_run(void *io) {
+  lookup_io *lk = io;
 
   lk->rv = hr__sock_resolve(&lk->addr, 0, &lk->res, lk->why, sizeof lk->why);
+}
+
+/* Worker thread: the engine went while the lookup ran (hr_engine_del()):
+ * the answer nobody will take. */
+static void lookup_drop(void *io) {
+  lookup_io *lk = io;
+
+  if (lk->res)
+    freeaddrinfo(lk->res);
 }
 
 /* Starts client connection `c` (its session made): a Unix path or a
@@ -2467,9 +2486,12 @@ static int conn_begin(hr_engine *e, hr_conn *c) {
   lk = hr__mem_calloc(&e->mem, 1, sizeof *lk);
   if (!lk)
     return HR_ERR_NOMEM;
-  lk->j.base.run = lookup_run;
+  lk->j.base.run_io = lookup_run;
+  lk->j.base.drop_io = lookup_drop;
+  lk->j.base.io = &lk->io;
+  lk->j.base.io_len = sizeof lk->io;
   lk->j.c = c;
-  lk->addr = c->addr;
+  lk->io.addr = c->addr;
   rv = hr__pool_submit(e->pool, &lk->j.base);
   if (rv) {
     hr__mem_free(&e->mem, lk);
@@ -2495,26 +2517,27 @@ static void lookup_done(hr_engine *e, lookup *lk) {
   *pp = lk->next;
   if (c) {
     c->lookup = NULL;
-    rv = lk->rv ? lk->rv : conn_socket(e, &c->addr, lk->res, c);
+    rv = lk->io.rv ? lk->io.rv : conn_socket(e, &c->addr, lk->io.res, c);
     if (rv) {
       c->want_close = 1;
-      conn_note(c, rv, lk->rv && lk->why[0] ? lk->why : NULL, 0);
+      conn_note(c, rv, lk->io.rv && lk->io.why[0] ? lk->io.why : NULL, 0);
     }
   }
-  if (lk->res)
-    freeaddrinfo(lk->res);
+  if (lk->io.res)
+    freeaddrinfo(lk->io.res);
   hr__mem_free(&e->mem, lk);
 }
 
-/* hr_engine_del(), after the pool joined its workers: the lookups whose
- * connection went and that were not taken back. */
+/* hr_engine_del(), after hr__pool_del(): the lookups whose connection
+ * went and that were not taken back.  Those done hold their answer; those
+ * queued or abandoned hold none (an abandoned worker frees its own). */
 static void lookups_free(hr_engine *e) {
   lookup *lk;
 
   while ((lk = e->lookups)) {
     e->lookups = lk->next;
-    if (lk->res)
-      freeaddrinfo(lk->res);
+    if (lk->io.res)
+      freeaddrinfo(lk->io.res);
     hr__mem_free(&e->mem, lk);
   }
 }

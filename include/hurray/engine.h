@@ -245,7 +245,11 @@ HR_EXTERN int hr_engine_close(hr_engine *e,
 
 /* Frees the engine (listeners included).  Returns HR_ERR_BUSY (and frees
  * nothing) while connections live or work items are out; HR_ERR_IN_CALLBACK
- * from a callback.  NULL is a no-op. */
+ * from a callback.  NULL is a no-op.  It does not wait for a host-name
+ * lookup a worker is still running (getaddrinfo() cannot be interrupted):
+ * that worker thread is detached, frees the answer with freeaddrinfo()
+ * when the resolver returns and exits; it uses nothing of the engine, its
+ * hr_mem or its loop then. */
 HR_EXTERN int hr_engine_del(hr_engine *e);
 
 /* Thread-safe: makes the loop thread run the engine soon (used by the
@@ -340,9 +344,10 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
  * call, bounds the lookup too (HR_ERR_TIMEOUT).  hr_conn_close(),
  * hr_conn_abort() and hr_engine_close() during a lookup end the
  * connection at once (`cb` with HR_ERR_CLOSED); the lookup's answer is
- * dropped when it comes.  hr_engine_del() waits for a lookup a worker is
- * running (getaddrinfo() cannot be interrupted: at most the resolver's
- * own timeout, resolv.conf) and frees its answer.  The lanes of
+ * dropped when it comes.  hr_engine_del() does not wait for a lookup a
+ * worker is running (getaddrinfo() cannot be interrupted): the worker
+ * thread is detached and frees the answer itself when the resolver
+ * returns (see hr_engine_del()).  The lanes of
  * hr_engine_connect_group() connect to the address lane 0 got, without a
  * lookup of their own.
  *
