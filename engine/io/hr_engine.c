@@ -61,6 +61,7 @@
 
 #include "hr_bulk.h"
 #include "hr_engine_ext.h"
+#include "hr_inproc_names.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include <hurray/shm.h>
@@ -181,6 +182,10 @@ struct hr_listener {
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's file, or "" */
   hr_provider prov;
   int tls; /* connections speak TLS (TCP with config.tls_server) */
+  /* "inproc:NAME": the hub's name table, and NAME (fd is the receiving
+   * end of the hand-over socket, hr_inproc_names.h). */
+  hr__inproc_names *inames;
+  char iname[HR__INPROC_NAME_MAX + 1];
 };
 
 typedef struct job {
@@ -1481,6 +1486,10 @@ static void listener_free(hr_engine *e, hr_listener *l) {
     close(l->fd);
     l->fd = -1;
   }
+  /* The name goes with the listener; connections handed over and not
+   * taken yet are closed with the hand-over socket above. */
+  if (l->inames)
+    hr__inproc_names_unbind(l->inames, l->iname);
   /* The socket file goes with the listener: a later server must not find
    * it and take it for a live one. */
   if (l->path[0])
@@ -1765,7 +1774,15 @@ static void listener_io(hr_listener *l, hr_tstamp now) {
   int i, fd, rv;
 
   for (i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
-    fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (l->inames) {
+      fd = hr__inproc_accept(l->fd);
+      if (fd == HR_ERR_WOULDBLOCK)
+        break;
+      if (fd < 0)
+        errno = EMFILE; /* no descriptor came: pause as below */
+    } else {
+      fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    }
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
@@ -2317,6 +2334,61 @@ size_t hr_engine_conn_count(const hr_engine *e) {
   return e ? e->nconns : 0;
 }
 
+/* The hub's name table (hr_inproc_names.h: the hub's first member), or
+ * NULL without config.inproc_hub. */
+static hr__inproc_names *inproc_names(hr_engine *e) {
+  return (hr__inproc_names *)(void *)e->cfg.inproc_hub;
+}
+
+/* hr_engine_listen("inproc:NAME"): a hand-over socket watched like a
+ * listening one, its other end under NAME in the hub. */
+static int inproc_listen(hr_engine *e, const char *name,
+                         const hr_provider *provider, hr_listener **out) {
+  hr__inproc_names *names = inproc_names(e);
+  hr_listener *l;
+  int rx, tx, rv;
+
+  if (!names)
+    return HR_ERR_UNSUPPORTED;
+  if (!*name || strlen(name) > HR__INPROC_NAME_MAX)
+    return HR_ERR_INVALID_ARGUMENT;
+  l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+  if (!l)
+    return HR_ERR_NOMEM;
+  memcpy(&l->prov, provider,
+         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
+  l->prov.size = sizeof l->prov;
+  l->o.kind = OBJ_LISTENER;
+  l->e = e;
+  l->port = -1;
+  rv = hr__inproc_handover_pair(&rx, &tx);
+  if (rv) {
+    hr__mem_free(&e->mem, l);
+    return rv;
+  }
+  rv = hr__inproc_names_bind(names, name, tx); /* owns tx from here */
+  if (rv) {
+    close(rx);
+    hr__mem_free(&e->mem, l);
+    return rv;
+  }
+  l->fd = rx;
+  l->inames = names;
+  memcpy(l->iname, name, strlen(name) + 1);
+  rv = fdmap_set(e, rx, &l->o);
+  if (rv == 0 && !e->accept_paused)
+    rv = watch(e, rx, HR_POLL_IN, &l->watching, &l->cookie);
+  if (rv) {
+    listener_free(e, l);
+    return rv;
+  }
+  l->next = e->listeners;
+  e->listeners = l;
+  if (out)
+    *out = l;
+  return 0;
+}
+
 int hr_engine_listen(hr_engine *e, const char *addr,
                      const hr_provider *provider, hr_listener **out) {
   hr__addr a;
@@ -2327,6 +2399,8 @@ int hr_engine_listen(hr_engine *e, const char *addr,
     return HR_ERR_INVALID_ARGUMENT;
   if (e->closing)
     return HR_ERR_STATE;
+  if (strncmp(addr, "inproc:", 7) == 0)
+    return inproc_listen(e, addr + 7, provider, out);
   rv = hr__addr_parse(addr, 0, &a);
   if (rv)
     return rv;
@@ -2392,7 +2466,11 @@ static int conn_socket(hr_engine *e, const hr__addr *a,
     if (rv)
       return rv == HR_ERR_NOMEM ? rv : HR_ERR_IO;
   }
-  if (ai)
+  if (a->inproc)
+    fd = inproc_names(e) ? hr__inproc_connect(inproc_names(e), a->host,
+                                              c->message, sizeof c->message)
+                         : HR_ERR_UNSUPPORTED;
+  else if (ai)
     fd = hr__sock_connect_ai(a, ai, &in_progress, &c->lane_sa,
                              &c->lane_salen, c->message, sizeof c->message);
   else
@@ -2470,7 +2548,7 @@ static int conn_begin(hr_engine *e, hr_conn *c) {
   lookup *lk;
   int rv;
 
-  if (c->addr.path[0])
+  if (c->addr.path[0] || c->addr.inproc)
     return conn_start(e, &c->addr, NULL, c);
   rv = hr__sock_resolve(&c->addr, 1, &res, c->message, sizeof c->message);
   if (rv == 0) {
@@ -2542,6 +2620,25 @@ static void lookups_free(hr_engine *e) {
   }
 }
 
+/* An "inproc:NAME" URL into *a: 0, HR_ERR_NOT_FOUND (another kind of
+ * URL), HR_ERR_UNSUPPORTED (the engine has no hub),
+ * HR_ERR_INVALID_ARGUMENT (a bad name). */
+static int inproc_addr(hr_engine *e, const char *url, hr__addr *a) {
+  size_t len;
+
+  if (strncmp(url, "inproc:", 7) != 0)
+    return HR_ERR_NOT_FOUND;
+  if (!inproc_names(e))
+    return HR_ERR_UNSUPPORTED;
+  len = strlen(url + 7);
+  if (len == 0 || len > HR__INPROC_NAME_MAX || len >= sizeof a->host)
+    return HR_ERR_INVALID_ARGUMENT;
+  memset(a, 0, sizeof *a);
+  memcpy(a->host, url + 7, len + 1);
+  a->inproc = 1;
+  return 0;
+}
+
 static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
                         const hr_settings *settings, hr_conn_cb cb,
                         void *user_data, hr_conn **out) {
@@ -2556,7 +2653,9 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c = hr__mem_calloc(&e->mem, 1, sizeof *c);
   if (!c)
     return HR_ERR_NOMEM;
-  rv = hr__addr_parse(url, 1, &c->addr);
+  rv = inproc_addr(e, url, &c->addr);
+  if (rv == HR_ERR_NOT_FOUND)
+    rv = hr__addr_parse(url, 1, &c->addr);
   if (rv) {
     hr__mem_free(&e->mem, c);
     return rv;
@@ -2568,7 +2667,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c->state = CS_CONNECTING;
   c->cb = cb;
   c->ud = user_data;
-  session_callbacks(&cbs, e, c->addr.path[0] != '\0');
+  session_callbacks(&cbs, e, c->addr.path[0] != '\0' || c->addr.inproc);
   if (settings && e->fabric) {
     /* The engine's fabric serves sessions with the caller's settings too. */
     hr_settings own = *settings;
