@@ -653,6 +653,19 @@ static int tr_on_hello(hr_session *s, const hr_hello *peer,
   return rv;
 }
 
+static int tr_on_put_alloc(hr_session *s, const hr_descriptor *d,
+                           unsigned min_alignment_log2, hr_tensor **out,
+                           void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_put_alloc(s, d, min_alignment_log2, out,
+                                 c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
 /* The provider a server session sees: the application's, with the
  * engine's accounting in between; NULL members stay NULL so that the
  * session advertises the same capabilities. */
@@ -668,6 +681,7 @@ static void wrap_provider(const hr_provider *up, hr_provider *out, hr_conn *c) {
   out->on_put_abort = up->on_put_begin ? tr_on_put_abort : NULL;
   out->on_list = up->on_list ? tr_on_list : NULL;
   out->on_hello = up->on_hello ? tr_on_hello : NULL;
+  out->on_put_alloc = up->on_put_alloc ? tr_on_put_alloc : NULL;
 }
 
 static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
