@@ -22,7 +22,6 @@
  * unavailable).  With `--import FD SIZE SEED` or `--client URL N`, the
  * program is the child process of the tests above.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -41,6 +40,7 @@
 #include <hurray/shm.h>
 #include <hurray/tensor.h>
 
+#include "common/test_util.h"
 #include "gpu_testutil.h"
 #include "tc.h"
 
@@ -125,19 +125,6 @@ static pid_t spawn_child(const char *const *args) {
                                environ),
                    0);
   return pid;
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
 }
 
 static int child_status(pid_t pid) {
@@ -634,7 +621,7 @@ static void engine_fallbacks(void **state) {
   hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
   assert_int_equal(hr_gpu_query(g, &caps), 0);
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   const uint64_t n = 100000;
   net nt;
   net_start(&nt, caps.device_tag);
@@ -716,7 +703,7 @@ static void engine_fallbacks(void **state) {
     served_free(&shared);
   }
   /* Every descriptor passed, refused or imported was closed. */
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
   assert_int_equal(hr_gpu_del(g), 0);
 }
 

@@ -23,6 +23,7 @@
 #include <hurray/metrics.h>
 #include <hurray/store.h>
 
+#include "common/test_util.h"
 #include "engine_io/tl.h"
 
 typedef struct world {
@@ -160,18 +161,6 @@ static int scrape(world *w, const char *path, enum evhttp_cmd_type cmd) {
   return w->http_code;
 }
 
-/* The value of the sample line that starts with `series` ("name{...}"). */
-static double value_of(const char *body, const char *series) {
-  char pat[512];
-  snprintf(pat, sizeof pat, "\n%s ", series);
-  const char *p = strstr(body, pat);
-  if (!p) {
-    print_error("series not found: %s\n", series);
-    fail();
-  }
-  return strtod(p + strlen(pat), NULL);
-}
-
 static void put_tensor(world *w, const char *key, hr_tensor *t) {
   hr_session *s = hr_conn_session(w->conn);
   assert_int_equal(hr_session_put(s, (const uint8_t *)key,
@@ -234,7 +223,7 @@ static void test_scrape(void **state) {
   /* Before any traffic: every family present, counters at 0. */
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   assert_string_equal(w->ctype, "text/plain; version=0.0.4; charset=utf-8");
-  assert_int_equal(value_of(w->body, "hurray_connections_opened_total"), 0);
+  assert_int_equal(tu_metric_value(w->body, "hurray_connections_opened_total"), 0);
 
   assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
@@ -273,58 +262,58 @@ static void test_scrape(void **state) {
   /* While the client is connected. */
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   const char *b = w->body;
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"ok\"}"),
                    3);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"NOT_FOUND\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"put\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"put\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"put\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"put\","
                                "result=\"ALREADY_EXISTS\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"list\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"list\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"ping\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"ping\","
                                "result=\"ok\"}"),
                    1);
   /* 3 GETs of 16x8 float32, and a 1000-float PUT. */
-  assert_int_equal(value_of(b, "hurray_tensor_bytes_total{direction=\"sent\","
+  assert_int_equal(tu_metric_value(b, "hurray_tensor_bytes_total{direction=\"sent\","
                                "plane=\"frames\"}"),
                    3 * 16 * 8 * 4);
-  assert_int_equal(value_of(b, "hurray_tensor_bytes_total{direction="
+  assert_int_equal(tu_metric_value(b, "hurray_tensor_bytes_total{direction="
                                "\"received\",plane=\"frames\"}"),
                    4000);
   assert_int_equal(
-      value_of(b, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"NOT_FOUND\","
+      tu_metric_value(b, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
+  assert_int_equal(tu_metric_value(b, "hurray_errors_total{code=\"NOT_FOUND\","
                                "direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"ALREADY_EXISTS\","
+  assert_int_equal(tu_metric_value(b, "hurray_errors_total{code=\"ALREADY_EXISTS\","
                                "direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_connections_opened_total"), 1);
-  assert_int_equal(value_of(b, "hurray_connections_closed_total"), 0);
+  assert_int_equal(tu_metric_value(b, "hurray_connections_opened_total"), 1);
+  assert_int_equal(tu_metric_value(b, "hurray_connections_closed_total"), 0);
   /* The client engine on the same loop counts too (sampled from the
    * server engine only). */
-  assert_int_equal(value_of(b, "hurray_connections_active"), 1);
-  assert_int_equal(value_of(b, "hurray_streams_active"), 0);
+  assert_int_equal(tu_metric_value(b, "hurray_connections_active"), 1);
+  assert_int_equal(tu_metric_value(b, "hurray_streams_active"), 0);
   /* Histograms: cumulative, +Inf == count, per kind. */
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_count{kind="
+  assert_int_equal(tu_metric_value(b, "hurray_request_duration_seconds_count{kind="
                                "\"get\"}"),
                    4);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_bucket{kind="
+  assert_int_equal(tu_metric_value(b, "hurray_request_duration_seconds_bucket{kind="
                                "\"get\",le=\"+Inf\"}"),
                    4);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_bucket{kind="
+  assert_int_equal(tu_metric_value(b, "hurray_request_duration_seconds_bucket{kind="
                                "\"get\",le=\"60\"}"),
                    4);
-  assert_true(value_of(b, "hurray_request_duration_seconds_sum{kind="
+  assert_true(tu_metric_value(b, "hurray_request_duration_seconds_sum{kind="
                           "\"get\"}") >= 0);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_count{kind="
+  assert_int_equal(tu_metric_value(b, "hurray_request_duration_seconds_count{kind="
                                "\"put\"}"),
                    2);
   double prev = 0;
@@ -335,7 +324,7 @@ static void test_scrape(void **state) {
     snprintf(s, sizeof s,
              "hurray_request_duration_seconds_bucket{kind=\"get\",le=\"%s\"}",
              les[i]);
-    double v = value_of(b, s);
+    double v = tu_metric_value(b, s);
     assert_true(v >= prev);
     prev = v;
   }
@@ -356,8 +345,8 @@ static void test_scrape(void **state) {
   event_base_loopexit(w->base, &tv);
   event_base_dispatch(w->base);
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
-  assert_int_equal(value_of(w->body, "hurray_connections_closed_total"), 1);
-  assert_int_equal(value_of(w->body, "hurray_connections_active"), 0);
+  assert_int_equal(tu_metric_value(w->body, "hurray_connections_closed_total"), 1);
+  assert_int_equal(tu_metric_value(w->body, "hurray_connections_active"), 0);
 
   /* One log line per request, each with the peer. */
   int requests = 0;
@@ -440,20 +429,20 @@ static void test_refusals(void **state) {
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   const char *b = w->body;
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"RESOURCE_EXHAUSTED\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_metric_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+  assert_int_equal(tu_metric_value(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
                                "\",direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+  assert_int_equal(tu_metric_value(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
                                "\",direction=\"sent\",scope=\"connection\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_connections_rejected_total"), 1);
-  assert_int_equal(value_of(b, "hurray_connections_opened_total"), 1);
+  assert_int_equal(tu_metric_value(b, "hurray_connections_rejected_total"), 1);
+  assert_int_equal(tu_metric_value(b, "hurray_connections_opened_total"), 1);
   int refused = 0, rejected = 0;
   for (int i = 0; i < w->nlines; i++) {
     if (strstr(w->lines[i], "\"result\":\"RESOURCE_EXHAUSTED\"") &&
@@ -540,13 +529,13 @@ static void test_sharded(void **state) {
   assert_int_equal(w->gets_ok, 1);
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
-  assert_int_equal(value_of(w->body, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_metric_value(w->body, "hurray_requests_total{kind=\"get\","
                                      "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(w->body, "hurray_request_duration_seconds_count{"
+  assert_int_equal(tu_metric_value(w->body, "hurray_request_duration_seconds_count{"
                                      "kind=\"get\"}"),
                    1);
-  assert_int_equal(value_of(w->body, "hurray_tensor_bytes_total{direction="
+  assert_int_equal(tu_metric_value(w->body, "hurray_tensor_bytes_total{direction="
                                      "\"sent\",plane=\"frames\"}"),
                    1 << 18);
   int lines = 0, seen = 0;

@@ -1,6 +1,7 @@
 /*
- * The fixture of the Unix socket tests (test_unix.c, test_shm.c): a fresh
- * directory under /tmp, the socket path in it and its "unix:PATH" URL.
+ * The fixture of the Unix socket tests (test_unix.c, test_shm.c,
+ * test_shm_arena.c): a fresh directory under /tmp, the socket path in it
+ * and its "unix:PATH" URL.
  */
 #ifndef HR_SOCK_DIR_H
 #define HR_SOCK_DIR_H

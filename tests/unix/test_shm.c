@@ -8,7 +8,6 @@
  * fails that GET and turns SHM off for the connection; no descriptor
  * leaks.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -26,6 +25,7 @@
 
 #include <hurray/shm.h>
 
+#include "common/test_util.h"
 #include "sock_dir.h"
 #include "tc.h"
 #include "tl.h"
@@ -36,19 +36,6 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   return sock_dir_teardown(state);
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
 }
 
 /* A segment-backed copy of `t` (composites member by member). */
@@ -153,7 +140,7 @@ static int flag_set(void *ud) { return atomic_load((atomic_int *)ud) != 0; }
 
 static void test_shm_flows(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_provider prov;
@@ -303,14 +290,14 @@ static void test_shm_flows(void **state) {
     hr_tensor_unref(cases[i].ref);
   hr_tensor_unref(heap);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* The server keeps a segment until BUFFER_RELEASE, or until the client's
  * connection ends; the client's mapping outlives the connection. */
 static void test_shm_release(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_LIBEVENT);
   tl_server ts;
   hr_provider prov;
@@ -355,7 +342,7 @@ static void test_shm_release(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void *unref_main(void *arg) {
@@ -402,7 +389,7 @@ static void test_shm_release_other_thread(void **state) {
  * server answers the next one with frames. */
 static void test_shm_refused(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_provider prov;
@@ -438,7 +425,7 @@ static void test_shm_refused(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* An engine configured without SHM neither offers nor accepts it. */

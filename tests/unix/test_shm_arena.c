@@ -15,7 +15,6 @@
  *  - the cache's bound, and hostile segments (not a file, too small, an
  *    offset past the end), through the engine and the cache directly.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -36,50 +35,18 @@
 #include <hurray/client.h>
 #include <hurray/shm.h>
 
+#include "common/test_util.h"
 #include "hr_shm_io.h"
+#include "sock_dir.h"
 #include "tc.h"
 #include "tl.h"
 
-typedef struct fixture {
-  char dir[64];
-  char path[128];
-  char url[160];
-} fixture;
-
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f)
-    return -1;
-  strcpy(f->dir, "/tmp/hr_arena_XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->path, sizeof f->path, "%s/s.sock", f->dir);
-  snprintf(f->url, sizeof f->url, "unix:%s", f->path);
-  *state = f;
-  return 0;
+  return sock_dir_setup(state, "hr_arena");
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  unlink(f->path);
-  int rv = rmdir(f->dir);
-  free(f);
-  return rv;
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
+  return sock_dir_teardown(state);
 }
 
 /* Mappings of memfd `name` in this process with permissions `perms`
@@ -295,7 +262,7 @@ static void wait_live(tl_env *env, hr_shm_arena *a, uint32_t n) {
  * of them (read-only), and the cache reused by the next GETs. */
 static void test_arena_get(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_engine *ce = tl_engine(env, NULL);
@@ -344,7 +311,7 @@ static void test_arena_get(void **state) {
   assert_int_equal(maps_of("hurray-arena", "r--s"), client_maps0);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* A replaced tensor's region is reused only after the client released
@@ -541,7 +508,7 @@ static void test_arena_narrow_token(void **state) {
  * bounded (shm_map_cache = 2); mappings in use are not. */
 static void test_cache_bound(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_provider prov;
@@ -589,7 +556,7 @@ static void test_cache_bound(void **state) {
   assert_int_equal(maps_of("hurray-segment", "r--s"), m0);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* Hostile segments over the socket: a descriptor that is not a file, a
@@ -635,7 +602,7 @@ static hr_tensor *hostile_tensor(int kind) {
 
 static void test_hostile_segments(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_provider prov;
@@ -664,7 +631,7 @@ static void test_hostile_segments(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* The cache itself: a cached entry is never a way around the size

@@ -1,0 +1,19 @@
+/*
+ * Small helpers several test programs share (tests/unix, tests/gpu,
+ * tests/metrics): counting this process's descriptors to prove nothing
+ * leaked, and reading one sample from a Prometheus exposition text.
+ * Link with LIBS hr_test_util.
+ */
+#ifndef HR_TESTS_TEST_UTIL_H
+#define HR_TESTS_TEST_UTIL_H
+
+/* The number of open descriptors of this process (/proc/self/fd, the
+ * directory's own descriptor included), or -1 when it cannot be read. */
+int tu_fd_count(void);
+
+/* The value of the sample line of `body` that starts with `series`
+ * ("name" or "name{labels}"); fails the calling cmocka test when there is
+ * none. */
+double tu_metric_value(const char *body, const char *series);
+
+#endif /* HR_TESTS_TEST_UTIL_H */
