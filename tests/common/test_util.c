@@ -25,7 +25,7 @@ int tu_fd_count(void) {
   return n;
 }
 
-double tu_metric_value(const char *body, const char *series) {
+double tu_value(const char *body, const char *series) {
   char pat[512];
   snprintf(pat, sizeof pat, "\n%s ", series);
   const char *p = strstr(body, pat);

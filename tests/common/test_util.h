@@ -14,6 +14,6 @@ int tu_fd_count(void);
 /* The value of the sample line of `body` that starts with `series`
  * ("name" or "name{labels}"); fails the calling cmocka test when there is
  * none. */
-double tu_metric_value(const char *body, const char *series);
+double tu_value(const char *body, const char *series);
 
 #endif /* HR_TESTS_TEST_UTIL_H */
