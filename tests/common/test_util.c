@@ -25,6 +25,22 @@ int tu_fd_count(void) {
   return n;
 }
 
+hr_descriptor tu_bytes_desc(uint64_t n, uint8_t align_log2,
+                            uint8_t device_tag) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_UINT8;
+  d.rank = 1;
+  d.shape[0] = n;
+  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  d.buffer_count = 1;
+  d.buffers[0].size_bytes = n;
+  d.buffers[0].alignment_log2 = align_log2;
+  d.buffers[0].device_tag = device_tag;
+  return d;
+}
+
 double tu_value(const char *body, const char *series) {
   char pat[512];
   snprintf(pat, sizeof pat, "\n%s ", series);

@@ -299,20 +299,6 @@ static void sleep_gate(void *arg) {
   hr__test_sleep(GATE_NS);
 }
 
-static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].device_tag = tag;
-  return d;
-}
-
 /* Starts the producer; `shareable` picks the memory; `slow` gates the
  * write of NEW.  Returns the tensor (with the event unless `lie`). */
 static hr_tensor *produce(served *sv, hr_gpu *g, uint64_t n, int shareable,
@@ -335,7 +321,7 @@ static hr_tensor *produce(served *sv, hr_gpu *g, uint64_t n, int shareable,
     assert_int_equal(hr_gpu_launch_host_fn(sv->P, sleep_gate, NULL), 0);
   assert_int_equal(hr_gpu_copy_async(sv->P, sv->dev, 0, sv->newb, 0, n), 0);
   assert_int_equal(hr_gpu_event_record(sv->ev, sv->P), 0);
-  hr_descriptor d = bytes_desc(n, caps.device_tag);
+  hr_descriptor d = tu_bytes_desc(n, 0, caps.device_tag);
   hr_tensor *t;
   assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->dev, lie ? NULL : sv->ev,
                                          served_release, sv, NULL),
@@ -638,7 +624,7 @@ static void engine_fallbacks(void **state) {
     hr_tensor_unref(t);
   }
   /* A host tensor in a shared segment. */
-  hr_descriptor hd = bytes_desc(n, HR_DEV_CPU);
+  hr_descriptor hd = tu_bytes_desc(n, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_tensor_alloc(&t, &hd, NULL), 0);
   gt_fill(hr_tensor_buffer(t, 0), n, SEED_NEW);
   tl_put(&nt.srv, "host", t);

@@ -85,23 +85,9 @@ static void map_name_of(const void *p, char *out, size_t cap) {
   fclose(fp);
 }
 
-static hr_descriptor bytes_desc(uint64_t n, unsigned align_log2) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].alignment_log2 = (uint8_t)align_log2;
-  return d;
-}
-
 /* A heap tensor of n bytes, byte i = seed + i. */
 static hr_tensor *heap_bytes(uint64_t n, uint8_t seed) {
-  hr_descriptor d = bytes_desc(n, 6);
+  hr_descriptor d = tu_bytes_desc(n, 6, HR_DEV_CPU);
   hr_tensor *t;
   assert_int_equal(hr_tensor_alloc(&t, &d, 0, NULL), 0);
   uint8_t *p = hr_tensor_buffer(t, 0);
@@ -142,7 +128,7 @@ static void test_arena_alloc(void **state) {
   assert_int_equal(hr_shm_arena_new(&a, &ac, NULL), 0);
 
   /* 100 bytes: one 128-byte region at 0; the next starts at 128. */
-  hr_descriptor d = bytes_desc(100, 0);
+  hr_descriptor d = tu_bytes_desc(100, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[0], &d), 0);
   assert_int_equal(seg_off(t[0]), 0);
   assert_int_equal(hr_shm_arena_alloc(a, &t[1], &d), 0);
@@ -154,11 +140,11 @@ static void test_arena_alloc(void **state) {
 
   /* A page-aligned buffer starts on a page; a 2 MiB-aligned one in a
    * segment of its own (this one is 1 MiB). */
-  d = bytes_desc(5000, 12);
+  d = tu_bytes_desc(5000, 12, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[2], &d), 0);
   assert_int_equal(seg_off(t[2]), 4096);
   assert_int_equal((uintptr_t)hr_tensor_buffer(t[2], 0) % 4096, 0);
-  d = bytes_desc(64, 21);
+  d = tu_bytes_desc(64, 21, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[3], &d), 0);
   assert_int_equal(seg_off(t[3]) % (1u << 21), 0);
   assert_int_equal((uintptr_t)hr_tensor_buffer(t[3], 0) % (1u << 21), 0);
@@ -190,7 +176,7 @@ static void test_arena_alloc(void **state) {
   /* Free then reuse: first fit gives the same place back, zeroed. */
   memset(hr_tensor_buffer(t[1], 0), 0xAB, 100);
   hr_tensor_unref(t[1]);
-  d = bytes_desc(90, 0);
+  d = tu_bytes_desc(90, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[1], &d), 0);
   assert_int_equal(seg_off(t[1]), 128);
   for (int i = 0; i < 90; i++)
@@ -198,7 +184,7 @@ static void test_arena_alloc(void **state) {
 
   /* Large regions are punched out of the memfd when freed and read back
    * as zeros. */
-  d = bytes_desc(600u << 10, 12);
+  d = tu_bytes_desc(600u << 10, 12, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[4], &d), 0);
   uint64_t big_off = seg_off(t[4]);
   memset(hr_tensor_buffer(t[4], 0), 0xCD, 600u << 10);
@@ -211,12 +197,12 @@ static void test_arena_alloc(void **state) {
   /* A tensor larger than a segment gets one of its own; the cap holds. */
   hr_shm_arena_stats_get(a, &st);
   uint32_t segs = st.segments;
-  d = bytes_desc(3u << 20, 6);
+  d = tu_bytes_desc(3u << 20, 6, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[5], &d), 0);
   hr_shm_arena_stats_get(a, &st);
   assert_int_equal(st.segments, segs + 1);
   assert_true(st.segment_bytes <= ac.max_bytes);
-  d = bytes_desc(7u << 20, 6);
+  d = tu_bytes_desc(7u << 20, 6, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[6], &d), HR_ERR_LIMIT);
   /* Its segment goes back to the kernel once empty. */
   hr_tensor_unref(t[5]);
@@ -576,7 +562,7 @@ static void hostile_release(void *ctx) {
 
 static hr_tensor *hostile_tensor(int kind) {
   hostile *h = calloc(1, sizeof *h);
-  hr_descriptor d = bytes_desc(8192, 6);
+  hr_descriptor d = tu_bytes_desc(8192, 6, HR_DEV_CPU);
   hr_tensor *t;
   uint64_t off = 0;
   assert_non_null(h);
