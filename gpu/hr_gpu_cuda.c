@@ -453,14 +453,6 @@ static int cu_mem_alloc(void *dev, int kind, uint64_t size,
   return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
 }
 
-static int cu_mem_wrap_host(void *dev, void *ptr, uint64_t size,
-                            hr_gpu_mem_info *out) {
-  (void)dev;
-  (void)size;
-  out->host_ptr = ptr;
-  return 0;
-}
-
 static void cu_mem_free(void *dev, const hr_gpu_mem_info *m) {
   cu_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
@@ -656,7 +648,7 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .close = cu_close,
     .query = cu_query,
     .mem_alloc = cu_mem_alloc,
-    .mem_wrap_host = cu_mem_wrap_host,
+    .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = cu_mem_free,
     .stream_new = cu_stream_new,
     .stream_del = cu_stream_del,

@@ -29,6 +29,14 @@ int hr__gpu_drv_wrap_native(void *dev, int what, void *native, void **out) {
   return hr__gpu_drv_obj_new(dev, native, 0, out);
 }
 
+int hr__gpu_drv_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                              hr_gpu_mem_info *out) {
+  (void)dev;
+  (void)size;
+  out->host_ptr = ptr;
+  return 0;
+}
+
 void hr__gpu_vmm_free(hr__gpu_drv *d, hr__gpu_vmm *v) {
   const hr__gpu_vmm_ops *o = d->vmm;
   if (v->addr) {

@@ -1,11 +1,11 @@
 /*
  * What the driver-API backends (cuda, hip) share.  Their APIs mirror each
  * other call for call, so the logic around them is written once here:
- * the wrapper of streams and events, the tag of memory opened from a
- * legacy IPC handle, and shareable memory through the virtual memory
- * management API (cuMem* / hipMem*), which reaches the driver through a
- * small table of adaptors (hr__gpu_vmm_ops).  Each backend keeps its own
- * dlsym()ed entry points and types.
+ * the wrappers of streams, events and host memory, the tag of memory
+ * opened from a legacy IPC handle, and shareable memory through the
+ * virtual memory management API (cuMem* / hipMem*), which reaches the
+ * driver through a small table of adaptors (hr__gpu_vmm_ops).  Each
+ * backend keeps its own dlsym()ed entry points and types.
  *
  * The backend's device object begins with an hr__gpu_drv, so a pointer
  * to it is the `void *dev` of hr_gpu_ops and the helpers below may serve
@@ -66,6 +66,11 @@ int hr__gpu_drv_obj_new(hr__gpu_drv *d, void *h, int owned, void **out);
 /* hr_gpu_ops.native and .wrap_native (a wrapped object is not owned). */
 void *hr__gpu_drv_native(void *dev, int what, void *obj);
 int hr__gpu_drv_wrap_native(void *dev, int what, void *native, void **out);
+
+/* hr_gpu_ops.mem_wrap_host: under unified addressing the driver takes
+ * host pointers as they are, so wrapping records the pointer only. */
+int hr__gpu_drv_mem_wrap_host(void *dev, void *ptr, uint64_t size,
+                              hr_gpu_mem_info *out);
 
 /* hr_gpu_mem_info.handle of memory opened from a legacy IPC handle
  * (closed, not freed); any other non-NULL handle is an hr__gpu_vmm. */

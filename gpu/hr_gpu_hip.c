@@ -414,14 +414,6 @@ static int hip_mem_alloc(void *dev, int kind, uint64_t size,
   return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
 }
 
-static int hip_mem_wrap_host(void *dev, void *ptr, uint64_t size,
-                             hr_gpu_mem_info *out) {
-  (void)dev;
-  (void)size;
-  out->host_ptr = ptr;
-  return 0;
-}
-
 static int hip_mem_alloc_shareable(void *dev, uint64_t size,
                                    hr_gpu_mem_info *out) {
   hip_dev *d = dev;
@@ -644,7 +636,7 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .close = hip_close,
     .query = hip_query,
     .mem_alloc = hip_mem_alloc,
-    .mem_wrap_host = hip_mem_wrap_host,
+    .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = hip_mem_free,
     .stream_new = hip_stream_new,
     .stream_del = hip_stream_del,
