@@ -20,8 +20,9 @@
  * (cuMemExportToShareableHandle) that the allocation keeps; an import is
  * cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess, sized to the
  * allocation granularity (a request beyond the exported allocation fails
- * in cuMemMap).  Written against the CUDA 13 headers; not run here (no
- * NVIDIA device).
+ * in cuMemMap).  The logic around those calls, and the wrappers of
+ * streams and events, are shared with the hip backend (hr_gpu_drv.c).
+ * Written against the CUDA 13 headers; not run here (no NVIDIA device).
  */
 #include <dlfcn.h>
 #include <pthread.h>

@@ -15,8 +15,9 @@
  * hipMemGetAllocationGranularity at open): hipMemCreate with
  * hipMemHandleTypePosixFileDescriptor, mapped and made accessible, its
  * POSIX fd exported once (hipMemExportToShareableHandle); an import is
- * hipMemImportFromShareableHandle + hipMemMap + hipMemSetAccess.  Written
- * against the ROCm headers of Debian 12; not run here (no AMD device).
+ * hipMemImportFromShareableHandle + hipMemMap + hipMemSetAccess (the logic
+ * shared with the cuda backend, in hr_gpu_drv.c).  Written against the
+ * ROCm headers of Debian 12; not run here (no AMD device).
  */
 #include <dlfcn.h>
 #include <string.h>
