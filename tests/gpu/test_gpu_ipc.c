@@ -164,6 +164,18 @@ static hr_gpu *open_dev(uint64_t delay_ns) {
   return g;
 }
 
+/* The device of a test that needs memory shared as descriptors, its
+ * capabilities in *caps; skips the test where the backend has none. */
+static hr_gpu *open_fd_dev(hr_gpu_caps *caps) {
+  hr_gpu *g = open_dev(0);
+  assert_int_equal(hr_gpu_query(g, caps), 0);
+  if (!(caps->flags & HR_GPU_CAP_IPC_FD)) {
+    assert_int_equal(hr_gpu_del(g), 0);
+    skip();
+  }
+  return g;
+}
+
 /* Fills shareable memory with the pattern of `seed`. */
 static void fill_dev(hr_gpu *g, hr_gpu_buf *dev, uint64_t n, unsigned seed) {
   hr_gpu_stream *s;
@@ -245,13 +257,8 @@ static void fd_export_import(void **state) {
  * handle cannot be inspected: see gpu.h). */
 static void fd_hostile(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   hr_gpu_buf *b = NULL;
   int p[2];
   assert_int_equal(pipe(p), 0);
@@ -456,13 +463,8 @@ static int child_exited(pid_t pid, int *code) {
  * producer's event, while the server's loop keeps running. */
 static void engine_cross_process(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   const uint64_t n = 1u << 20;
   net nt;
   net_start(&nt, caps.device_tag);
@@ -498,13 +500,8 @@ static void engine_cross_process(void **state) {
  * it on a live connection.  P2 asked: a complete event comes along. */
 static void engine_release_and_sync(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   const uint64_t n = 200000;
   net nt;
   net_start(&nt, caps.device_tag);
