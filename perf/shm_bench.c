@@ -22,9 +22,8 @@
  * --sweep: SHM GETs of 4 KiB .. 1 GiB tensors (--max-mib caps it), per-GET
  * latency (the median GET, one at a time, each released before the next)
  * and GETs/s (the best round) with 64 in flight on one connection (each
- * released in its callback), for tensors in their own segment and, where
- * the library has them (HURRAY_SHM_ARENA), tensors in a shared arena,
- * with the client's mapping cache on and off.
+ * released in its callback), for tensors in their own segment and in a
+ * shared arena, with the client's mapping cache on and off.
  *
  *   shm_bench [--mib N] [--sweep [--max-mib N | --max-kib N]]
  */
@@ -70,6 +69,14 @@ static void on_rx(const void *b, size_t n, void *ud) {
     tp->first = bc_now_s();
 }
 
+/* GET options for `key`, in one shard. */
+static void get_opts(hr_get_opts *o, const char *key) {
+  memset(o, 0, sizeof *o);
+  o->key = (const uint8_t *)key;
+  o->key_len = (uint16_t)strlen(key);
+  o->max_shards = 1;
+}
+
 typedef struct result {
   double secs, ttfb;
   int plane;
@@ -96,10 +103,7 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
     co.settings.capabilities &= ~(uint32_t)HR_CAP_SHM_DATA_PLANE;
   if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
     bc_die("connect");
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  o.max_shards = 1;
+  get_opts(&o, key);
   if (!shm) {
     memset(&dest, 0, sizeof dest);
     dest.buffer = dst;
@@ -157,6 +161,15 @@ static int sweep_done(void *ud) { return ((inflight *)ud)->left <= 0; }
 #define MANY 256 /* keys of the many-keys lines */
 static char many_keys[MANY][16];
 
+/* Points `o` at the key of GET `i` of a sweep over `nkeys` keys (the
+ * first `nkeys` of many_keys; with one key, `o` keeps its own). */
+static void pick(hr_get_opts *o, int nkeys, int i) {
+  if (nkeys > 1) {
+    o->key = (const uint8_t *)many_keys[i % nkeys];
+    o->key_len = (uint16_t)strlen(many_keys[i % nkeys]);
+  }
+}
+
 /* Per-GET latency (us) and GETs/s with `depth` in flight for `key` (or,
  * with nkeys > 1, for keys KEY000.. in turn). */
 static void sweep_one(const char *url, const char *key, int nkeys,
@@ -173,28 +186,14 @@ static void sweep_one(const char *url, const char *key, int nkeys,
 
   hr_client_options_default(&co);
   co.timeout_ms = 120000;
-#ifdef HURRAY_SHM_ARENA
   co.shm_map_cache = cache ? 0 : -1;
-#else
-  (void)cache;
-#endif
   if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
     bc_die("connect");
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  o.max_shards = 1;
+  get_opts(&o, key);
   for (int i = 0; i < nkeys && nkeys > 1; i++)
     snprintf(many_keys[i], sizeof many_keys[i], "%s%03d", key, i);
-#define PICK(i)                                                                \
-  do {                                                                         \
-    if (nkeys > 1) {                                                           \
-      o.key = (const uint8_t *)many_keys[(i) % nkeys];                         \
-      o.key_len = (uint16_t)strlen(many_keys[(i) % nkeys]);                    \
-    }                                                                          \
-  } while (0)
   for (int i = 0; i < 3; i++) { /* warm-up */
-    PICK(i);
+    pick(&o, nkeys, i);
     if (hr_client_get(c, &o, &t, &rec) != 0 || rec.data_plane != HR_PLANE_SHM)
       bc_die("sweep warm-up");
     hr_tensor_unref(t);
@@ -205,7 +204,7 @@ static void sweep_one(const char *url, const char *key, int nkeys,
   if (!lat)
     bc_die("malloc");
   for (int i = 0; i < n; i++) {
-    PICK(i);
+    pick(&o, nkeys, i);
     t0 = bc_now_s();
     if (hr_client_get(c, &o, &t, &rec) != 0)
       bc_die(hr_client_last_error(c)->message);
@@ -221,7 +220,7 @@ static void sweep_one(const char *url, const char *key, int nkeys,
     inflight f = {depth, 0};
     t0 = bc_now_s();
     for (int i = 0; i < depth; i++) {
-      PICK(r * depth + i);
+      pick(&o, nkeys, r * depth + i);
       if (hr_session_get(hr_client_session(c), &o, sweep_cb, &f, NULL) != 0)
         bc_die("hr_session_get");
     }
@@ -257,9 +256,7 @@ static int sweep(uint64_t max_bytes) {
   hr_store_config sc;
 
   hr_store_config_default(&sc);
-#ifdef HURRAY_SHM_ARENA
   sc.shm_arena_bytes = max_bytes + (64u << 20);
-#endif
   hr_store_new(&store, &sc, NULL);
   snprintf(path, sizeof path, "/tmp/shm_bench.%d.sock", (int)getpid());
   bc_server_start(&s, store, NULL, path);
@@ -280,7 +277,6 @@ static int sweep(uint64_t max_bytes) {
     hr_tensor *seg = seg_tensor(b);
     hr_store_put(store, "seg", 3, seg, HR_PUT_REPLACE);
     sweep_case(unix_url, "seg", 1, b, 0, label, "own segment, no cache");
-#ifdef HURRAY_SHM_ARENA
     sweep_case(unix_url, "seg", 1, b, 1, label, "own segment, cache");
     /* The same bytes as a heap tensor: the store copies it into the
      * arena. */
@@ -299,7 +295,6 @@ static int sweep(uint64_t max_bytes) {
     sweep_case(unix_url, "arena", 1, b, 0, label, "arena, no cache");
     sweep_case(unix_url, "arena", 1, b, 1, label, "arena, cache");
     hr_store_remove(store, "arena", 5);
-#endif
     /* Many small keys read in turn: each in its own segment (a mapping
      * each, more than the cache keeps), or all in the arena. */
     if (b <= (64u << 10)) {
@@ -312,7 +307,6 @@ static int sweep(uint64_t max_bytes) {
       }
       sweep_case(unix_url, "mseg", MANY, b, 0, label,
                  "256 keys, own segments, no cache");
-#ifdef HURRAY_SHM_ARENA
       sweep_case(unix_url, "mseg", MANY, b, 1, label,
                  "256 keys, own segments, cache");
       for (int j = 0; j < MANY; j++) {
@@ -329,7 +323,6 @@ static int sweep(uint64_t max_bytes) {
         snprintf(k, sizeof k, "mar%03d", j);
         hr_store_remove(store, k, strlen(k));
       }
-#endif
       for (int j = 0; j < MANY; j++) {
         snprintf(k, sizeof k, "mseg%03d", j);
         hr_store_remove(store, k, strlen(k));
@@ -429,10 +422,7 @@ int main(int argc, char **argv) {
     double t0, t1;
     if (hr_client_connect(&c, unix_url, NULL, NULL, NULL) != 0)
       bc_die("connect");
-    memset(&o, 0, sizeof o);
-    o.key = (const uint8_t *)"big";
-    o.key_len = 3;
-    o.max_shards = 1;
+    get_opts(&o, "big");
     if (hr_client_get(c, &o, &t, NULL) != 0)
       bc_die("get");
     const uint8_t *p = hr_tensor_buffer(t, 0);
