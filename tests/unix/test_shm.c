@@ -143,7 +143,6 @@ static void test_shm_flows(void **state) {
   int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c, tcp;
   tc_res r;
@@ -195,8 +194,7 @@ static void test_shm_flows(void **state) {
     hr_tensor_unref(s);
   }
   tl_put(&ts, "heap", heap);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_true(hr_conn_session(c.c) != NULL);
 
@@ -300,7 +298,6 @@ static void test_shm_release(void **state) {
   int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_LIBEVENT);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -308,8 +305,7 @@ static void test_shm_release(void **state) {
   hr_tensor *t;
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
 
   t = own_tensor(&g1, 4096 * 4, 1);
@@ -356,7 +352,6 @@ static void test_shm_release_other_thread(void **state) {
   fixture *f = *state;
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -367,8 +362,7 @@ static void test_shm_release_other_thread(void **state) {
   tl_server_start(env, &ts, NULL, NULL);
   tl_put(&ts, "a", t);
   hr_tensor_unref(t);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_int_equal(tc_get_key(&c, "a", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
@@ -392,7 +386,6 @@ static void test_shm_refused(void **state) {
   int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -401,8 +394,7 @@ static void test_shm_refused(void **state) {
   int pass;
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   for (pass = 0; pass < 2; pass++) {
     /* pass 0: 4 KiB file for 16 KiB of tensor; pass 1: unsealed. */
     t = pass == 0 ? own_tensor(&g, 4096, 1) : own_tensor(&g, 4096 * 4, 0);
@@ -433,7 +425,6 @@ static void test_shm_engine_off(void **state) {
   fixture *f = *state;
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine_config cfg;
   hr_engine *ce;
   tc_conn c;
@@ -448,8 +439,7 @@ static void test_shm_engine_off(void **state) {
   s = shm_of(t);
   tl_put(&ts, "t", s);
   hr_tensor_unref(s);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_int_equal(tc_get_key(&c, "t", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);

@@ -497,15 +497,13 @@ static void test_cache_bound(void **state) {
   int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine_config ecfg;
   tc_conn c;
   tc_res r[5], again;
   char key[8];
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   hr_engine_config_default(&ecfg);
   ecfg.shm_map_cache = 2;
   hr_engine *ce = tl_engine(env, &ecfg);
@@ -591,15 +589,13 @@ static void test_hostile_segments(void **state) {
   int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
   static const char *why[3] = {"regular file", "smaller", "smaller"};
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   for (int kind = 0; kind < 3; kind++) {
     hr_tensor *t = hostile_tensor(kind);
     tl_put(&ts, "h", t);
