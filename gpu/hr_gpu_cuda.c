@@ -169,13 +169,9 @@ typedef struct cu_dev {
   void *lib;
   cu_fns f;
   cu_vmm_fns vmm;
-  int have_vmm; /* shareable memory as POSIX fds (HR_GPU_CAP_IPC_FD) */
   CUdevice dev;
   CUcontext ctx;
   int have_ctx;
-  int managed;
-  char name[128];
-  size_t total;
   /* Modules loaded by hr__gpu_cuda_launch(), one per embedded image,
    * unloaded when the device closes. */
   pthread_mutex_t mods_mu;
@@ -355,7 +351,7 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   if (!d)
     return HR_ERR_NOMEM;
   d->drv.mem = *mem;
-  d->drv.vmm = &vmm_ops;
+  d->drv.vmm_ops = &vmm_ops;
   pthread_mutex_init(&d->mods_mu, NULL);
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -374,8 +370,8 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     int uva = 0;
     d->f.DeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
                             d->dev);
-    d->f.DeviceGetAttribute(&d->managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
-                            d->dev);
+    d->f.DeviceGetAttribute(&d->drv.managed,
+                            CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->dev);
     if (!uva)
       rv = hr__gpu_unavailable(why, "cuda: device without unified "
                                "addressing");
@@ -390,14 +386,15 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
         &posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
         d->dev);
     hr_gpu_probe_info ignored;
-    d->have_vmm = vmm && posix &&
-                  hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm,
-                                    NVMM, &ignored) == 0;
+    d->drv.have_vmm = vmm && posix &&
+                      hr__gpu_dlsym_all(d->lib, vmm_names,
+                                        (hr__gpu_fn *)&d->vmm, NVMM,
+                                        &ignored) == 0;
   }
   if (rv == 0) {
-    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, d->dev) != 0)
-      hr__gpu_copy_name(d->name, sizeof d->name, "CUDA device");
-    d->f.DeviceTotalMem(&d->total, d->dev);
+    if (d->f.DeviceGetName(d->drv.name, (int)sizeof d->drv.name, d->dev) != 0)
+      hr__gpu_copy_name(d->drv.name, sizeof d->drv.name, "CUDA device");
+    d->f.DeviceTotalMem(&d->drv.total, d->dev);
     rv = cur(d);
   }
   if (rv != 0) {
@@ -408,17 +405,6 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return rv;
   }
   *dev = d;
-  return 0;
-}
-
-static int cu_query(void *dev, hr_gpu_caps *caps) {
-  cu_dev *d = dev;
-  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
-                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
-                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
-  caps->total_memory = d->total;
-  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
 }
 
@@ -647,7 +633,7 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .probe = cu_probe,
     .open = cu_open,
     .close = cu_close,
-    .query = cu_query,
+    .query = hr__gpu_drv_query,
     .mem_alloc = cu_mem_alloc,
     .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = cu_mem_free,

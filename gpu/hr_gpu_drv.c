@@ -8,6 +8,17 @@
 
 const char hr__gpu_drv_imported = 'i';
 
+int hr__gpu_drv_query(void *dev, hr_gpu_caps *caps) {
+  const hr__gpu_drv *d = dev;
+  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
+                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
+                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
+                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
+  caps->total_memory = d->total;
+  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
+  return 0;
+}
+
 int hr__gpu_drv_obj_new(hr__gpu_drv *d, void *h, int owned, void **out) {
   hr__gpu_drv_obj *o = hr__mem_calloc(&d->mem, 1, sizeof *o);
   if (!o)
@@ -38,7 +49,7 @@ int hr__gpu_drv_mem_wrap_host(void *dev, void *ptr, uint64_t size,
 }
 
 void hr__gpu_vmm_free(hr__gpu_drv *d, hr__gpu_vmm *v) {
-  const hr__gpu_vmm_ops *o = d->vmm;
+  const hr__gpu_vmm_ops *o = d->vmm_ops;
   if (v->addr) {
     o->unmap(d, v->addr, v->len);
     o->addr_free(d, v->addr, v->len);
@@ -52,7 +63,7 @@ void hr__gpu_vmm_free(hr__gpu_drv *d, hr__gpu_vmm *v) {
 /* Reserves address space for `v->h`, maps it and grants this device
  * read-write access; on failure nothing stays reserved or mapped. */
 static int vmm_map(hr__gpu_drv *d, hr__gpu_vmm *v) {
-  const hr__gpu_vmm_ops *o = d->vmm;
+  const hr__gpu_vmm_ops *o = d->vmm_ops;
   int rv = o->reserve(d, v->len, &v->addr);
   if (rv != 0) {
     v->addr = NULL;
@@ -76,7 +87,8 @@ static int vmm_map(hr__gpu_drv *d, hr__gpu_vmm *v) {
 /* `size` rounded up to the allocation granularity, or 0. */
 static size_t vmm_len(hr__gpu_drv *d, uint64_t size) {
   size_t gran = 0;
-  if (d->vmm->granularity(d, &gran) != 0 || gran == 0 || size > SIZE_MAX - gran)
+  if (d->vmm_ops->granularity(d, &gran) != 0 || gran == 0 ||
+      size > SIZE_MAX - gran)
     return 0;
   return (size_t)((size + gran - 1) / gran * gran);
 }
@@ -95,7 +107,7 @@ int hr__gpu_vmm_alloc(hr__gpu_drv *d, uint64_t size, hr_gpu_mem_info *out) {
   hr__gpu_vmm *v = vmm_new(d, size);
   if (!v)
     return HR_ERR_NOMEM;
-  int rv = v->len ? d->vmm->create(d, v->len, &v->h) : HR_ERR_NOMEM;
+  int rv = v->len ? d->vmm_ops->create(d, v->len, &v->h) : HR_ERR_NOMEM;
   if (rv != 0) {
     hr__mem_free(&d->mem, v);
     return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
@@ -103,7 +115,7 @@ int hr__gpu_vmm_alloc(hr__gpu_drv *d, uint64_t size, hr_gpu_mem_info *out) {
   int fd = -1;
   rv = vmm_map(d, v);
   if (rv == 0)
-    rv = d->vmm->export_fd(d, v->h, &fd);
+    rv = d->vmm_ops->export_fd(d, v->h, &fd);
   if (rv == 0 && fd < 0)
     rv = HR_ERR_IO;
   if (rv != 0) {
@@ -121,7 +133,7 @@ int hr__gpu_vmm_import(hr__gpu_drv *d, int fd, uint64_t size,
   hr__gpu_vmm *v = vmm_new(d, size);
   if (!v)
     return HR_ERR_NOMEM;
-  int rv = v->len ? d->vmm->import_fd(d, fd, &v->h) : HR_ERR_PROTO;
+  int rv = v->len ? d->vmm_ops->import_fd(d, fd, &v->h) : HR_ERR_PROTO;
   if (rv != 0) {
     hr__mem_free(&d->mem, v);
     return rv == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_PROTO;

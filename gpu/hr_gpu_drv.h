@@ -1,11 +1,12 @@
 /*
  * What the driver-API backends (cuda, hip) share.  Their APIs mirror each
  * other call for call, so the logic around them is written once here:
- * the wrappers of streams, events and host memory, the tag of memory
- * opened from a legacy IPC handle, and shareable memory through the
- * virtual memory management API (cuMem* / hipMem*), which reaches the
- * driver through a small table of adaptors (hr__gpu_vmm_ops).  Each
- * backend keeps its own dlsym()ed entry points and types.
+ * the capability report, the wrappers of streams, events and host
+ * memory, the tag of memory opened from a legacy IPC handle, and
+ * shareable memory through the virtual memory management API (cuMem* /
+ * hipMem*), which reaches the driver through a small table of adaptors
+ * (hr__gpu_vmm_ops).  Each backend keeps its own dlsym()ed entry points
+ * and types.
  *
  * The backend's device object begins with an hr__gpu_drv, so a pointer
  * to it is the `void *dev` of hr_gpu_ops and the helpers below may serve
@@ -44,11 +45,20 @@ typedef struct hr__gpu_vmm_ops {
   int (*import_fd)(void *dev, int fd, uint64_t *h);
 } hr__gpu_vmm_ops;
 
-/* The start of a driver-API backend's device object. */
+/* The start of a driver-API backend's device object: its allocator and
+ * what hr__gpu_drv_query() reports, filled in by the backend's open. */
 typedef struct hr__gpu_drv {
-  hr_mem mem;                 /* the hr_gpu's allocator */
-  const hr__gpu_vmm_ops *vmm; /* used only where HR_GPU_CAP_IPC_FD holds */
+  hr_mem mem;
+  const hr__gpu_vmm_ops *vmm_ops; /* used only where have_vmm */
+  int have_vmm; /* shareable memory as POSIX fds (HR_GPU_CAP_IPC_FD) */
+  int managed;  /* managed memory (HR_GPU_CAP_UNIFIED) */
+  char name[128];
+  size_t total; /* bytes of device memory */
 } hr__gpu_drv;
+
+/* hr_gpu_ops.query: asynchronous, pinned memory, device pointers and the
+ * legacy IPC of memory and events, plus what the device has. */
+int hr__gpu_drv_query(void *dev, hr_gpu_caps *caps);
 
 /* A stream or event: the vendor object, and whether we destroy it. */
 typedef struct hr__gpu_drv_obj {

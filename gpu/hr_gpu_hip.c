@@ -153,13 +153,9 @@ typedef struct hip_dev {
   void *lib;
   hip_fns f;
   hip_vmm_fns vmm;
-  int have_vmm; /* HR_GPU_CAP_IPC_FD */
   launch_host_fn launch_host_func;
   add_callback_fn add_callback;
   int ordinal;
-  int managed;
-  char name[128];
-  size_t total;
 } hip_dev;
 
 static int load(hip_fns *f, void **lib, hr_gpu_probe_info *why) {
@@ -340,7 +336,7 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   if (!d)
     return HR_ERR_NOMEM;
   d->drv.mem = *mem;
-  d->drv.vmm = &vmm_ops;
+  d->drv.vmm_ops = &vmm_ops;
   d->ordinal = (int)cfg->ordinal;
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -354,16 +350,18 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   hipDevice_t hd = 0;
   if (rv == 0 && (rv = cur(d)) == 0 &&
       (rv = map_err(d->f.DeviceGet(&hd, d->ordinal))) == 0) {
-    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, hd) != hipSuccess)
-      hr__gpu_copy_name(d->name, sizeof d->name, "HIP device");
-    d->f.DeviceTotalMem(&d->total, hd);
-    d->f.DeviceGetAttribute(&d->managed, hipDeviceAttributeManagedMemory,
+    if (d->f.DeviceGetName(d->drv.name, (int)sizeof d->drv.name, hd) !=
+        hipSuccess)
+      hr__gpu_copy_name(d->drv.name, sizeof d->drv.name, "HIP device");
+    d->f.DeviceTotalMem(&d->drv.total, hd);
+    d->f.DeviceGetAttribute(&d->drv.managed, hipDeviceAttributeManagedMemory,
                             d->ordinal);
     hr_gpu_probe_info ignored;
     size_t gran = 0;
-    d->have_vmm = hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm,
-                                    NVMM, &ignored) == 0 &&
-                  vmm_granularity(d, &gran) == 0 && gran > 0;
+    d->drv.have_vmm =
+        hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm, NVMM,
+                          &ignored) == 0 &&
+        vmm_granularity(d, &gran) == 0 && gran > 0;
   }
   if (rv != 0) {
     if (d->lib && !d->f.Init)
@@ -372,17 +370,6 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return rv;
   }
   *dev = d;
-  return 0;
-}
-
-static int hip_query(void *dev, hr_gpu_caps *caps) {
-  hip_dev *d = dev;
-  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
-                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
-                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
-  caps->total_memory = d->total;
-  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
 }
 
@@ -635,7 +622,7 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .probe = hip_probe,
     .open = hip_open,
     .close = hip_close,
-    .query = hip_query,
+    .query = hr__gpu_drv_query,
     .mem_alloc = hip_mem_alloc,
     .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = hip_mem_free,
