@@ -97,6 +97,12 @@ static int setup_slow_reads(void **state) {
   return setup_read_timeout(state, 2000);
 }
 
+/* For the flood: the cut must come from the output cap, not from a
+ * flooding thread preempted mid-message for longer than 300 ms. */
+static int setup_patient_reads(void **state) {
+  return setup_read_timeout(state, TL_WAIT_MS);
+}
+
 static int teardown(void **state) {
   fx *f = *state;
 
@@ -833,7 +839,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_silent_peers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_store_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_huge_payload, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_tiny_frame_flood, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tiny_frame_flood,
+                                      setup_patient_reads, teardown),
       cmocka_unit_test_setup_teardown(test_unfinished_streams, setup_slow_reads,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stream_cap, setup, teardown),
