@@ -20,19 +20,19 @@
  * (cuMemExportToShareableHandle) that the allocation keeps; an import is
  * cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess, sized to the
  * allocation granularity (a request beyond the exported allocation fails
- * in cuMemMap).  Written against the CUDA 13 headers; not run here (no
- * NVIDIA device).
+ * in cuMemMap).  The logic around those calls, and the wrappers of
+ * streams and events, are shared with the hip backend (hr_gpu_drv.c).
+ * Written against the CUDA 13 headers; not run here (no NVIDIA device).
  */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cuda.h>
 
 #include <hurray/wire.h>
 
-#include "hr_gpu_int.h"
+#include "hr_gpu_drv.h"
 
 /* The driver entry points, in the order of `sym_names`. */
 typedef struct cu_fns {
@@ -164,26 +164,14 @@ static const char *const vmm_names[] = {
 _Static_assert(sizeof(cu_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
-/* A shareable (or imported) allocation: hr_gpu_mem_info.handle. */
-typedef struct cu_vmm {
-  CUmemGenericAllocationHandle h;
-  CUdeviceptr p;
-  size_t len; /* mapped length (granularity multiple) */
-  int fd;     /* exported POSIX fd; -1 for an import */
-} cu_vmm;
-
 typedef struct cu_dev {
-  hr_mem mem;
+  hr__gpu_drv drv; /* first: see hr_gpu_drv.h */
   void *lib;
   cu_fns f;
   cu_vmm_fns vmm;
-  int have_vmm; /* shareable memory as POSIX fds (HR_GPU_CAP_IPC_FD) */
   CUdevice dev;
   CUcontext ctx;
   int have_ctx;
-  int managed;
-  char name[128];
-  size_t total;
   /* Modules loaded by hr__gpu_cuda_launch(), one per embedded image,
    * unloaded when the device closes. */
   pthread_mutex_t mods_mu;
@@ -193,15 +181,6 @@ typedef struct cu_dev {
   } mods[CU_MAX_MODULES];
   unsigned nmods;
 } cu_dev;
-
-/* Streams and events: the vendor object, and whether we destroy it. */
-typedef struct cu_obj {
-  void *h; /* CUstream or CUevent */
-  int owned;
-} cu_obj;
-
-/* Marks memory opened from another process (closed, not freed). */
-static const char imported_tag = 'i';
 
 static int load(cu_fns *f, void **lib, hr_gpu_probe_info *why) {
   *lib = hr__gpu_dlopen(lib_names, why);
@@ -259,6 +238,101 @@ static int cu_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
   return rv;
 }
 
+/* The allocation properties of shareable memory on this device. */
+static void vmm_prop(const cu_dev *d, CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = (int)d->dev;
+  prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+/* The adaptors of hr__gpu_vmm_ops (see hr_gpu_drv.h). */
+static int vmm_granularity(void *dev, size_t *gran) {
+  cu_dev *d = dev;
+  CUmemAllocationProp prop;
+  vmm_prop(d, &prop);
+  return map_err(d->vmm.MemGetAllocationGranularity(
+      gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+static int vmm_create(void *dev, size_t len, uint64_t *h) {
+  cu_dev *d = dev;
+  CUmemAllocationProp prop;
+  vmm_prop(d, &prop);
+  CUmemGenericAllocationHandle ah = 0;
+  int rv = map_err(d->vmm.MemCreate(&ah, len, &prop, 0));
+  *h = ah;
+  return rv;
+}
+
+static void vmm_release(void *dev, uint64_t h) {
+  cu_dev *d = dev;
+  d->vmm.MemRelease(h);
+}
+
+static int vmm_reserve(void *dev, size_t len, void **addr) {
+  cu_dev *d = dev;
+  CUdeviceptr p = 0;
+  int rv = map_err(d->vmm.MemAddressReserve(&p, len, 0, 0, 0));
+  *addr = (void *)(uintptr_t)p;
+  return rv;
+}
+
+static void vmm_addr_free(void *dev, void *addr, size_t len) {
+  cu_dev *d = dev;
+  d->vmm.MemAddressFree((CUdeviceptr)(uintptr_t)addr, len);
+}
+
+static int vmm_map(void *dev, void *addr, size_t len, uint64_t h) {
+  cu_dev *d = dev;
+  return map_err(d->vmm.MemMap((CUdeviceptr)(uintptr_t)addr, len, 0, h, 0));
+}
+
+static void vmm_unmap(void *dev, void *addr, size_t len) {
+  cu_dev *d = dev;
+  d->vmm.MemUnmap((CUdeviceptr)(uintptr_t)addr, len);
+}
+
+static int vmm_set_access(void *dev, void *addr, size_t len) {
+  cu_dev *d = dev;
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = (int)d->dev;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return map_err(
+      d->vmm.MemSetAccess((CUdeviceptr)(uintptr_t)addr, len, &acc, 1));
+}
+
+static int vmm_export_fd(void *dev, uint64_t h, int *fd) {
+  cu_dev *d = dev;
+  return map_err(d->vmm.MemExportToShareableHandle(
+      fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+}
+
+static int vmm_import_fd(void *dev, int fd, uint64_t *h) {
+  cu_dev *d = dev;
+  CUmemGenericAllocationHandle ah = 0;
+  int rv = map_err(d->vmm.MemImportFromShareableHandle(
+      &ah, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  *h = ah;
+  return rv;
+}
+
+static const hr__gpu_vmm_ops vmm_ops = {
+    .granularity = vmm_granularity,
+    .create = vmm_create,
+    .release = vmm_release,
+    .reserve = vmm_reserve,
+    .addr_free = vmm_addr_free,
+    .map = vmm_map,
+    .unmap = vmm_unmap,
+    .set_access = vmm_set_access,
+    .export_fd = vmm_export_fd,
+    .import_fd = vmm_import_fd,
+};
+
 static void cu_close(void *dev) {
   cu_dev *d = dev;
   if (d->nmods && cur(d) == 0)
@@ -267,7 +341,7 @@ static void cu_close(void *dev) {
   if (d->have_ctx)
     d->f.PrimaryCtxRelease(d->dev);
   pthread_mutex_destroy(&d->mods_mu);
-  hr_mem mem = d->mem;
+  hr_mem mem = d->drv.mem;
   hr__mem_free(&mem, d);
 }
 
@@ -276,7 +350,8 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   cu_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
   if (!d)
     return HR_ERR_NOMEM;
-  d->mem = *mem;
+  d->drv.mem = *mem;
+  d->drv.vmm_ops = &vmm_ops;
   pthread_mutex_init(&d->mods_mu, NULL);
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -295,8 +370,8 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     int uva = 0;
     d->f.DeviceGetAttribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
                             d->dev);
-    d->f.DeviceGetAttribute(&d->managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
-                            d->dev);
+    d->f.DeviceGetAttribute(&d->drv.managed,
+                            CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->dev);
     if (!uva)
       rv = hr__gpu_unavailable(why, "cuda: device without unified "
                                "addressing");
@@ -311,14 +386,15 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
         &posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
         d->dev);
     hr_gpu_probe_info ignored;
-    d->have_vmm = vmm && posix &&
-                  hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm,
-                                    NVMM, &ignored) == 0;
+    d->drv.have_vmm = vmm && posix &&
+                      hr__gpu_dlsym_all(d->lib, vmm_names,
+                                        (hr__gpu_fn *)&d->vmm, NVMM,
+                                        &ignored) == 0;
   }
   if (rv == 0) {
-    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, d->dev) != 0)
-      hr__gpu_copy_name(d->name, sizeof d->name, "CUDA device");
-    d->f.DeviceTotalMem(&d->total, d->dev);
+    if (d->f.DeviceGetName(d->drv.name, (int)sizeof d->drv.name, d->dev) != 0)
+      hr__gpu_copy_name(d->drv.name, sizeof d->drv.name, "CUDA device");
+    d->f.DeviceTotalMem(&d->drv.total, d->dev);
     rv = cur(d);
   }
   if (rv != 0) {
@@ -329,17 +405,6 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return rv;
   }
   *dev = d;
-  return 0;
-}
-
-static int cu_query(void *dev, hr_gpu_caps *caps) {
-  cu_dev *d = dev;
-  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
-                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
-                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
-  caps->total_memory = d->total;
-  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
 }
 
@@ -355,8 +420,9 @@ static int cu_mem_alloc(void *dev, int kind, uint64_t size,
   void *h = NULL;
   switch (kind) {
   case HR_GPU_MEM_PINNED:
-    rv = map_err(d->f.MemHostAlloc(
-        &h, (size_t)size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    rv = map_err(d->f.MemHostAlloc(&h, (size_t)size,
+                                   CU_MEMHOSTALLOC_PORTABLE |
+                                       CU_MEMHOSTALLOC_DEVICEMAP));
     /* Under unified addressing the host pointer is the device address. */
     out->host_ptr = h;
     out->device_ptr = h;
@@ -374,48 +440,19 @@ static int cu_mem_alloc(void *dev, int kind, uint64_t size,
   return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
 }
 
-static int cu_mem_wrap_host(void *dev, void *ptr, uint64_t size,
-                            hr_gpu_mem_info *out) {
-  (void)dev;
-  (void)size;
-  out->host_ptr = ptr;
-  return 0;
-}
-
-static void vmm_free(cu_dev *d, cu_vmm *v) {
-  if (v->p) {
-    d->vmm.MemUnmap(v->p, v->len);
-    d->vmm.MemAddressFree(v->p, v->len);
-  }
-  d->vmm.MemRelease(v->h);
-  if (v->fd >= 0)
-    close(v->fd);
-  hr__mem_free(&d->mem, v);
-}
-
 static void cu_mem_free(void *dev, const hr_gpu_mem_info *m) {
   cu_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
     return;
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)m->device_ptr;
-  if (m->handle && m->handle != &imported_tag)
-    vmm_free(d, m->handle);
-  else if (m->handle == &imported_tag)
+  if (m->handle == &hr__gpu_drv_imported)
     d->f.IpcCloseMemHandle(p);
+  else if (m->handle)
+    hr__gpu_vmm_free(&d->drv, m->handle);
   else if (m->kind == HR_GPU_MEM_PINNED)
     d->f.MemFreeHost(m->host_ptr);
   else
     d->f.MemFree(p);
-}
-
-static int new_obj(cu_dev *d, void *h, int owned, void **out) {
-  cu_obj *o = hr__mem_calloc(&d->mem, 1, sizeof *o);
-  if (!o)
-    return HR_ERR_NOMEM;
-  o->h = h;
-  o->owned = owned;
-  *out = o;
-  return 0;
 }
 
 static int cu_stream_new(void *dev, void **out) {
@@ -424,25 +461,25 @@ static int cu_stream_new(void *dev, void **out) {
   CUstream s = NULL;
   if (rv == 0)
     rv = map_err(d->f.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  if (rv == 0 && (rv = new_obj(d, s, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, s, 1, out)) != 0)
     d->f.StreamDestroy(s);
   return rv;
 }
 
 static void cu_stream_del(void *dev, void *sp) {
   cu_dev *d = dev;
-  cu_obj *s = sp;
+  hr__gpu_drv_obj *s = sp;
   if (s->owned && cur(d) == 0) {
     d->f.StreamSynchronize(s->h);
     d->f.StreamDestroy(s->h);
   }
-  hr__mem_free(&d->mem, s);
+  hr__mem_free(&d->drv.mem, s);
 }
 
 static int cu_stream_sync(void *dev, void *sp) {
   cu_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.StreamSynchronize(((cu_obj *)sp)->h));
+  return rv ? rv : map_err(d->f.StreamSynchronize(hr__gpu_drv_obj_h(sp)));
 }
 
 static int cu_event_new(void *dev, unsigned flags, void **out) {
@@ -454,46 +491,47 @@ static int cu_event_new(void *dev, unsigned flags, void **out) {
     f |= CU_EVENT_INTERPROCESS;
   if (rv == 0)
     rv = map_err(d->f.EventCreate(&e, f));
-  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
     d->f.EventDestroy(e);
   return rv;
 }
 
 static void cu_event_del(void *dev, void *ep) {
   cu_dev *d = dev;
-  cu_obj *e = ep;
+  hr__gpu_drv_obj *e = ep;
   /* Waits already enqueued on the event stay valid after destruction:
    * the driver keeps what they need. */
   if (e->owned && cur(d) == 0)
     d->f.EventDestroy(e->h);
-  hr__mem_free(&d->mem, e);
+  hr__mem_free(&d->drv.mem, e);
 }
 
 static int cu_event_record(void *dev, void *ep, void *sp) {
   cu_dev *d = dev;
   int rv = cur(d);
   return rv ? rv
-            : map_err(d->f.EventRecord(((cu_obj *)ep)->h, ((cu_obj *)sp)->h));
+            : map_err(d->f.EventRecord(hr__gpu_drv_obj_h(ep),
+                                       hr__gpu_drv_obj_h(sp)));
 }
 
 static int cu_stream_wait_event(void *dev, void *sp, void *ep) {
   cu_dev *d = dev;
   int rv = cur(d);
   return rv ? rv
-            : map_err(d->f.StreamWaitEvent(((cu_obj *)sp)->h,
-                                           ((cu_obj *)ep)->h, 0));
+            : map_err(d->f.StreamWaitEvent(hr__gpu_drv_obj_h(sp),
+                                           hr__gpu_drv_obj_h(ep), 0));
 }
 
 static int cu_event_query(void *dev, void *ep) {
   cu_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventQuery(((cu_obj *)ep)->h));
+  return rv ? rv : map_err(d->f.EventQuery(hr__gpu_drv_obj_h(ep)));
 }
 
 static int cu_event_sync(void *dev, void *ep) {
   cu_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventSynchronize(((cu_obj *)ep)->h));
+  return rv ? rv : map_err(d->f.EventSynchronize(hr__gpu_drv_obj_h(ep)));
 }
 
 static CUdeviceptr addr(const hr_gpu_mem_info *m, uint64_t off) {
@@ -509,24 +547,13 @@ static int cu_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   if (rv != 0)
     return rv;
   return map_err(d->f.MemcpyAsync(addr(dst, dst_off), addr(src, src_off),
-                                  (size_t)len, ((cu_obj *)sp)->h));
+                                  (size_t)len, hr__gpu_drv_obj_h(sp)));
 }
 
 static int cu_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
   cu_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.LaunchHostFunc(((cu_obj *)sp)->h, fn, arg));
-}
-
-static void *cu_native(void *dev, int what, void *obj) {
-  (void)dev;
-  (void)what;
-  return ((cu_obj *)obj)->h;
-}
-
-static int cu_wrap_native(void *dev, int what, void *native, void **out) {
-  (void)what;
-  return new_obj(dev, native, 0, out);
+  return rv ? rv : map_err(d->f.LaunchHostFunc(hr__gpu_drv_obj_h(sp), fn, arg));
 }
 
 static int cu_ipc_mem_export(void *dev, const hr_gpu_mem_info *m,
@@ -555,143 +582,23 @@ static int cu_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
                                        CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
   if (rv == 0) {
     out->device_ptr = (void *)(uintptr_t)p;
-    out->handle = (void *)&imported_tag;
+    out->handle = (void *)&hr__gpu_drv_imported;
   }
   return rv;
-}
-
-/* The allocation properties of shareable memory on this device. */
-static void vmm_prop(const cu_dev *d, CUmemAllocationProp *prop) {
-  memset(prop, 0, sizeof *prop);
-  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop->location.id = (int)d->dev;
-  prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-}
-
-/* Reserves address space for `v->h`, maps it and grants this device
- * read-write access. */
-static CUresult vmm_map(cu_dev *d, cu_vmm *v) {
-  CUresult r = d->vmm.MemAddressReserve(&v->p, v->len, 0, 0, 0);
-  if (r != CUDA_SUCCESS) {
-    v->p = 0;
-    return r;
-  }
-  r = d->vmm.MemMap(v->p, v->len, 0, v->h, 0);
-  if (r != CUDA_SUCCESS) {
-    d->vmm.MemAddressFree(v->p, v->len);
-    v->p = 0;
-    return r;
-  }
-  CUmemAccessDesc acc;
-  memset(&acc, 0, sizeof acc);
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = (int)d->dev;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = d->vmm.MemSetAccess(v->p, v->len, &acc, 1);
-  if (r != CUDA_SUCCESS) {
-    d->vmm.MemUnmap(v->p, v->len);
-    d->vmm.MemAddressFree(v->p, v->len);
-    v->p = 0;
-  }
-  return r;
-}
-
-/* `size` rounded up to the allocation granularity, or 0. */
-static size_t vmm_len(cu_dev *d, uint64_t size) {
-  CUmemAllocationProp prop;
-  vmm_prop(d, &prop);
-  size_t gran = 0;
-  if (d->vmm.MemGetAllocationGranularity(&gran, &prop,
-                                         CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
-          CUDA_SUCCESS ||
-      gran == 0 || size > SIZE_MAX - gran)
-    return 0;
-  return (size_t)((size + gran - 1) / gran * gran);
 }
 
 static int cu_mem_alloc_shareable(void *dev, uint64_t size,
                                   hr_gpu_mem_info *out) {
   cu_dev *d = dev;
   int rv = cur(d);
-  if (rv != 0)
-    return rv;
-  cu_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
-  if (!v)
-    return HR_ERR_NOMEM;
-  v->fd = -1;
-  v->len = vmm_len(d, size);
-  if (v->len == 0) {
-    hr__mem_free(&d->mem, v);
-    return HR_ERR_NOMEM;
-  }
-  CUmemAllocationProp prop;
-  vmm_prop(d, &prop);
-  CUresult r = d->vmm.MemCreate(&v->h, v->len, &prop, 0);
-  if (r != CUDA_SUCCESS) {
-    hr__mem_free(&d->mem, v);
-    rv = map_err(r);
-    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
-  }
-  int fd = -1;
-  r = vmm_map(d, v);
-  if (r == CUDA_SUCCESS)
-    r = d->vmm.MemExportToShareableHandle(
-        &fd, v->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (r != CUDA_SUCCESS || fd < 0) {
-    vmm_free(d, v);
-    rv = r == CUDA_SUCCESS ? HR_ERR_IO : map_err(r);
-    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_IO : rv;
-  }
-  v->fd = fd;
-  out->handle = v;
-  out->device_ptr = (void *)(uintptr_t)v->p;
-  return 0;
-}
-
-static int cu_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
-                                int *fd) {
-  (void)dev;
-  if (!m->handle || m->handle == &imported_tag)
-    return HR_ERR_UNSUPPORTED;
-  const cu_vmm *v = m->handle;
-  if (v->fd < 0)
-    return HR_ERR_UNSUPPORTED; /* an import is not re-exported */
-  *fd = v->fd;
-  return 0;
+  return rv ? rv : hr__gpu_vmm_alloc(&d->drv, size, out);
 }
 
 static int cu_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
                                 hr_gpu_mem_info *out) {
   cu_dev *d = dev;
   int rv = cur(d);
-  if (rv != 0)
-    return rv;
-  cu_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
-  if (!v)
-    return HR_ERR_NOMEM;
-  v->fd = -1;
-  v->len = vmm_len(d, size);
-  if (v->len == 0) {
-    hr__mem_free(&d->mem, v);
-    return HR_ERR_PROTO;
-  }
-  /* The driver duplicates what it needs: `fd` stays the caller's. */
-  CUresult r = d->vmm.MemImportFromShareableHandle(
-      &v->h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (r != CUDA_SUCCESS) {
-    hr__mem_free(&d->mem, v);
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? HR_ERR_NOMEM : HR_ERR_PROTO;
-  }
-  /* Mapping more than the exported allocation holds fails here. */
-  r = vmm_map(d, v);
-  if (r != CUDA_SUCCESS) {
-    vmm_free(d, v);
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? HR_ERR_NOMEM : HR_ERR_PROTO;
-  }
-  out->handle = v;
-  out->device_ptr = (void *)(uintptr_t)v->p;
-  return 0;
+  return rv ? rv : hr__gpu_vmm_import(&d->drv, fd, size, out);
 }
 
 static int cu_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
@@ -699,7 +606,7 @@ static int cu_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
   int rv = cur(d);
   CUipcEventHandle ih;
   if (rv == 0)
-    rv = map_err(d->f.IpcGetEventHandle(&ih, ((cu_obj *)ep)->h));
+    rv = map_err(d->f.IpcGetEventHandle(&ih, hr__gpu_drv_obj_h(ep)));
   if (rv == 0)
     memcpy(h->bytes, &ih, sizeof ih);
   return rv;
@@ -714,7 +621,7 @@ static int cu_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
   CUevent e = NULL;
   if (rv == 0)
     rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
-  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
     d->f.EventDestroy(e);
   return rv;
 }
@@ -726,9 +633,9 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .probe = cu_probe,
     .open = cu_open,
     .close = cu_close,
-    .query = cu_query,
+    .query = hr__gpu_drv_query,
     .mem_alloc = cu_mem_alloc,
-    .mem_wrap_host = cu_mem_wrap_host,
+    .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = cu_mem_free,
     .stream_new = cu_stream_new,
     .stream_del = cu_stream_del,
@@ -741,14 +648,14 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .event_sync = cu_event_sync,
     .copy = cu_copy,
     .host_fn = cu_host_fn,
-    .native = cu_native,
-    .wrap_native = cu_wrap_native,
+    .native = hr__gpu_drv_native,
+    .wrap_native = hr__gpu_drv_wrap_native,
     .ipc_mem_export = cu_ipc_mem_export,
     .ipc_mem_import = cu_ipc_mem_import,
     .ipc_event_export = cu_ipc_event_export,
     .ipc_event_import = cu_ipc_event_import,
     .mem_alloc_shareable = cu_mem_alloc_shareable,
-    .ipc_mem_export_fd = cu_ipc_mem_export_fd,
+    .ipc_mem_export_fd = hr__gpu_vmm_export_fd,
     .ipc_mem_import_fd = cu_ipc_mem_import_fd,
 };
 

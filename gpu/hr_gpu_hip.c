@@ -15,18 +15,18 @@
  * hipMemGetAllocationGranularity at open): hipMemCreate with
  * hipMemHandleTypePosixFileDescriptor, mapped and made accessible, its
  * POSIX fd exported once (hipMemExportToShareableHandle); an import is
- * hipMemImportFromShareableHandle + hipMemMap + hipMemSetAccess.  Written
- * against the ROCm headers of Debian 12; not run here (no AMD device).
+ * hipMemImportFromShareableHandle + hipMemMap + hipMemSetAccess (the logic
+ * shared with the cuda backend, in hr_gpu_drv.c).  Written against the
+ * ROCm headers of Debian 12; not run here (no AMD device).
  */
 #include <dlfcn.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <hip/hip_runtime_api.h>
 
 #include <hurray/wire.h>
 
-#include "hr_gpu_int.h"
+#include "hr_gpu_drv.h"
 
 typedef struct hip_fns {
   hipError_t (*Init)(unsigned);
@@ -148,34 +148,15 @@ static const char *const vmm_names[] = {
 _Static_assert(sizeof(hip_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
-/* A shareable (or imported) allocation: hr_gpu_mem_info.handle. */
-typedef struct hip_vmm {
-  hipMemGenericAllocationHandle_t h;
-  void *p;
-  size_t len;
-  int fd; /* exported POSIX fd; -1 for an import */
-} hip_vmm;
-
 typedef struct hip_dev {
-  hr_mem mem;
+  hr__gpu_drv drv; /* first: see hr_gpu_drv.h */
   void *lib;
   hip_fns f;
   hip_vmm_fns vmm;
-  int have_vmm; /* HR_GPU_CAP_IPC_FD */
   launch_host_fn launch_host_func;
   add_callback_fn add_callback;
   int ordinal;
-  int managed;
-  char name[128];
-  size_t total;
 } hip_dev;
-
-typedef struct hip_obj {
-  void *h; /* hipStream_t or hipEvent_t */
-  int owned;
-} hip_obj;
-
-static const char imported_tag = 'i';
 
 static int load(hip_fns *f, void **lib, hr_gpu_probe_info *why) {
   *lib = hr__gpu_dlopen(lib_names, why);
@@ -248,7 +229,7 @@ static int hip_probe(const hr_gpu_config *cfg, hr_gpu_probe_info *info) {
 
 static void hip_close(void *dev) {
   hip_dev *d = dev;
-  hr_mem mem = d->mem;
+  hr_mem mem = d->drv.mem;
   hr__mem_free(&mem, d);
 }
 
@@ -261,12 +242,101 @@ static void vmm_prop(const hip_dev *d, hipMemAllocationProp *prop) {
   prop->requestedHandleType = hipMemHandleTypePosixFileDescriptor;
 }
 
+/* The allocation handle is a pointer in HIP, kept as a uint64_t. */
+static hipMemGenericAllocationHandle_t vmm_handle(uint64_t h) {
+  return (hipMemGenericAllocationHandle_t)(uintptr_t)h;
+}
+
+/* The adaptors of hr__gpu_vmm_ops (see hr_gpu_drv.h). */
+static int vmm_granularity(void *dev, size_t *gran) {
+  hip_dev *d = dev;
+  hipMemAllocationProp prop;
+  vmm_prop(d, &prop);
+  return map_err(d->vmm.MemGetAllocationGranularity(
+      gran, &prop, hipMemAllocationGranularityMinimum));
+}
+
+static int vmm_create(void *dev, size_t len, uint64_t *h) {
+  hip_dev *d = dev;
+  hipMemAllocationProp prop;
+  vmm_prop(d, &prop);
+  hipMemGenericAllocationHandle_t ah = NULL;
+  int rv = map_err(d->vmm.MemCreate(&ah, len, &prop, 0));
+  *h = (uint64_t)(uintptr_t)ah;
+  return rv;
+}
+
+static void vmm_release(void *dev, uint64_t h) {
+  hip_dev *d = dev;
+  d->vmm.MemRelease(vmm_handle(h));
+}
+
+static int vmm_reserve(void *dev, size_t len, void **addr) {
+  hip_dev *d = dev;
+  *addr = NULL;
+  return map_err(d->vmm.MemAddressReserve(addr, len, 0, NULL, 0));
+}
+
+static void vmm_addr_free(void *dev, void *addr, size_t len) {
+  hip_dev *d = dev;
+  d->vmm.MemAddressFree(addr, len);
+}
+
+static int vmm_map(void *dev, void *addr, size_t len, uint64_t h) {
+  hip_dev *d = dev;
+  return map_err(d->vmm.MemMap(addr, len, 0, vmm_handle(h), 0));
+}
+
+static void vmm_unmap(void *dev, void *addr, size_t len) {
+  hip_dev *d = dev;
+  d->vmm.MemUnmap(addr, len);
+}
+
+static int vmm_set_access(void *dev, void *addr, size_t len) {
+  hip_dev *d = dev;
+  hipMemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = hipMemLocationTypeDevice;
+  acc.location.id = d->ordinal;
+  acc.flags = hipMemAccessFlagsProtReadWrite;
+  return map_err(d->vmm.MemSetAccess(addr, len, &acc, 1));
+}
+
+static int vmm_export_fd(void *dev, uint64_t h, int *fd) {
+  hip_dev *d = dev;
+  return map_err(d->vmm.MemExportToShareableHandle(
+      fd, vmm_handle(h), hipMemHandleTypePosixFileDescriptor, 0));
+}
+
+static int vmm_import_fd(void *dev, int fd, uint64_t *h) {
+  hip_dev *d = dev;
+  hipMemGenericAllocationHandle_t ah = NULL;
+  int rv = map_err(d->vmm.MemImportFromShareableHandle(
+      &ah, (void *)(uintptr_t)fd, hipMemHandleTypePosixFileDescriptor));
+  *h = (uint64_t)(uintptr_t)ah;
+  return rv;
+}
+
+static const hr__gpu_vmm_ops vmm_ops = {
+    .granularity = vmm_granularity,
+    .create = vmm_create,
+    .release = vmm_release,
+    .reserve = vmm_reserve,
+    .addr_free = vmm_addr_free,
+    .map = vmm_map,
+    .unmap = vmm_unmap,
+    .set_access = vmm_set_access,
+    .export_fd = vmm_export_fd,
+    .import_fd = vmm_import_fd,
+};
+
 static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                     hr_gpu_probe_info *why) {
   hip_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
   if (!d)
     return HR_ERR_NOMEM;
-  d->mem = *mem;
+  d->drv.mem = *mem;
+  d->drv.vmm_ops = &vmm_ops;
   d->ordinal = (int)cfg->ordinal;
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -280,21 +350,18 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   hipDevice_t hd = 0;
   if (rv == 0 && (rv = cur(d)) == 0 &&
       (rv = map_err(d->f.DeviceGet(&hd, d->ordinal))) == 0) {
-    if (d->f.DeviceGetName(d->name, (int)sizeof d->name, hd) != hipSuccess)
-      hr__gpu_copy_name(d->name, sizeof d->name, "HIP device");
-    d->f.DeviceTotalMem(&d->total, hd);
-    d->f.DeviceGetAttribute(&d->managed, hipDeviceAttributeManagedMemory,
+    if (d->f.DeviceGetName(d->drv.name, (int)sizeof d->drv.name, hd) !=
+        hipSuccess)
+      hr__gpu_copy_name(d->drv.name, sizeof d->drv.name, "HIP device");
+    d->f.DeviceTotalMem(&d->drv.total, hd);
+    d->f.DeviceGetAttribute(&d->drv.managed, hipDeviceAttributeManagedMemory,
                             d->ordinal);
     hr_gpu_probe_info ignored;
     size_t gran = 0;
-    hipMemAllocationProp prop;
-    vmm_prop(d, &prop);
-    d->have_vmm =
+    d->drv.have_vmm =
         hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm, NVMM,
                           &ignored) == 0 &&
-        d->vmm.MemGetAllocationGranularity(
-            &gran, &prop, hipMemAllocationGranularityMinimum) == hipSuccess &&
-        gran > 0;
+        vmm_granularity(d, &gran) == 0 && gran > 0;
   }
   if (rv != 0) {
     if (d->lib && !d->f.Init)
@@ -303,17 +370,6 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return rv;
   }
   *dev = d;
-  return 0;
-}
-
-static int hip_query(void *dev, hr_gpu_caps *caps) {
-  hip_dev *d = dev;
-  caps->flags = HR_GPU_CAP_ASYNC | HR_GPU_CAP_PINNED | HR_GPU_CAP_DEVICE_PTR |
-                HR_GPU_CAP_IPC_MEM | HR_GPU_CAP_IPC_EVENT |
-                (d->managed ? HR_GPU_CAP_UNIFIED : 0) |
-                (d->have_vmm ? HR_GPU_CAP_IPC_FD : 0);
-  caps->total_memory = d->total;
-  hr__gpu_copy_name(caps->name, sizeof caps->name, d->name);
   return 0;
 }
 
@@ -346,162 +402,32 @@ static int hip_mem_alloc(void *dev, int kind, uint64_t size,
   return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
 }
 
-static int hip_mem_wrap_host(void *dev, void *ptr, uint64_t size,
-                             hr_gpu_mem_info *out) {
-  (void)dev;
-  (void)size;
-  out->host_ptr = ptr;
-  return 0;
-}
-
-static void vmm_free(hip_dev *d, hip_vmm *v) {
-  if (v->p) {
-    d->vmm.MemUnmap(v->p, v->len);
-    d->vmm.MemAddressFree(v->p, v->len);
-  }
-  d->vmm.MemRelease(v->h);
-  if (v->fd >= 0)
-    close(v->fd);
-  hr__mem_free(&d->mem, v);
-}
-
-static hipError_t vmm_map(hip_dev *d, hip_vmm *v) {
-  hipError_t r = d->vmm.MemAddressReserve(&v->p, v->len, 0, NULL, 0);
-  if (r != hipSuccess) {
-    v->p = NULL;
-    return r;
-  }
-  r = d->vmm.MemMap(v->p, v->len, 0, v->h, 0);
-  if (r != hipSuccess) {
-    d->vmm.MemAddressFree(v->p, v->len);
-    v->p = NULL;
-    return r;
-  }
-  hipMemAccessDesc acc;
-  memset(&acc, 0, sizeof acc);
-  acc.location.type = hipMemLocationTypeDevice;
-  acc.location.id = d->ordinal;
-  acc.flags = hipMemAccessFlagsProtReadWrite;
-  r = d->vmm.MemSetAccess(v->p, v->len, &acc, 1);
-  if (r != hipSuccess) {
-    d->vmm.MemUnmap(v->p, v->len);
-    d->vmm.MemAddressFree(v->p, v->len);
-    v->p = NULL;
-  }
-  return r;
-}
-
-static size_t vmm_len(hip_dev *d, uint64_t size) {
-  hipMemAllocationProp prop;
-  vmm_prop(d, &prop);
-  size_t gran = 0;
-  if (d->vmm.MemGetAllocationGranularity(
-          &gran, &prop, hipMemAllocationGranularityMinimum) != hipSuccess ||
-      gran == 0 || size > SIZE_MAX - gran)
-    return 0;
-  return (size_t)((size + gran - 1) / gran * gran);
-}
-
 static int hip_mem_alloc_shareable(void *dev, uint64_t size,
                                    hr_gpu_mem_info *out) {
   hip_dev *d = dev;
   int rv = cur(d);
-  if (rv != 0)
-    return rv;
-  hip_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
-  if (!v)
-    return HR_ERR_NOMEM;
-  v->fd = -1;
-  v->len = vmm_len(d, size);
-  hipMemAllocationProp prop;
-  vmm_prop(d, &prop);
-  hipError_t r = v->len ? d->vmm.MemCreate(&v->h, v->len, &prop, 0)
-                        : hipErrorOutOfMemory;
-  if (r != hipSuccess) {
-    hr__mem_free(&d->mem, v);
-    rv = map_err(r);
-    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_NOMEM : rv;
-  }
-  int fd = -1;
-  r = vmm_map(d, v);
-  if (r == hipSuccess)
-    r = d->vmm.MemExportToShareableHandle(
-        &fd, v->h, hipMemHandleTypePosixFileDescriptor, 0);
-  if (r != hipSuccess || fd < 0) {
-    vmm_free(d, v);
-    rv = r == hipSuccess ? HR_ERR_IO : map_err(r);
-    return rv == HR_ERR_INVALID_ARGUMENT ? HR_ERR_IO : rv;
-  }
-  v->fd = fd;
-  out->handle = v;
-  out->device_ptr = v->p;
-  return 0;
-}
-
-static int hip_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
-                                 int *fd) {
-  (void)dev;
-  if (!m->handle || m->handle == &imported_tag)
-    return HR_ERR_UNSUPPORTED;
-  const hip_vmm *v = m->handle;
-  if (v->fd < 0)
-    return HR_ERR_UNSUPPORTED;
-  *fd = v->fd;
-  return 0;
+  return rv ? rv : hr__gpu_vmm_alloc(&d->drv, size, out);
 }
 
 static int hip_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
                                  hr_gpu_mem_info *out) {
   hip_dev *d = dev;
   int rv = cur(d);
-  if (rv != 0)
-    return rv;
-  hip_vmm *v = hr__mem_calloc(&d->mem, 1, sizeof *v);
-  if (!v)
-    return HR_ERR_NOMEM;
-  v->fd = -1;
-  v->len = vmm_len(d, size);
-  /* The runtime takes what it needs from `fd`: it stays the caller's. */
-  hipError_t r = v->len ? d->vmm.MemImportFromShareableHandle(
-                              &v->h, (void *)(uintptr_t)fd,
-                              hipMemHandleTypePosixFileDescriptor)
-                        : hipErrorInvalidValue;
-  if (r != hipSuccess) {
-    hr__mem_free(&d->mem, v);
-    return r == hipErrorOutOfMemory ? HR_ERR_NOMEM : HR_ERR_PROTO;
-  }
-  r = vmm_map(d, v);
-  if (r != hipSuccess) {
-    vmm_free(d, v);
-    return r == hipErrorOutOfMemory ? HR_ERR_NOMEM : HR_ERR_PROTO;
-  }
-  out->handle = v;
-  out->device_ptr = v->p;
-  return 0;
+  return rv ? rv : hr__gpu_vmm_import(&d->drv, fd, size, out);
 }
 
 static void hip_mem_free(void *dev, const hr_gpu_mem_info *m) {
   hip_dev *d = dev;
   if (m->kind == HR_GPU_MEM_HOST || cur(d) != 0)
     return;
-  if (m->handle && m->handle != &imported_tag)
-    vmm_free(d, m->handle);
-  else if (m->handle == &imported_tag)
+  if (m->handle == &hr__gpu_drv_imported)
     d->f.IpcCloseMemHandle(m->device_ptr);
+  else if (m->handle)
+    hr__gpu_vmm_free(&d->drv, m->handle);
   else if (m->kind == HR_GPU_MEM_PINNED)
     d->f.HostFree(m->host_ptr);
   else
     d->f.Free(m->device_ptr);
-}
-
-static int new_obj(hip_dev *d, void *h, int owned, void **out) {
-  hip_obj *o = hr__mem_calloc(&d->mem, 1, sizeof *o);
-  if (!o)
-    return HR_ERR_NOMEM;
-  o->h = h;
-  o->owned = owned;
-  *out = o;
-  return 0;
 }
 
 static int hip_stream_new(void *dev, void **out) {
@@ -510,25 +436,25 @@ static int hip_stream_new(void *dev, void **out) {
   hipStream_t s = NULL;
   if (rv == 0)
     rv = map_err(d->f.StreamCreateWithFlags(&s, hipStreamNonBlocking));
-  if (rv == 0 && (rv = new_obj(d, s, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, s, 1, out)) != 0)
     d->f.StreamDestroy(s);
   return rv;
 }
 
 static void hip_stream_del(void *dev, void *sp) {
   hip_dev *d = dev;
-  hip_obj *s = sp;
+  hr__gpu_drv_obj *s = sp;
   if (s->owned && cur(d) == 0) {
     d->f.StreamSynchronize(s->h);
     d->f.StreamDestroy(s->h);
   }
-  hr__mem_free(&d->mem, s);
+  hr__mem_free(&d->drv.mem, s);
 }
 
 static int hip_stream_sync(void *dev, void *sp) {
   hip_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.StreamSynchronize(((hip_obj *)sp)->h));
+  return rv ? rv : map_err(d->f.StreamSynchronize(hr__gpu_drv_obj_h(sp)));
 }
 
 static int hip_event_new(void *dev, unsigned flags, void **out) {
@@ -540,44 +466,45 @@ static int hip_event_new(void *dev, unsigned flags, void **out) {
     f |= hipEventInterprocess;
   if (rv == 0)
     rv = map_err(d->f.EventCreateWithFlags(&e, f));
-  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
     d->f.EventDestroy(e);
   return rv;
 }
 
 static void hip_event_del(void *dev, void *ep) {
   hip_dev *d = dev;
-  hip_obj *e = ep;
+  hr__gpu_drv_obj *e = ep;
   if (e->owned && cur(d) == 0)
     d->f.EventDestroy(e->h);
-  hr__mem_free(&d->mem, e);
+  hr__mem_free(&d->drv.mem, e);
 }
 
 static int hip_event_record(void *dev, void *ep, void *sp) {
   hip_dev *d = dev;
   int rv = cur(d);
   return rv ? rv
-            : map_err(d->f.EventRecord(((hip_obj *)ep)->h, ((hip_obj *)sp)->h));
+            : map_err(d->f.EventRecord(hr__gpu_drv_obj_h(ep),
+                                       hr__gpu_drv_obj_h(sp)));
 }
 
 static int hip_stream_wait_event(void *dev, void *sp, void *ep) {
   hip_dev *d = dev;
   int rv = cur(d);
   return rv ? rv
-            : map_err(d->f.StreamWaitEvent(((hip_obj *)sp)->h,
-                                           ((hip_obj *)ep)->h, 0));
+            : map_err(d->f.StreamWaitEvent(hr__gpu_drv_obj_h(sp),
+                                           hr__gpu_drv_obj_h(ep), 0));
 }
 
 static int hip_event_query(void *dev, void *ep) {
   hip_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventQuery(((hip_obj *)ep)->h));
+  return rv ? rv : map_err(d->f.EventQuery(hr__gpu_drv_obj_h(ep)));
 }
 
 static int hip_event_sync(void *dev, void *ep) {
   hip_dev *d = dev;
   int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventSynchronize(((hip_obj *)ep)->h));
+  return rv ? rv : map_err(d->f.EventSynchronize(hr__gpu_drv_obj_h(ep)));
 }
 
 static char *addr(const hr_gpu_mem_info *m, uint64_t off) {
@@ -594,7 +521,7 @@ static int hip_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
     return rv;
   return map_err(d->f.MemcpyAsync(addr(dst, dst_off), addr(src, src_off),
                                   (size_t)len, hipMemcpyDefault,
-                                  ((hip_obj *)sp)->h));
+                                  hr__gpu_drv_obj_h(sp)));
 }
 
 /* hipStreamAddCallback's callback: runs the host function and frees its
@@ -619,30 +546,19 @@ static int hip_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
   int rv = cur(d);
   if (rv != 0)
     return rv;
-  hipStream_t s = ((hip_obj *)sp)->h;
+  hipStream_t s = hr__gpu_drv_obj_h(sp);
   if (d->launch_host_func)
     return map_err(d->launch_host_func(s, fn, arg));
-  cb_rec *c = hr__mem_malloc(&d->mem, sizeof *c);
+  cb_rec *c = hr__mem_malloc(&d->drv.mem, sizeof *c);
   if (!c)
     return HR_ERR_NOMEM;
-  c->mem = d->mem;
+  c->mem = d->drv.mem;
   c->fn = fn;
   c->arg = arg;
   rv = map_err(d->add_callback(s, run_callback, c, 0));
   if (rv != 0)
-    hr__mem_free(&d->mem, c);
+    hr__mem_free(&d->drv.mem, c);
   return rv;
-}
-
-static void *hip_native(void *dev, int what, void *obj) {
-  (void)dev;
-  (void)what;
-  return ((hip_obj *)obj)->h;
-}
-
-static int hip_wrap_native(void *dev, int what, void *native, void **out) {
-  (void)what;
-  return new_obj(dev, native, 0, out);
 }
 
 static int hip_ipc_mem_export(void *dev, const hr_gpu_mem_info *m,
@@ -669,7 +585,7 @@ static int hip_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
     rv = map_err(d->f.IpcOpenMemHandle(&p, ih, hipIpcMemLazyEnablePeerAccess));
   if (rv == 0) {
     out->device_ptr = p;
-    out->handle = (void *)&imported_tag;
+    out->handle = (void *)&hr__gpu_drv_imported;
   }
   return rv;
 }
@@ -679,7 +595,7 @@ static int hip_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
   int rv = cur(d);
   hipIpcEventHandle_t ih;
   if (rv == 0)
-    rv = map_err(d->f.IpcGetEventHandle(&ih, ((hip_obj *)ep)->h));
+    rv = map_err(d->f.IpcGetEventHandle(&ih, hr__gpu_drv_obj_h(ep)));
   if (rv == 0)
     memcpy(h->bytes, &ih, sizeof ih);
   return rv;
@@ -694,7 +610,7 @@ static int hip_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
   hipEvent_t e = NULL;
   if (rv == 0)
     rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
-  if (rv == 0 && (rv = new_obj(d, e, 1, out)) != 0)
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
     d->f.EventDestroy(e);
   return rv;
 }
@@ -706,9 +622,9 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .probe = hip_probe,
     .open = hip_open,
     .close = hip_close,
-    .query = hip_query,
+    .query = hr__gpu_drv_query,
     .mem_alloc = hip_mem_alloc,
-    .mem_wrap_host = hip_mem_wrap_host,
+    .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = hip_mem_free,
     .stream_new = hip_stream_new,
     .stream_del = hip_stream_del,
@@ -721,13 +637,13 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .event_sync = hip_event_sync,
     .copy = hip_copy,
     .host_fn = hip_host_fn,
-    .native = hip_native,
-    .wrap_native = hip_wrap_native,
+    .native = hr__gpu_drv_native,
+    .wrap_native = hr__gpu_drv_wrap_native,
     .ipc_mem_export = hip_ipc_mem_export,
     .ipc_mem_import = hip_ipc_mem_import,
     .ipc_event_export = hip_ipc_event_export,
     .ipc_event_import = hip_ipc_event_import,
     .mem_alloc_shareable = hip_mem_alloc_shareable,
-    .ipc_mem_export_fd = hip_ipc_mem_export_fd,
+    .ipc_mem_export_fd = hr__gpu_vmm_export_fd,
     .ipc_mem_import_fd = hip_ipc_mem_import_fd,
 };

@@ -21,102 +21,31 @@
  *
  * --sweep: SHM GETs of 4 KiB .. 1 GiB tensors (--max-mib caps it), per-GET
  * latency (the median GET, one at a time, each released before the next)
- * and GETs/s (the best round) with
- * 64 in flight on one connection (each released in its callback), for
- * tensors in their own segment and, where the library has them
- * (HURRAY_SHM_ARENA), tensors in a shared arena, with the client's mapping
- * cache on and off.
+ * and GETs/s (the best round) with 64 in flight on one connection (each
+ * released in its callback), for tensors in their own segment and in a
+ * shared arena, with the client's mapping cache on and off.
  *
  *   shm_bench [--mib N] [--sweep [--max-mib N | --max-kib N]]
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hurray/client.h>
-#include <hurray/hr_event.h>
 #include <hurray/shm.h>
 #include <hurray/store.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "shm_bench: %s\n", what);
-  exit(1);
-}
-
-typedef struct server {
-  pthread_t th;
-  struct event_base *base;
-  hr_engine *e;
-  hr_store *store;
-  int port;
-  char path[96];
-  atomic_int stop, ready;
-} server;
-
-static void srv_closed(hr_engine *e, void *ud) {
-  (void)e;
-  event_base_loopbreak(((server *)ud)->base);
-}
-
-static void srv_wakeup(hr_engine *e, void *ud) {
-  server *s = ud;
-  if (atomic_load(&s->stop))
-    hr_engine_close(e, srv_closed, s);
-}
-
-static void *srv_main(void *arg) {
-  server *s = arg;
-  hr_engine_config cfg;
-  hr_provider prov;
-  hr_listener *l;
-  char url[128];
-
-  s->base = event_base_new();
-  hr_engine_config_default(&cfg);
-  cfg.on_wakeup = srv_wakeup;
-  cfg.user_data = s;
-  if (hr_ev_attach(&s->e, s->base, &cfg, NULL) != 0)
-    die("hr_ev_attach");
-  hr_store_provider(s->store, &prov);
-  if (hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l) != 0)
-    die("listen tcp");
-  s->port = hr_listener_port(l);
-  snprintf(url, sizeof url, "unix:%s", s->path);
-  if (hr_engine_listen(s->e, url, &prov, NULL) != 0)
-    die("listen unix");
-  atomic_store(&s->ready, 1);
-  event_base_dispatch(s->base);
-  hr_engine_del(s->e);
-  event_base_free(s->base);
-  return NULL;
-}
+#include "bench_common.h"
 
 /* A segment-backed tensor of `bytes` bytes, every page written. */
 static hr_tensor *seg_tensor(uint64_t bytes) {
   hr_descriptor d;
   hr_tensor *t;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = bytes;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = bytes;
-  d.buffers[0].alignment_log2 = 12;
+  bc_bytes_desc(&d, bytes, 12);
   if (hr_shm_tensor_alloc(&t, &d, NULL) != 0)
-    die("hr_shm_tensor_alloc");
+    bc_die("hr_shm_tensor_alloc");
   uint8_t *p = hr_tensor_buffer(t, 0);
   for (uint64_t i = 0; i < bytes; i++)
     p[i] = (uint8_t)(i * 131 + (i >> 12));
@@ -137,7 +66,15 @@ static void on_rx(const void *b, size_t n, void *ud) {
   tp->seen += n;
   /* Past the descriptor (~100 bytes) and the first frame prefix. */
   if (tp->first == 0 && tp->seen > 160)
-    tp->first = now_s();
+    tp->first = bc_now_s();
+}
+
+/* GET options for `key`, in one shard. */
+static void get_opts(hr_get_opts *o, const char *key) {
+  memset(o, 0, sizeof *o);
+  o->key = (const uint8_t *)key;
+  o->key_len = (uint16_t)strlen(key);
+  o->max_shards = 1;
 }
 
 typedef struct result {
@@ -165,11 +102,8 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
   if (!shm)
     co.settings.capabilities &= ~(uint32_t)HR_CAP_SHM_DATA_PLANE;
   if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
-    die("connect");
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  o.max_shards = 1;
+    bc_die("connect");
+  get_opts(&o, key);
   if (!shm) {
     memset(&dest, 0, sizeof dest);
     dest.buffer = dst;
@@ -177,10 +111,10 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
     o.dest = &dest;
   }
   tp.armed = 1;
-  t0 = now_s();
+  t0 = bc_now_s();
   if (hr_client_get(c, &o, &t, &rec) != 0)
-    die(hr_client_last_error(c)->message);
-  r.secs = now_s() - t0;
+    bc_die(hr_client_last_error(c)->message);
+  r.secs = bc_now_s() - t0;
   r.ttfb = shm ? r.secs : (tp.first ? tp.first - t0 : r.secs);
   r.plane = rec.data_plane;
   /* Spot checks (a full compare would touch every page of the SHM
@@ -188,9 +122,9 @@ static result fetch(const char *url, int shm, const char *key, hr_tensor *ref,
   const uint8_t *a = hr_tensor_buffer(t, 0), *b = hr_tensor_buffer(ref, 0);
   for (uint64_t i = 0; i < n; i += n / 64 + 1)
     if (a[i] != b[i])
-      die("bytes differ");
+      bc_die("bytes differ");
   if (a[n - 1] != b[n - 1])
-    die("last byte differs");
+    bc_die("last byte differs");
   hr_tensor_unref(t);
   hr_client_close(c);
   return r;
@@ -227,6 +161,15 @@ static int sweep_done(void *ud) { return ((inflight *)ud)->left <= 0; }
 #define MANY 256 /* keys of the many-keys lines */
 static char many_keys[MANY][16];
 
+/* Points `o` at the key of GET `i` of a sweep over `nkeys` keys (the
+ * first `nkeys` of many_keys; with one key, `o` keeps its own). */
+static void pick(hr_get_opts *o, int nkeys, int i) {
+  if (nkeys > 1) {
+    o->key = (const uint8_t *)many_keys[i % nkeys];
+    o->key_len = (uint16_t)strlen(many_keys[i % nkeys]);
+  }
+}
+
 /* Per-GET latency (us) and GETs/s with `depth` in flight for `key` (or,
  * with nkeys > 1, for keys KEY000.. in turn). */
 static void sweep_one(const char *url, const char *key, int nkeys,
@@ -243,61 +186,47 @@ static void sweep_one(const char *url, const char *key, int nkeys,
 
   hr_client_options_default(&co);
   co.timeout_ms = 120000;
-#ifdef HURRAY_SHM_ARENA
   co.shm_map_cache = cache ? 0 : -1;
-#else
-  (void)cache;
-#endif
   if (hr_client_connect(&c, url, &co, NULL, NULL) != 0)
-    die("connect");
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  o.max_shards = 1;
+    bc_die("connect");
+  get_opts(&o, key);
   for (int i = 0; i < nkeys && nkeys > 1; i++)
     snprintf(many_keys[i], sizeof many_keys[i], "%s%03d", key, i);
-#define PICK(i)                                                                \
-  do {                                                                         \
-    if (nkeys > 1) {                                                           \
-      o.key = (const uint8_t *)many_keys[(i) % nkeys];                         \
-      o.key_len = (uint16_t)strlen(many_keys[(i) % nkeys]);                    \
-    }                                                                          \
-  } while (0)
   for (int i = 0; i < 3; i++) { /* warm-up */
-    PICK(i);
+    pick(&o, nkeys, i);
     if (hr_client_get(c, &o, &t, &rec) != 0 || rec.data_plane != HR_PLANE_SHM)
-      die("sweep warm-up");
+      bc_die("sweep warm-up");
     hr_tensor_unref(t);
   }
   /* The machine is shared: the median GET and the best round say more
    * than means. */
   double *lat = malloc(sizeof *lat * (size_t)n), best = 0;
   if (!lat)
-    die("malloc");
+    bc_die("malloc");
   for (int i = 0; i < n; i++) {
-    PICK(i);
-    t0 = now_s();
+    pick(&o, nkeys, i);
+    t0 = bc_now_s();
     if (hr_client_get(c, &o, &t, &rec) != 0)
-      die(hr_client_last_error(c)->message);
+      bc_die(hr_client_last_error(c)->message);
     const volatile uint8_t *p = hr_tensor_buffer(t, 0);
     sink ^= p[0] ^ p[bytes - 1]; /* read it, as an application would */
     hr_tensor_unref(t);
-    lat[i] = now_s() - t0;
+    lat[i] = bc_now_s() - t0;
   }
   qsort(lat, (size_t)n, sizeof *lat, cmp_double);
   *lat_us = lat[n / 2] * 1e6;
   free(lat);
   for (int r = 0; r < rounds; r++) {
     inflight f = {depth, 0};
-    t0 = now_s();
+    t0 = bc_now_s();
     for (int i = 0; i < depth; i++) {
-      PICK(r * depth + i);
+      pick(&o, nkeys, r * depth + i);
       if (hr_session_get(hr_client_session(c), &o, sweep_cb, &f, NULL) != 0)
-        die("hr_session_get");
+        bc_die("hr_session_get");
     }
     if (hr_client_wait(c, sweep_done, &f, 120000) != 0 || f.bad)
-      die("in-flight GETs failed");
-    double rr = depth / (now_s() - t0);
+      bc_die("in-flight GETs failed");
+    double rr = depth / (bc_now_s() - t0);
     if (rr > best)
       best = rr;
   }
@@ -319,23 +248,19 @@ static void sweep_case(const char *url, const char *key, int nkeys,
 }
 
 static int sweep(uint64_t max_bytes) {
-  server s;
-  char unix_url[128];
+  bc_server s;
+  hr_store *store;
+  char path[96], unix_url[128];
   static const uint64_t sizes[] = {4096,      65536,      1u << 20,
                                    16u << 20, 256u << 20, 1024u << 20};
   hr_store_config sc;
 
-  memset(&s, 0, sizeof s);
   hr_store_config_default(&sc);
-#ifdef HURRAY_SHM_ARENA
   sc.shm_arena_bytes = max_bytes + (64u << 20);
-#endif
-  hr_store_new(&s.store, &sc, NULL);
-  snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
-  pthread_create(&s.th, NULL, srv_main, &s);
-  while (!atomic_load(&s.ready))
-    usleep(1000);
-  snprintf(unix_url, sizeof unix_url, "unix:%s", s.path);
+  hr_store_new(&store, &sc, NULL);
+  snprintf(path, sizeof path, "/tmp/shm_bench.%d.sock", (int)getpid());
+  bc_server_start(&s, store, NULL, path);
+  snprintf(unix_url, sizeof unix_url, "unix:%s", path);
   printf("shm_bench --sweep: SHM GETs, one connection (one run; "
          "indicative)\n");
   printf("  %-9s %-34s %12s %14s\n", "size", "tensor in",
@@ -350,28 +275,26 @@ static int sweep(uint64_t max_bytes) {
     else
       snprintf(label, sizeof label, "%llu KiB", (unsigned long long)(b >> 10));
     hr_tensor *seg = seg_tensor(b);
-    hr_store_put(s.store, "seg", 3, seg, HR_PUT_REPLACE);
+    hr_store_put(store, "seg", 3, seg, HR_PUT_REPLACE);
     sweep_case(unix_url, "seg", 1, b, 0, label, "own segment, no cache");
-#ifdef HURRAY_SHM_ARENA
     sweep_case(unix_url, "seg", 1, b, 1, label, "own segment, cache");
     /* The same bytes as a heap tensor: the store copies it into the
      * arena. */
     {
       hr_tensor *h, *got;
       if (hr_tensor_alloc(&h, hr_tensor_descriptor(seg), 0, NULL) != 0)
-        die("alloc");
+        bc_die("alloc");
       memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(seg, 0), (size_t)b);
-      hr_store_put(s.store, "arena", 5, h, HR_PUT_REPLACE);
+      hr_store_put(store, "arena", 5, h, HR_PUT_REPLACE);
       hr_tensor_unref(h);
-      if (hr_store_get(s.store, "arena", 5, &got) != 0 ||
-          !hr_shm_arena_owns(hr_store_arena(s.store), got))
-        die("the tensor did not go into the arena");
+      if (hr_store_get(store, "arena", 5, &got) != 0 ||
+          !hr_shm_arena_owns(hr_store_arena(store), got))
+        bc_die("the tensor did not go into the arena");
       hr_tensor_unref(got);
     }
     sweep_case(unix_url, "arena", 1, b, 0, label, "arena, no cache");
     sweep_case(unix_url, "arena", 1, b, 1, label, "arena, cache");
-    hr_store_remove(s.store, "arena", 5);
-#endif
+    hr_store_remove(store, "arena", 5);
     /* Many small keys read in turn: each in its own segment (a mapping
      * each, more than the cache keeps), or all in the arena. */
     if (b <= (64u << 10)) {
@@ -379,53 +302,49 @@ static int sweep(uint64_t max_bytes) {
       for (int j = 0; j < MANY; j++) {
         hr_tensor *m = seg_tensor(b);
         snprintf(k, sizeof k, "mseg%03d", j);
-        hr_store_put(s.store, k, strlen(k), m, HR_PUT_REPLACE);
+        hr_store_put(store, k, strlen(k), m, HR_PUT_REPLACE);
         hr_tensor_unref(m);
       }
       sweep_case(unix_url, "mseg", MANY, b, 0, label,
                  "256 keys, own segments, no cache");
-#ifdef HURRAY_SHM_ARENA
       sweep_case(unix_url, "mseg", MANY, b, 1, label,
                  "256 keys, own segments, cache");
       for (int j = 0; j < MANY; j++) {
-        hr_tensor *m, *h;
+        hr_tensor *h;
         snprintf(k, sizeof k, "mar%03d", j);
         if (hr_tensor_alloc(&h, hr_tensor_descriptor(seg), 0, NULL) != 0)
-          die("alloc");
-        m = h;
-        hr_store_put(s.store, k, strlen(k), m, HR_PUT_REPLACE);
+          bc_die("alloc");
+        hr_store_put(store, k, strlen(k), h, HR_PUT_REPLACE);
         hr_tensor_unref(h);
       }
       sweep_case(unix_url, "mar", MANY, b, 1, label,
                  "256 keys, arena, cache");
       for (int j = 0; j < MANY; j++) {
         snprintf(k, sizeof k, "mar%03d", j);
-        hr_store_remove(s.store, k, strlen(k));
+        hr_store_remove(store, k, strlen(k));
       }
-#endif
       for (int j = 0; j < MANY; j++) {
         snprintf(k, sizeof k, "mseg%03d", j);
-        hr_store_remove(s.store, k, strlen(k));
+        hr_store_remove(store, k, strlen(k));
       }
     }
-    hr_store_remove(s.store, "seg", 3);
+    hr_store_remove(store, "seg", 3);
     hr_tensor_unref(seg);
     fflush(stdout);
   }
-  atomic_store(&s.stop, 1);
-  hr_engine_wakeup(s.e);
-  pthread_join(s.th, NULL);
-  unlink(s.path);
-  hr_store_del(s.store);
+  bc_server_stop(&s);
+  unlink(path);
+  hr_store_del(store);
   return 0;
 }
 
 int main(int argc, char **argv) {
   uint64_t mib = 1024, n, max_bytes = 1024ull << 20;
-  server s;
+  bc_server s;
+  hr_store *store;
   hr_tensor *big, *small;
   uint8_t *dst;
-  char unix_url[128], tcp_url[64];
+  char path[96], unix_url[128], tcp_url[64];
   result tcp, uds, shm, shm64;
   int i;
 
@@ -446,30 +365,27 @@ int main(int argc, char **argv) {
   dst = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
              0);
   if (dst == MAP_FAILED)
-    die("mmap");
+    bc_die("mmap");
   madvise(dst, n, MADV_HUGEPAGE);
   memset(dst, 0, n); /* fault the frames' destination in once */
 
-  memset(&s, 0, sizeof s);
-  hr_store_new(&s.store, NULL, NULL);
-  hr_store_put(s.store, "big", 3, big, 0);
-  hr_store_put(s.store, "small", 5, small, 0);
+  hr_store_new(&store, NULL, NULL);
+  hr_store_put(store, "big", 3, big, 0);
+  hr_store_put(store, "small", 5, small, 0);
   /* The same bytes in ordinary (heap, huge-page) memory: the frames
    * baseline from where an application's tensor usually lies. */
   {
     hr_tensor *h;
     if (hr_tensor_alloc(&h, hr_tensor_descriptor(big), 0, NULL) != 0)
-      die("hr_tensor_alloc");
+      bc_die("hr_tensor_alloc");
     memcpy(hr_tensor_buffer(h, 0), hr_tensor_buffer(big, 0), n);
-    hr_store_put(s.store, "heap", 4, h, 0);
+    hr_store_put(store, "heap", 4, h, 0);
     hr_tensor_unref(h);
   }
-  snprintf(s.path, sizeof s.path, "/tmp/shm_bench.%d.sock", (int)getpid());
-  pthread_create(&s.th, NULL, srv_main, &s);
-  while (!atomic_load(&s.ready))
-    usleep(1000);
+  snprintf(path, sizeof path, "/tmp/shm_bench.%d.sock", (int)getpid());
+  bc_server_start(&s, store, NULL, path);
   snprintf(tcp_url, sizeof tcp_url, "127.0.0.1:%d", s.port);
-  snprintf(unix_url, sizeof unix_url, "unix:%s", s.path);
+  snprintf(unix_url, sizeof unix_url, "unix:%s", path);
 
   /* Warm-up (connections, the server's first touches). */
   (void)fetch(unix_url, 1, "small", small, dst, 64ull << 20);
@@ -480,7 +396,7 @@ int main(int argc, char **argv) {
   shm64 = fetch(unix_url, 1, "small", small, dst, 64ull << 20);
   if (tcp.plane != HR_PLANE_FRAMES || uds.plane != HR_PLANE_FRAMES ||
       shm.plane != HR_PLANE_SHM || shm64.plane != HR_PLANE_SHM)
-    die("unexpected data plane");
+    bc_die("unexpected data plane");
 
   printf("shm_bench: GET of %llu MiB (one run; indicative)\n",
          (unsigned long long)mib);
@@ -505,18 +421,15 @@ int main(int argc, char **argv) {
     uint64_t sum = 0;
     double t0, t1;
     if (hr_client_connect(&c, unix_url, NULL, NULL, NULL) != 0)
-      die("connect");
-    memset(&o, 0, sizeof o);
-    o.key = (const uint8_t *)"big";
-    o.key_len = 3;
-    o.max_shards = 1;
+      bc_die("connect");
+    get_opts(&o, "big");
     if (hr_client_get(c, &o, &t, NULL) != 0)
-      die("get");
+      bc_die("get");
     const uint8_t *p = hr_tensor_buffer(t, 0);
-    t0 = now_s();
+    t0 = bc_now_s();
     for (uint64_t k = 0; k < n; k += 4096)
       sum += p[k];
-    t1 = now_s();
+    t1 = bc_now_s();
     printf("  touching every page of the %llu MiB mapping once: %.2f ms "
            "(checksum %llu)\n",
            (unsigned long long)mib, (t1 - t0) * 1e3,
@@ -525,11 +438,9 @@ int main(int argc, char **argv) {
     hr_client_close(c);
   }
 
-  atomic_store(&s.stop, 1);
-  hr_engine_wakeup(s.e);
-  pthread_join(s.th, NULL);
-  unlink(s.path);
-  hr_store_del(s.store);
+  bc_server_stop(&s);
+  unlink(path);
+  hr_store_del(store);
   hr_tensor_unref(big);
   hr_tensor_unref(small);
   munmap(dst, n);

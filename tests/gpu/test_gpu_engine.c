@@ -32,6 +32,7 @@
 #include <hurray/shm.h>
 #include <hurray/tensor.h>
 
+#include "common/test_util.h"
 #include "gpu_testutil.h"
 #include "tc.h"
 
@@ -185,20 +186,6 @@ static void served_release(void *ctx) {
   ((served *)ctx)->released++;
 }
 
-static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].device_tag = tag;
-  return d;
-}
-
 /* Resets the device buffer to OLD, then starts a slow producer writing
  * NEW (a gate, then the copy) on P; records its end in sv->ev. */
 static void produce(fx *f, served *sv, uint64_t n) {
@@ -269,7 +256,7 @@ static void serve_device_p2(void **state) {
   uint64_t n = 5 * CHUNK + 12345; /* several chunks, a ragged last one */
   served sv = {0};
   produce(f, &sv, n);
-  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
   assert_int_equal(
       hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
@@ -315,7 +302,7 @@ static void serve_device_stale(void **state) {
   uint64_t n = 2 * CHUNK;
   served sv = {0};
   produce(f, &sv, n);
-  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
   assert_int_equal(
       hr_tensor_wrap_device(&t, &d, &sv.dev, NULL, served_release, &sv, NULL),
@@ -408,7 +395,7 @@ static void put_device_tensor(void **state) {
   produce(f, &sv, n);
   /* The descriptor's device tag is the PUT's destination (the store keeps
    * host memory): CPU, while the bytes come from the device. */
-  hr_descriptor d = bytes_desc(n, HR_DEV_CPU);
+  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
   hr_tensor *t;
   assert_int_equal(
       hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
@@ -459,7 +446,7 @@ static void loop_never_blocks(void **state) {
   assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &dev), 0);
   assert_int_equal(hr_gpu_copy_async(f->P, dev, 0, src, 0, n), 0);
   assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  hr_descriptor d = bytes_desc(n, f->caps.device_tag);
+  hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
   served sv = {0};
   assert_int_equal(

@@ -22,7 +22,6 @@
  * unavailable).  With `--import FD SIZE SEED` or `--client URL N`, the
  * program is the child process of the tests above.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -41,6 +40,7 @@
 #include <hurray/shm.h>
 #include <hurray/tensor.h>
 
+#include "common/test_util.h"
 #include "gpu_testutil.h"
 #include "tc.h"
 
@@ -127,19 +127,6 @@ static pid_t spawn_child(const char *const *args) {
   return pid;
 }
 
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
-}
-
 static int child_status(pid_t pid) {
   int st;
   pid_t r;
@@ -174,6 +161,18 @@ static int child_import(int fd, uint64_t n, unsigned seed) {
 static hr_gpu *open_dev(uint64_t delay_ns) {
   hr_gpu *g;
   assert_int_equal(gt_open(&g, is_sim() ? delay_ns : 0, 0), 0);
+  return g;
+}
+
+/* The device of a test that needs memory shared as descriptors, its
+ * capabilities in *caps; skips the test where the backend has none. */
+static hr_gpu *open_fd_dev(hr_gpu_caps *caps) {
+  hr_gpu *g = open_dev(0);
+  assert_int_equal(hr_gpu_query(g, caps), 0);
+  if (!(caps->flags & HR_GPU_CAP_IPC_FD)) {
+    assert_int_equal(hr_gpu_del(g), 0);
+    skip();
+  }
   return g;
 }
 
@@ -258,13 +257,8 @@ static void fd_export_import(void **state) {
  * handle cannot be inspected: see gpu.h). */
 static void fd_hostile(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   hr_gpu_buf *b = NULL;
   int p[2];
   assert_int_equal(pipe(p), 0);
@@ -312,20 +306,6 @@ static void sleep_gate(void *arg) {
   hr__test_sleep(GATE_NS);
 }
 
-static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].device_tag = tag;
-  return d;
-}
-
 /* Starts the producer; `shareable` picks the memory; `slow` gates the
  * write of NEW.  Returns the tensor (with the event unless `lie`). */
 static hr_tensor *produce(served *sv, hr_gpu *g, uint64_t n, int shareable,
@@ -348,7 +328,7 @@ static hr_tensor *produce(served *sv, hr_gpu *g, uint64_t n, int shareable,
     assert_int_equal(hr_gpu_launch_host_fn(sv->P, sleep_gate, NULL), 0);
   assert_int_equal(hr_gpu_copy_async(sv->P, sv->dev, 0, sv->newb, 0, n), 0);
   assert_int_equal(hr_gpu_event_record(sv->ev, sv->P), 0);
-  hr_descriptor d = bytes_desc(n, caps.device_tag);
+  hr_descriptor d = tu_bytes_desc(n, 0, caps.device_tag);
   hr_tensor *t;
   assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->dev, lie ? NULL : sv->ev,
                                          served_release, sv, NULL),
@@ -483,13 +463,8 @@ static int child_exited(pid_t pid, int *code) {
  * producer's event, while the server's loop keeps running. */
 static void engine_cross_process(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   const uint64_t n = 1u << 20;
   net nt;
   net_start(&nt, caps.device_tag);
@@ -525,13 +500,8 @@ static void engine_cross_process(void **state) {
  * it on a live connection.  P2 asked: a complete event comes along. */
 static void engine_release_and_sync(void **state) {
   (void)state;
-  hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  if (!(caps.flags & HR_GPU_CAP_IPC_FD)) {
-    assert_int_equal(hr_gpu_del(g), 0);
-    skip();
-  }
+  hr_gpu *g = open_fd_dev(&caps);
   const uint64_t n = 200000;
   net nt;
   net_start(&nt, caps.device_tag);
@@ -634,7 +604,7 @@ static void engine_fallbacks(void **state) {
   hr_gpu *g = open_dev(0);
   hr_gpu_caps caps;
   assert_int_equal(hr_gpu_query(g, &caps), 0);
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   const uint64_t n = 100000;
   net nt;
   net_start(&nt, caps.device_tag);
@@ -651,7 +621,7 @@ static void engine_fallbacks(void **state) {
     hr_tensor_unref(t);
   }
   /* A host tensor in a shared segment. */
-  hr_descriptor hd = bytes_desc(n, HR_DEV_CPU);
+  hr_descriptor hd = tu_bytes_desc(n, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_tensor_alloc(&t, &hd, NULL), 0);
   gt_fill(hr_tensor_buffer(t, 0), n, SEED_NEW);
   tl_put(&nt.srv, "host", t);
@@ -716,7 +686,7 @@ static void engine_fallbacks(void **state) {
     served_free(&shared);
   }
   /* Every descriptor passed, refused or imported was closed. */
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
   assert_int_equal(hr_gpu_del(g), 0);
 }
 

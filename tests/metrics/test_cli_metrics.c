@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/test_util.h"
 #include "common/cli_harness.h"
 
 static ch_cli H = {.bin = HURRAY_BIN};
@@ -79,17 +80,6 @@ static void http_get(int port, const char *path, char *buf, size_t cap) {
   }
   buf[n] = 0;
   close(fd);
-}
-
-static double value_of(const char *body, const char *series) {
-  char pat[512];
-  snprintf(pat, sizeof pat, "\n%s ", series);
-  const char *p = strstr(body, pat);
-  if (!p) {
-    print_error("series not found: %s\n", series);
-    fail();
-  }
-  return strtod(p + strlen(pat), NULL);
 }
 
 /* Every line of the server's stderr is a JSON object with ts, level,
@@ -167,20 +157,20 @@ static void test_serve_metrics(void **state) {
   assert_non_null(
       strstr(body, "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
   assert_int_equal(
-      value_of(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 2);
-  assert_int_equal(value_of(body, "hurray_requests_total{kind=\"get\","
+      tu_value(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 2);
+  assert_int_equal(tu_value(body, "hurray_requests_total{kind=\"get\","
                                   "result=\"NOT_FOUND\"}"),
                    1);
   assert_int_equal(
-      value_of(body, "hurray_requests_total{kind=\"list\",result=\"ok\"}"), 1);
+      tu_value(body, "hurray_requests_total{kind=\"list\",result=\"ok\"}"), 1);
   /* matrix is 4x6 float32, sent twice. */
-  assert_int_equal(value_of(body, "hurray_tensor_bytes_total{direction="
+  assert_int_equal(tu_value(body, "hurray_tensor_bytes_total{direction="
                                   "\"sent\",plane=\"frames\"}"),
                    2 * 96);
   assert_int_equal(
-      value_of(body, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
-  assert_int_equal(value_of(body, "hurray_connections_opened_total"), 4);
-  assert_int_equal(value_of(body, "hurray_request_duration_seconds_count{"
+      tu_value(body, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
+  assert_int_equal(tu_value(body, "hurray_connections_opened_total"), 4);
+  assert_int_equal(tu_value(body, "hurray_request_duration_seconds_count{"
                                   "kind=\"get\"}"),
                    3);
   http_get(mport, "/", body, sizeof body);
@@ -256,8 +246,8 @@ static void test_example_metrics(void **state) {
       RUN(err, sizeof err, "get", "-o", tpath("e.npy"), url, "eye/4", NULL), 0);
   http_get(mport, "/metrics", body, sizeof body);
   assert_int_equal(
-      value_of(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 1);
-  assert_int_equal(value_of(body, "hurray_tensor_bytes_total{direction="
+      tu_value(body, "hurray_requests_total{kind=\"get\",result=\"ok\"}"), 1);
+  assert_int_equal(tu_value(body, "hurray_tensor_bytes_total{direction="
                                   "\"sent\",plane=\"frames\"}"),
                    64);
   assert_int_equal(ch_stop(pid), 0);

@@ -23,6 +23,7 @@
 #include <hurray/metrics.h>
 #include <hurray/store.h>
 
+#include "common/test_util.h"
 #include "engine_io/tl.h"
 
 typedef struct world {
@@ -160,18 +161,6 @@ static int scrape(world *w, const char *path, enum evhttp_cmd_type cmd) {
   return w->http_code;
 }
 
-/* The value of the sample line that starts with `series` ("name{...}"). */
-static double value_of(const char *body, const char *series) {
-  char pat[512];
-  snprintf(pat, sizeof pat, "\n%s ", series);
-  const char *p = strstr(body, pat);
-  if (!p) {
-    print_error("series not found: %s\n", series);
-    fail();
-  }
-  return strtod(p + strlen(pat), NULL);
-}
-
 static void put_tensor(world *w, const char *key, hr_tensor *t) {
   hr_session *s = hr_conn_session(w->conn);
   assert_int_equal(hr_session_put(s, (const uint8_t *)key,
@@ -194,53 +183,82 @@ static void get_key(world *w, const char *key, uint8_t layout) {
   w->pending++;
 }
 
-static void test_scrape(void **state) {
+/* A world on a fresh loop: a store made with `sc`, the metrics logging
+ * into w->lines. */
+static world *world_new(const hr_store_config *sc) {
   world *w = calloc(1, sizeof *w);
-  hr_store_config sc;
-  hr_engine_config ec;
   hr_metrics_config mc;
-  hr_provider prov;
-  hr_listener *lis;
-  char url[64];
-  uint64_t shape[2] = {16, 8};
-  (void)state;
-
+  assert_non_null(w);
   w->base = event_base_new();
   assert_non_null(w->base);
-  hr_store_config_default(&sc);
-  sc.allow_put = 1;
-  assert_int_equal(hr_store_new(&w->store, &sc, NULL), 0);
-  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, shape, 1);
-  assert_int_equal(hr_store_put(w->store, "w/a", 3, t, 0), 0);
-  hr_tensor_unref(t);
-
+  assert_int_equal(hr_store_new(&w->store, sc, NULL), 0);
   hr_metrics_config_default(&mc);
   mc.log = log_cb;
   mc.log_user_data = w;
   assert_int_equal(hr_metrics_new(&w->m, &mc, NULL), 0);
-  hr_engine_config_default(&ec);
-  ec.worker_threads = 1;
-  ec.on_transfer = app_transfer;
-  ec.user_data = w;
-  assert_int_equal(hr_metrics_attach(w->m, &ec), 0);
-  assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
+  return w;
+}
+
+/* The server engine, made with `ec` and the metrics attached, serving the
+ * store on loopback, and the metrics endpoint beside it; `url` receives
+ * the server's address. */
+static void world_serve(world *w, hr_engine_config *ec, char *url,
+                        size_t cap) {
+  hr_provider prov;
+  hr_listener *lis;
+  assert_int_equal(hr_metrics_attach(w->m, ec), 0);
+  assert_int_equal(hr_ev_attach(&w->srv, w->base, ec, NULL), 0);
   hr_store_provider(w->store, &prov);
   assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
   assert_int_equal(
       hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
       0);
+  snprintf(url, cap, "127.0.0.1:%d", hr_listener_port(lis));
+}
+
+/* The client engine on the same loop, connected to `url` (w->conn). */
+static void world_connect(world *w, const char *url) {
+  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
+  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
+                   0);
+  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
+}
+
+/* Frees what world_new() made, once both engines are gone. */
+static void world_free(world *w) {
+  hr_metrics_del(w->m);
+  hr_store_del(w->store);
+  event_base_free(w->base);
+  free(w);
+}
+
+static void test_scrape(void **state) {
+  hr_store_config sc;
+  hr_engine_config ec;
+  char url[64];
+  uint64_t shape[2] = {16, 8};
+  (void)state;
+
+  hr_store_config_default(&sc);
+  sc.allow_put = 1;
+  world *w = world_new(&sc);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, shape, 1);
+  assert_int_equal(hr_store_put(w->store, "w/a", 3, t, 0), 0);
+  hr_tensor_unref(t);
+
+  hr_engine_config_default(&ec);
+  ec.worker_threads = 1;
+  ec.on_transfer = app_transfer;
+  ec.user_data = w;
+  world_serve(w, &ec, url, sizeof url);
   assert_true(hr_ev_metrics_port(w->ep) > 0);
 
   /* Before any traffic: every family present, counters at 0. */
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   assert_string_equal(w->ctype, "text/plain; version=0.0.4; charset=utf-8");
-  assert_int_equal(value_of(w->body, "hurray_connections_opened_total"), 0);
+  assert_int_equal(tu_value(w->body, "hurray_connections_opened_total"), 0);
 
-  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
-  snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
-  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
-                   0);
-  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
+  world_connect(w, url);
 
   /* Traffic: 2 GETs as stored, 1 transcoded, 1 missing; a PUT accepted
    * and one refused (the key exists); a LIST; a PING. */
@@ -273,58 +291,58 @@ static void test_scrape(void **state) {
   /* While the client is connected. */
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   const char *b = w->body;
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"ok\"}"),
                    3);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"NOT_FOUND\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"put\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"put\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"put\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"put\","
                                "result=\"ALREADY_EXISTS\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"list\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"list\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"ping\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"ping\","
                                "result=\"ok\"}"),
                    1);
   /* 3 GETs of 16x8 float32, and a 1000-float PUT. */
-  assert_int_equal(value_of(b, "hurray_tensor_bytes_total{direction=\"sent\","
+  assert_int_equal(tu_value(b, "hurray_tensor_bytes_total{direction=\"sent\","
                                "plane=\"frames\"}"),
                    3 * 16 * 8 * 4);
-  assert_int_equal(value_of(b, "hurray_tensor_bytes_total{direction="
+  assert_int_equal(tu_value(b, "hurray_tensor_bytes_total{direction="
                                "\"received\",plane=\"frames\"}"),
                    4000);
   assert_int_equal(
-      value_of(b, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"NOT_FOUND\","
+      tu_value(b, "hurray_transcodes_total{layout=\"COLUMN_MAJOR\"}"), 1);
+  assert_int_equal(tu_value(b, "hurray_errors_total{code=\"NOT_FOUND\","
                                "direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"ALREADY_EXISTS\","
+  assert_int_equal(tu_value(b, "hurray_errors_total{code=\"ALREADY_EXISTS\","
                                "direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_connections_opened_total"), 1);
-  assert_int_equal(value_of(b, "hurray_connections_closed_total"), 0);
+  assert_int_equal(tu_value(b, "hurray_connections_opened_total"), 1);
+  assert_int_equal(tu_value(b, "hurray_connections_closed_total"), 0);
   /* The client engine on the same loop counts too (sampled from the
    * server engine only). */
-  assert_int_equal(value_of(b, "hurray_connections_active"), 1);
-  assert_int_equal(value_of(b, "hurray_streams_active"), 0);
+  assert_int_equal(tu_value(b, "hurray_connections_active"), 1);
+  assert_int_equal(tu_value(b, "hurray_streams_active"), 0);
   /* Histograms: cumulative, +Inf == count, per kind. */
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_count{kind="
+  assert_int_equal(tu_value(b, "hurray_request_duration_seconds_count{kind="
                                "\"get\"}"),
                    4);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_bucket{kind="
+  assert_int_equal(tu_value(b, "hurray_request_duration_seconds_bucket{kind="
                                "\"get\",le=\"+Inf\"}"),
                    4);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_bucket{kind="
+  assert_int_equal(tu_value(b, "hurray_request_duration_seconds_bucket{kind="
                                "\"get\",le=\"60\"}"),
                    4);
-  assert_true(value_of(b, "hurray_request_duration_seconds_sum{kind="
+  assert_true(tu_value(b, "hurray_request_duration_seconds_sum{kind="
                           "\"get\"}") >= 0);
-  assert_int_equal(value_of(b, "hurray_request_duration_seconds_count{kind="
+  assert_int_equal(tu_value(b, "hurray_request_duration_seconds_count{kind="
                                "\"put\"}"),
                    2);
   double prev = 0;
@@ -335,7 +353,7 @@ static void test_scrape(void **state) {
     snprintf(s, sizeof s,
              "hurray_request_duration_seconds_bucket{kind=\"get\",le=\"%s\"}",
              les[i]);
-    double v = value_of(b, s);
+    double v = tu_value(b, s);
     assert_true(v >= prev);
     prev = v;
   }
@@ -356,8 +374,8 @@ static void test_scrape(void **state) {
   event_base_loopexit(w->base, &tv);
   event_base_dispatch(w->base);
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
-  assert_int_equal(value_of(w->body, "hurray_connections_closed_total"), 1);
-  assert_int_equal(value_of(w->body, "hurray_connections_active"), 0);
+  assert_int_equal(tu_value(w->body, "hurray_connections_closed_total"), 1);
+  assert_int_equal(tu_value(w->body, "hurray_connections_active"), 0);
 
   /* One log line per request, each with the peer. */
   int requests = 0;
@@ -376,52 +394,30 @@ static void test_scrape(void **state) {
   event_base_loopexit(w->base, &tv);
   event_base_dispatch(w->base);
   assert_int_equal(hr_engine_del(w->srv), 0);
-  hr_metrics_del(w->m);
-  hr_store_del(w->store);
-  event_base_free(w->base);
-  free(w);
+  world_free(w);
 }
 
 /* Refusals: a GET over max_streams is refused before it becomes a stream
  * (on_request), a connection over max_connections is rejected (on_conn),
  * and both show in the counters and the logs. */
 static void test_refusals(void **state) {
-  world *w = calloc(1, sizeof *w);
   hr_store_config sc;
   hr_engine_config ec;
-  hr_metrics_config mc;
-  hr_provider prov;
-  hr_listener *lis;
   hr_conn *c2;
   char url[64];
   uint64_t shape[1] = {1 << 16};
   (void)state;
 
-  w->base = event_base_new();
   hr_store_config_default(&sc);
-  assert_int_equal(hr_store_new(&w->store, &sc, NULL), 0);
+  world *w = world_new(&sc);
   hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 1, shape, 3);
   assert_int_equal(hr_store_put(w->store, "big", 3, t, 0), 0);
   hr_tensor_unref(t);
-  hr_metrics_config_default(&mc);
-  mc.log = log_cb;
-  mc.log_user_data = w;
-  assert_int_equal(hr_metrics_new(&w->m, &mc, NULL), 0);
   hr_engine_config_default(&ec);
   ec.max_connections = 1;
   ec.session.max_streams = 1;
-  assert_int_equal(hr_metrics_attach(w->m, &ec), 0);
-  assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
-  hr_store_provider(w->store, &prov);
-  assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
-  assert_int_equal(
-      hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
-      0);
-  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
-  snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
-  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
-                   0);
-  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
+  world_serve(w, &ec, url, sizeof url);
+  world_connect(w, url);
 
   /* Two GETs in one write: the second arrives while the first (256 KiB)
    * still holds the only stream. */
@@ -440,20 +436,20 @@ static void test_refusals(void **state) {
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   const char *b = w->body;
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"RESOURCE_EXHAUSTED\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_value(b, "hurray_requests_total{kind=\"get\","
                                "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+  assert_int_equal(tu_value(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
                                "\",direction=\"sent\",scope=\"stream\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
+  assert_int_equal(tu_value(b, "hurray_errors_total{code=\"RESOURCE_EXHAUSTED"
                                "\",direction=\"sent\",scope=\"connection\"}"),
                    1);
-  assert_int_equal(value_of(b, "hurray_connections_rejected_total"), 1);
-  assert_int_equal(value_of(b, "hurray_connections_opened_total"), 1);
+  assert_int_equal(tu_value(b, "hurray_connections_rejected_total"), 1);
+  assert_int_equal(tu_value(b, "hurray_connections_opened_total"), 1);
   int refused = 0, rejected = 0;
   for (int i = 0; i < w->nlines; i++) {
     if (strstr(w->lines[i], "\"result\":\"RESOURCE_EXHAUSTED\"") &&
@@ -479,49 +475,27 @@ static void test_refusals(void **state) {
   event_base_dispatch(w->base);
   assert_int_equal(hr_engine_del(w->cli), 0);
   assert_int_equal(hr_engine_del(w->srv), 0);
-  hr_metrics_del(w->m);
-  hr_store_del(w->store);
-  event_base_free(w->base);
-  free(w);
+  world_free(w);
 }
 
 /* A parallel GET answered with 4 shards on one connection: one request,
  * four log lines (shard 0..3, each with the key), all the bytes. */
 static void test_sharded(void **state) {
-  world *w = calloc(1, sizeof *w);
   hr_store_config sc;
   hr_engine_config ec;
-  hr_metrics_config mc;
-  hr_provider prov;
-  hr_listener *lis;
   char url[64];
   uint64_t shape[1] = {1 << 16}; /* 256 KiB of float32 */
   (void)state;
 
-  w->base = event_base_new();
   hr_store_config_default(&sc);
-  assert_int_equal(hr_store_new(&w->store, &sc, NULL), 0);
+  world *w = world_new(&sc);
   hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 1, shape, 4);
   assert_int_equal(hr_store_put(w->store, "par", 3, t, 0), 0);
   hr_tensor_unref(t);
-  hr_metrics_config_default(&mc);
-  mc.log = log_cb;
-  mc.log_user_data = w;
-  assert_int_equal(hr_metrics_new(&w->m, &mc, NULL), 0);
   hr_engine_config_default(&ec);
   ec.session.shard_bytes = 64 << 10;
-  assert_int_equal(hr_metrics_attach(w->m, &ec), 0);
-  assert_int_equal(hr_ev_attach(&w->srv, w->base, &ec, NULL), 0);
-  hr_store_provider(w->store, &prov);
-  assert_int_equal(hr_engine_listen(w->srv, "127.0.0.1:0", &prov, &lis), 0);
-  assert_int_equal(
-      hr_ev_metrics_listen(&w->ep, w->base, w->m, w->srv, "127.0.0.1:0", NULL),
-      0);
-  assert_int_equal(hr_ev_attach(&w->cli, w->base, NULL, NULL), 0);
-  snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
-  assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
-                   0);
-  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
+  world_serve(w, &ec, url, sizeof url);
+  world_connect(w, url);
 
   hr_layout_entry le = {HR_LAYOUT_ROW_MAJOR, 0, NULL};
   hr_get_opts o;
@@ -540,13 +514,13 @@ static void test_sharded(void **state) {
   assert_int_equal(w->gets_ok, 1);
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
-  assert_int_equal(value_of(w->body, "hurray_requests_total{kind=\"get\","
+  assert_int_equal(tu_value(w->body, "hurray_requests_total{kind=\"get\","
                                      "result=\"ok\"}"),
                    1);
-  assert_int_equal(value_of(w->body, "hurray_request_duration_seconds_count{"
+  assert_int_equal(tu_value(w->body, "hurray_request_duration_seconds_count{"
                                      "kind=\"get\"}"),
                    1);
-  assert_int_equal(value_of(w->body, "hurray_tensor_bytes_total{direction="
+  assert_int_equal(tu_value(w->body, "hurray_tensor_bytes_total{direction="
                                      "\"sent\",plane=\"frames\"}"),
                    1 << 18);
   int lines = 0, seen = 0;
@@ -574,10 +548,7 @@ static void test_sharded(void **state) {
   event_base_dispatch(w->base);
   assert_int_equal(hr_engine_del(w->cli), 0);
   assert_int_equal(hr_engine_del(w->srv), 0);
-  hr_metrics_del(w->m);
-  hr_store_del(w->store);
-  event_base_free(w->base);
-  free(w);
+  world_free(w);
 }
 
 /* Bad addresses; port in use. */

@@ -1,9 +1,15 @@
 /* The Unix socket tests' fixture: see sock_dir.h. */
 #include "sock_dir.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 int sock_dir_setup(void **state, const char *stem) {
   fixture *f = calloc(1, sizeof *f);
@@ -29,4 +35,11 @@ int sock_dir_teardown(void **state) {
   rv = rmdir(f->dir);
   free(f);
   return rv;
+}
+
+void sock_dir_listen(const fixture *f, tl_server *ts) {
+  hr_provider prov;
+
+  hr_store_provider(ts->store, &prov);
+  assert_int_equal(hr_engine_listen(ts->e, f->url, &prov, NULL), 0);
 }

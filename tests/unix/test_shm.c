@@ -8,7 +8,6 @@
  * fails that GET and turns SHM off for the connection; no descriptor
  * leaks.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -26,6 +25,7 @@
 
 #include <hurray/shm.h>
 
+#include "common/test_util.h"
 #include "sock_dir.h"
 #include "tc.h"
 #include "tl.h"
@@ -36,19 +36,6 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   return sock_dir_teardown(state);
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
 }
 
 /* A segment-backed copy of `t` (composites member by member). */
@@ -153,10 +140,9 @@ static int flag_set(void *ud) { return atomic_load((atomic_int *)ud) != 0; }
 
 static void test_shm_flows(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c, tcp;
   tc_res r;
@@ -208,8 +194,7 @@ static void test_shm_flows(void **state) {
     hr_tensor_unref(s);
   }
   tl_put(&ts, "heap", heap);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_true(hr_conn_session(c.c) != NULL);
 
@@ -303,17 +288,16 @@ static void test_shm_flows(void **state) {
     hr_tensor_unref(cases[i].ref);
   hr_tensor_unref(heap);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* The server keeps a segment until BUFFER_RELEASE, or until the client's
  * connection ends; the client's mapping outlives the connection. */
 static void test_shm_release(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_LIBEVENT);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -321,8 +305,7 @@ static void test_shm_release(void **state) {
   hr_tensor *t;
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
 
   t = own_tensor(&g1, 4096 * 4, 1);
@@ -355,7 +338,7 @@ static void test_shm_release(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void *unref_main(void *arg) {
@@ -369,7 +352,6 @@ static void test_shm_release_other_thread(void **state) {
   fixture *f = *state;
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -380,8 +362,7 @@ static void test_shm_release_other_thread(void **state) {
   tl_server_start(env, &ts, NULL, NULL);
   tl_put(&ts, "a", t);
   hr_tensor_unref(t);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_int_equal(tc_get_key(&c, "a", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
@@ -402,10 +383,9 @@ static void test_shm_release_other_thread(void **state) {
  * server answers the next one with frames. */
 static void test_shm_refused(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
@@ -414,8 +394,7 @@ static void test_shm_refused(void **state) {
   int pass;
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   for (pass = 0; pass < 2; pass++) {
     /* pass 0: 4 KiB file for 16 KiB of tensor; pass 1: unsealed. */
     t = pass == 0 ? own_tensor(&g, 4096, 1) : own_tensor(&g, 4096 * 4, 0);
@@ -438,7 +417,7 @@ static void test_shm_refused(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* An engine configured without SHM neither offers nor accepts it. */
@@ -446,7 +425,6 @@ static void test_shm_engine_off(void **state) {
   fixture *f = *state;
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine_config cfg;
   hr_engine *ce;
   tc_conn c;
@@ -461,8 +439,7 @@ static void test_shm_engine_off(void **state) {
   s = shm_of(t);
   tl_put(&ts, "t", s);
   hr_tensor_unref(s);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   tc_open(env, ce, f->url, &c);
   assert_int_equal(tc_get_key(&c, "t", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);

@@ -15,7 +15,6 @@
  *  - the cache's bound, and hostile segments (not a file, too small, an
  *    offset past the end), through the engine and the cache directly.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -36,50 +35,18 @@
 #include <hurray/client.h>
 #include <hurray/shm.h>
 
+#include "common/test_util.h"
 #include "hr_shm_io.h"
+#include "sock_dir.h"
 #include "tc.h"
 #include "tl.h"
 
-typedef struct fixture {
-  char dir[64];
-  char path[128];
-  char url[160];
-} fixture;
-
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f)
-    return -1;
-  strcpy(f->dir, "/tmp/hr_arena_XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->path, sizeof f->path, "%s/s.sock", f->dir);
-  snprintf(f->url, sizeof f->url, "unix:%s", f->path);
-  *state = f;
-  return 0;
+  return sock_dir_setup(state, "hr_arena");
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  unlink(f->path);
-  int rv = rmdir(f->dir);
-  free(f);
-  return rv;
-}
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
+  return sock_dir_teardown(state);
 }
 
 /* Mappings of memfd `name` in this process with permissions `perms`
@@ -118,23 +85,9 @@ static void map_name_of(const void *p, char *out, size_t cap) {
   fclose(fp);
 }
 
-static hr_descriptor bytes_desc(uint64_t n, unsigned align_log2) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].alignment_log2 = (uint8_t)align_log2;
-  return d;
-}
-
 /* A heap tensor of n bytes, byte i = seed + i. */
 static hr_tensor *heap_bytes(uint64_t n, uint8_t seed) {
-  hr_descriptor d = bytes_desc(n, 6);
+  hr_descriptor d = tu_bytes_desc(n, 6, HR_DEV_CPU);
   hr_tensor *t;
   assert_int_equal(hr_tensor_alloc(&t, &d, 0, NULL), 0);
   uint8_t *p = hr_tensor_buffer(t, 0);
@@ -175,7 +128,7 @@ static void test_arena_alloc(void **state) {
   assert_int_equal(hr_shm_arena_new(&a, &ac, NULL), 0);
 
   /* 100 bytes: one 128-byte region at 0; the next starts at 128. */
-  hr_descriptor d = bytes_desc(100, 0);
+  hr_descriptor d = tu_bytes_desc(100, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[0], &d), 0);
   assert_int_equal(seg_off(t[0]), 0);
   assert_int_equal(hr_shm_arena_alloc(a, &t[1], &d), 0);
@@ -187,11 +140,11 @@ static void test_arena_alloc(void **state) {
 
   /* A page-aligned buffer starts on a page; a 2 MiB-aligned one in a
    * segment of its own (this one is 1 MiB). */
-  d = bytes_desc(5000, 12);
+  d = tu_bytes_desc(5000, 12, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[2], &d), 0);
   assert_int_equal(seg_off(t[2]), 4096);
   assert_int_equal((uintptr_t)hr_tensor_buffer(t[2], 0) % 4096, 0);
-  d = bytes_desc(64, 21);
+  d = tu_bytes_desc(64, 21, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[3], &d), 0);
   assert_int_equal(seg_off(t[3]) % (1u << 21), 0);
   assert_int_equal((uintptr_t)hr_tensor_buffer(t[3], 0) % (1u << 21), 0);
@@ -223,7 +176,7 @@ static void test_arena_alloc(void **state) {
   /* Free then reuse: first fit gives the same place back, zeroed. */
   memset(hr_tensor_buffer(t[1], 0), 0xAB, 100);
   hr_tensor_unref(t[1]);
-  d = bytes_desc(90, 0);
+  d = tu_bytes_desc(90, 0, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[1], &d), 0);
   assert_int_equal(seg_off(t[1]), 128);
   for (int i = 0; i < 90; i++)
@@ -231,7 +184,7 @@ static void test_arena_alloc(void **state) {
 
   /* Large regions are punched out of the memfd when freed and read back
    * as zeros. */
-  d = bytes_desc(600u << 10, 12);
+  d = tu_bytes_desc(600u << 10, 12, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[4], &d), 0);
   uint64_t big_off = seg_off(t[4]);
   memset(hr_tensor_buffer(t[4], 0), 0xCD, 600u << 10);
@@ -244,12 +197,12 @@ static void test_arena_alloc(void **state) {
   /* A tensor larger than a segment gets one of its own; the cap holds. */
   hr_shm_arena_stats_get(a, &st);
   uint32_t segs = st.segments;
-  d = bytes_desc(3u << 20, 6);
+  d = tu_bytes_desc(3u << 20, 6, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[5], &d), 0);
   hr_shm_arena_stats_get(a, &st);
   assert_int_equal(st.segments, segs + 1);
   assert_true(st.segment_bytes <= ac.max_bytes);
-  d = bytes_desc(7u << 20, 6);
+  d = tu_bytes_desc(7u << 20, 6, HR_DEV_CPU);
   assert_int_equal(hr_shm_arena_alloc(a, &t[6], &d), HR_ERR_LIMIT);
   /* Its segment goes back to the kernel once empty. */
   hr_tensor_unref(t[5]);
@@ -295,7 +248,7 @@ static void wait_live(tl_env *env, hr_shm_arena *a, uint32_t n) {
  * of them (read-only), and the cache reused by the next GETs. */
 static void test_arena_get(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
   hr_engine *ce = tl_engine(env, NULL);
@@ -344,7 +297,7 @@ static void test_arena_get(void **state) {
   assert_int_equal(maps_of("hurray-arena", "r--s"), client_maps0);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* ---- PUTs land in the arena -------------------------------------------- */
@@ -773,18 +726,16 @@ static void test_arena_narrow_token(void **state) {
  * bounded (shm_map_cache = 2); mappings in use are not. */
 static void test_cache_bound(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine_config ecfg;
   tc_conn c;
   tc_res r[5], again;
   char key[8];
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   hr_engine_config_default(&ecfg);
   ecfg.shm_map_cache = 2;
   hr_engine *ce = tl_engine(env, &ecfg);
@@ -821,7 +772,7 @@ static void test_cache_bound(void **state) {
   assert_int_equal(maps_of("hurray-segment", "r--s"), m0);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* Hostile segments over the socket: a descriptor that is not a file, a
@@ -841,7 +792,7 @@ static void hostile_release(void *ctx) {
 
 static hr_tensor *hostile_tensor(int kind) {
   hostile *h = calloc(1, sizeof *h);
-  hr_descriptor d = bytes_desc(8192, 6);
+  hr_descriptor d = tu_bytes_desc(8192, 6, HR_DEV_CPU);
   hr_tensor *t;
   uint64_t off = 0;
   assert_non_null(h);
@@ -867,18 +818,16 @@ static hr_tensor *hostile_tensor(int kind) {
 
 static void test_hostile_segments(void **state) {
   fixture *f = *state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   tl_env *env = tl_new(TL_EPOLL);
   tl_server ts;
-  hr_provider prov;
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
   static const char *why[3] = {"regular file", "smaller", "smaller"};
 
   tl_server_start(env, &ts, NULL, NULL);
-  hr_store_provider(ts.store, &prov);
-  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  sock_dir_listen(f, &ts);
   for (int kind = 0; kind < 3; kind++) {
     hr_tensor *t = hostile_tensor(kind);
     tl_put(&ts, "h", t);
@@ -896,7 +845,7 @@ static void test_hostile_segments(void **state) {
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);
   tl_free(env);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* The cache itself: a cached entry is never a way around the size

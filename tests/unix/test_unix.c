@@ -97,7 +97,8 @@ static void engine_flows(fixture *f, int mode) {
   o.layouts = &col;
   o.layout_count = 1;
   assert_int_equal(tc_get(&c, &o, &r), 0);
-  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag, HR_LAYOUT_COLUMN_MAJOR);
+  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag,
+                   HR_LAYOUT_COLUMN_MAJOR);
   assert_true(tl_same_elements(m, NULL, r.t));
   tc_res_clear(&r);
   /* A region. */
@@ -279,8 +280,8 @@ static void test_blocking_client(void **state) {
   assert_int_equal(hr_client_connect(&c, "unix:/nonexistent/hr.sock", NULL,
                                      NULL, &err),
                    HR_ERR_IO);
-  assert_int_equal(
-      hr_client_connect(&c, "unix:", NULL, NULL, &err), HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_client_connect(&c, "unix:", NULL, NULL, &err),
+                   HR_ERR_INVALID_ARGUMENT);
 
   atomic_store(&s.stop, 1);
   pthread_join(s.th, NULL);
