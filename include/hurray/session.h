@@ -213,6 +213,22 @@ typedef struct hr_transfer_record {
   uint16_t key_len;
   uint32_t shard_index;   /* server: which of `shards` streams of the
                              answer this is (0: the request's own) */
+  /* ---- appended in 0.3: a client GET into device memory (hr_get_opts.
+   * device) through the receive ring; 0 for everything else.  Times are
+   * the session's clock (the `now` the host passes in), so they are as
+   * fine as the host's calls.  version-added: 0.3 ---- */
+  uint32_t recv_pauses;    /* times the session stopped taking input
+                              (hr_session_recv_paused()) because every
+                              ring piece was full or being copied */
+  uint64_t recv_paused_ns; /* the time it spent so, in all (never counted
+                              against read_timeout or keepalive) */
+  uint32_t device_pieces;  /* ring pieces copied into the device */
+  uint64_t device_busy_ns; /* time at least one of those copies was in
+                              flight (the device's copy engine busy with
+                              this GET, as the session saw it) */
+  uint64_t device_tail_ns; /* from the last byte's arrival to the end of
+                              the GET (P1: the last copies; P2: 0 or
+                              nearly) */
 } hr_transfer_record;
 
 /* hr_transfer_record.kind: which request the record is about. */
