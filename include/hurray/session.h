@@ -82,6 +82,9 @@ typedef struct hr_settings {
                                   pieces (a server receiving a PUT: also
                                   between messages), before ERROR
                                   TIMEOUT on stream 0; 30 s (0: none).
+                                  Time with input paused for a device
+                                  (hr_session_recv_paused()) does not
+                                  count.
                                   Also bounds the last flush after the
                                   session stopped reading (a connection
                                   ERROR, GOAWAY at idle): a peer that
@@ -90,7 +93,8 @@ typedef struct hr_settings {
   uint64_t keepalive_interval; /* client: ns without input before a PING;
                                   when nothing arrives for another
                                   interval, ERROR TIMEOUT and close.
-                                  30 s (0: none) */
+                                  30 s (0: none).  Stopped while input is
+                                  paused for a device, as read_timeout */
   uint32_t capabilities;       /* HR_CAP_* we may advertise; masked by
                                   what this build does (TRANSCODING and
                                   REGION_REQUESTS only with the transcode
@@ -687,7 +691,11 @@ HR_EXTERN int hr_session_want_read(const hr_session *s);
  * in flight).  The host stops reading (and watching for input) until a
  * work item completes (hr_session_work_done()), then asks again.  Bytes
  * fed anyway are kept, up to a bound, then fail that GET.  Not a reason
- * to close: hr_session_want_read() stays 1.  version-added: 0.2 */
+ * to close: hr_session_want_read() stays 1.  While paused, neither the
+ * read timeout nor the keepalive runs (hr_session_get_expiry() names
+ * neither; the peer may be waiting on us): when input resumes they count
+ * from that moment (since 0.3; before, a device slower than read_timeout
+ * cut a healthy connection).  version-added: 0.2 */
 HR_EXTERN int hr_session_recv_paused(const hr_session *s);
 HR_EXTERN int hr_session_want_write(const hr_session *s);
 
