@@ -105,7 +105,8 @@ static void atomic_copy(char *dst, const char *src, size_t n) {
 static void exec_copy(sim_dev *d, sim_op *op) {
   uint64_t done = 0;
   /* Device memory is populated here, by the device, before its first
-   * write (sim_mem_alloc); resident pages cost a page-table walk. */
+   * write (sim_mem_alloc); any other destination is resident already,
+   * and resident pages cost a page-table walk. */
   hr__gpu_populate(op->dst, op->len);
   while (done < op->len) {
     uint64_t n = op->len - done;
