@@ -972,7 +972,7 @@ static ssize_t conn_sendv(hr_conn *c, struct msghdr *mh, int fd) {
 static int conn_read(hr_conn *c, hr_tstamp now) {
   hr_engine *e = c->e;
   size_t budget = e->cfg.io_budget;
-  int rv;
+  int rv, first = 1;
 
   if (c->rx_out)
     return 0; /* a worker reads this socket */
@@ -985,6 +985,13 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     ssize_t n;
     int fds[HR_SHM_MAX_FDS];
 
+    /* Each read has its own time: what one read brings (thousands of
+     * small messages) may take long to process, and the time the batch
+     * began would make a peer that keeps sending look stalled to the
+     * read timeout once the batch ends. */
+    if (!first)
+      now = now_of(e);
+    first = 0;
     if (hr_session_recv_target(c->s, &dst, &want)) {
       /* Bulk: straight into the tensor (past the budget only what TLS
        * holds: never a zero-length read, that would look like EOF). */
@@ -1055,7 +1062,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     }
     budget -= (size_t)n < budget ? (size_t)n : budget;
     /* A short read means the socket is empty: skip the EAGAIN call (not
-     * with TLS, which returns one record at a time). */
+     * with TLS, which returns the records its buffer holds whole). */
     if ((size_t)n < want && !c->tls)
       break;
   }

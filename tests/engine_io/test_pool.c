@@ -62,7 +62,7 @@ static void test_pool_completes_everything(void **state) {
     struct pollfd pfd = {efd, POLLIN, 0};
     uint64_t v;
     hr__job *l;
-    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    assert_int_equal(poll(&pfd, 1, 30000), 1);
     assert_int_equal(read(efd, &v, sizeof v), sizeof v);
     for (l = hr__pool_take_done(p); l; l = l->next) {
       tjob *t = (tjob *)l;

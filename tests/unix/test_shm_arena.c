@@ -288,7 +288,7 @@ static int arena_live_is(void *ud) {
 
 static void wait_live(tl_env *env, hr_shm_arena *a, uint32_t n) {
   void *p[2] = {a, (void *)(uintptr_t)n};
-  assert_true(tl_run(env, arena_live_is, p, 5000));
+  assert_true(tl_run(env, arena_live_is, p, TL_WAIT_MS));
 }
 
 /* GETs of arena tensors: SHM, the arena's fd, one client mapping for all
@@ -451,7 +451,7 @@ static void test_arena_client_dies(void **state) {
   /* Serve until the child has its tensor. */
   fcntl(done[0], F_SETFL, O_NONBLOCK);
   int got = 0;
-  for (int i = 0; i < 500 && !got; i++) {
+  for (int i = 0; i < TL_WAIT_MS / 10 && !got; i++) {
     tl_spin(env, 10);
     got = read(done[0], &b, 1) == 1;
   }
@@ -502,7 +502,7 @@ static void test_arena_narrow_token(void **state) {
   set.auth_token = (const uint8_t *)"full";
   set.auth_token_len = 4;
   tc_connect(env, ce, f->url, &cf, &set);
-  assert_true(tc_wait_up(&cf, 5000));
+  assert_true(tc_wait_up(&cf, TL_WAIT_MS));
   assert_int_equal(tc_get_key(&cf, "pub/small", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
@@ -512,7 +512,7 @@ static void test_arena_narrow_token(void **state) {
   set.auth_token = (const uint8_t *)"narrow";
   set.auth_token_len = 6;
   tc_connect(env, ce, f->url, &cn, &set);
-  assert_true(tc_wait_up(&cn, 5000));
+  assert_true(tc_wait_up(&cn, TL_WAIT_MS));
   /* Small: a view with no segment, so frames. */
   assert_int_equal(tc_get_key(&cn, "pub/small", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
