@@ -122,24 +122,42 @@ void hr__gpu_sleep_ns(uint64_t ns) {
   }
 }
 
-void hr__gpu_host_backed(void *p, uint64_t len) {
+/* The whole 4 KiB pages inside [p, p + len) (madvise() wants them);
+ * 0 when there are none, or the range is under 64 KiB. */
+static int whole_pages(void *p, uint64_t len, uintptr_t *lo, uintptr_t *hi) {
   const uintptr_t page = 4096;
   if (!p || len < ((uint64_t)64 << 10) || len > SIZE_MAX)
-    return;
-  /* madvise() wants whole pages: those inside [p, p + len).  Both calls
-   * are advice: a kernel that refuses them (no THP, older than 5.14)
-   * leaves the memory working as before, so results are ignored. */
-  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
-  uintptr_t hi = ((uintptr_t)p + (size_t)len) & ~(page - 1);
-  if (hi <= lo)
+    return 0;
+  *lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+  *hi = ((uintptr_t)p + (size_t)len) & ~(page - 1);
+  return *hi > *lo;
+}
+
+/* Both calls below are advice: a kernel that refuses them (no THP, older
+ * than 5.14) leaves the memory working as before, so results are
+ * ignored. */
+void hr__gpu_advise_huge(void *p, uint64_t len) {
+  uintptr_t lo, hi;
+  if (!whole_pages(p, len, &lo, &hi))
     return;
 #ifdef MADV_HUGEPAGE
   if (len >= ((uint64_t)2 << 20))
     (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 #endif
+}
+
+void hr__gpu_populate(void *p, uint64_t len) {
+  uintptr_t lo, hi;
+  if (!whole_pages(p, len, &lo, &hi))
+    return;
 #ifdef MADV_POPULATE_WRITE
   (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 #endif
+}
+
+void hr__gpu_host_backed(void *p, uint64_t len) {
+  hr__gpu_advise_huge(p, len);
+  hr__gpu_populate(p, len);
 }
 
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src) {

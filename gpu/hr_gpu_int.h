@@ -69,6 +69,15 @@ void hr__gpu_sleep_ns(uint64_t ns);
  * (issue 6).  Advice only; buffers under 64 KiB are left alone.
  */
 void hr__gpu_host_backed(void *p, uint64_t len);
+/* Its two halves: huge pages advised (at allocation), and the pages made
+ * resident (MADV_POPULATE_WRITE, in one call rather than a fault per
+ * page).  The sim backend advises at allocation and populates device
+ * memory on its stream's thread, before the copy that first writes it:
+ * a new buffer's population then overlaps the caller's work (a GET into
+ * device memory receives while it happens) instead of holding the thread
+ * that allocates (the engine's loop, for 25 ms or more per 256 MiB). */
+void hr__gpu_advise_huge(void *p, uint64_t len);
+void hr__gpu_populate(void *p, uint64_t len);
 
 /* Copies a NUL-terminated name into a fixed buffer, truncating. */
 void hr__gpu_copy_name(char *dst, size_t cap, const char *src);

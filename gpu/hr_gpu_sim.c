@@ -104,6 +104,10 @@ static void atomic_copy(char *dst, const char *src, size_t n) {
  * memmove would; the simulation does not need more. */
 static void exec_copy(sim_dev *d, sim_op *op) {
   uint64_t done = 0;
+  /* Device memory is populated here, by the device, before its first
+   * write (sim_mem_alloc); any other destination is resident already,
+   * and resident pages cost a page-table walk. */
+  hr__gpu_populate(op->dst, op->len);
   while (done < op->len) {
     uint64_t n = op->len - done;
     if (d->bytes_per_sec && n > SIM_PIECE)
@@ -225,14 +229,19 @@ static int sim_query(void *dev, hr_gpu_caps *caps) {
 static int sim_mem_alloc(void *dev, int kind, uint64_t size,
                          hr_gpu_mem_info *out) {
   sim_dev *d = dev;
-  (void)kind;
   if (size > SIZE_MAX)
     return HR_ERR_NOMEM;
   /* Zeroed so that a never-written buffer reads deterministically. */
   void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);
   if (!p)
     return HR_ERR_NOMEM;
-  hr__gpu_host_backed(p, size);
+  /* Pinned memory is written by the host (a socket's recv()): resident
+   * now.  Device memory is written by the device's copies: populated on
+   * the stream's thread as they reach it (exec_copy). */
+  if (kind == HR_GPU_MEM_DEVICE)
+    hr__gpu_advise_huge(p, size);
+  else
+    hr__gpu_host_backed(p, size);
   out->handle = p;
   out->device_ptr = p;
   out->host_ptr = p;

@@ -116,6 +116,8 @@ typedef struct vk_mem {
   void *map;            /* host mapping, or NULL */
   int has_fd;           /* shareable: `fd` is its exported opaque fd */
   int fd;
+  int lazy;             /* CPU device memory: populated by the stream's
+                           worker before each copy into it (exec_copy) */
 } vk_mem;
 
 /* A stream's timeline semaphore, shared with the event points recorded
@@ -143,6 +145,8 @@ typedef struct vk_op {
   uint64_t dst_off, src_off, len;
   vk_mem *staging;          /* COPY: freed once the copy completed */
   void *host_dst;           /* COPY into wrapped memory: final memcpy */
+  char *populate;           /* COPY into lazy memory: its range, made
+                               resident by the worker first */
   char *hh_dst;             /* COPY host to host */
   const char *hh_src;
   hr_gpu_host_fn fn;        /* HOST_FN */
@@ -533,9 +537,11 @@ static void mem_destroy(vk_dev *d, vk_mem *m) {
 enum { EXT_NONE = 0, EXT_EXPORT, EXT_IMPORT };
 
 /* A buffer of `size` bytes in memory type `type`, mapped when `map`;
- * `ext` as above (`import_fd` for EXT_IMPORT: not taken). */
-static int mem_create_ext(vk_dev *d, uint32_t type, int map, uint64_t size,
-                          int ext, int import_fd, vk_mem **out) {
+ * `ext` as above (`import_fd` for EXT_IMPORT: not taken).  `lazy`: on a
+ * CPU device, populated by the copies into it, not here. */
+static int mem_create_ext(vk_dev *d, uint32_t type, int map, int lazy,
+                          uint64_t size, int ext, int import_fd,
+                          vk_mem **out) {
   vk_mem *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
   if (!m)
     return HR_ERR_NOMEM;
@@ -618,8 +624,14 @@ static int mem_create_ext(vk_dev *d, uint32_t type, int map, uint64_t size,
   if (map && d->f.vkMapMemory(d->dev, m->mem, 0, VK_WHOLE_SIZE, 0, &m->map) !=
                  VK_SUCCESS)
     goto fail;
+  /* A CPU device's memory is host memory: huge pages, and resident
+   * before the device touches it (now, or for device memory that only
+   * copies write, on the stream's worker before each copy: mem_alloc). */
   if (d->cpu_device && m->map)
-    hr__gpu_host_backed(m->map, size);
+    hr__gpu_advise_huge(m->map, size);
+  if (d->cpu_device && m->map && !lazy)
+    hr__gpu_populate(m->map, size);
+  m->lazy = d->cpu_device && m->map && lazy;
   *out = m;
   return 0;
 fail:
@@ -629,14 +641,14 @@ fail:
 
 static int mem_create(vk_dev *d, uint32_t type, int map, uint64_t size,
                       vk_mem **out) {
-  return mem_create_ext(d, type, map, size, EXT_NONE, -1, out);
+  return mem_create_ext(d, type, map, 0, size, EXT_NONE, -1, out);
 }
 
 static int vk_mem_alloc_shareable(void *dev, uint64_t size,
                                   hr_gpu_mem_info *out) {
   vk_dev *d = dev;
   vk_mem *m;
-  int rv = mem_create_ext(d, d->type_device, d->device_mapped, size,
+  int rv = mem_create_ext(d, d->type_device, d->device_mapped, 0, size,
                           EXT_EXPORT, -1, &m);
   if (rv != 0)
     return rv;
@@ -660,7 +672,7 @@ static int vk_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
                                 hr_gpu_mem_info *out) {
   vk_dev *d = dev;
   vk_mem *m;
-  int rv = mem_create_ext(d, d->type_device, d->device_mapped, size,
+  int rv = mem_create_ext(d, d->type_device, d->device_mapped, 0, size,
                           EXT_IMPORT, fd, &m);
   if (rv != 0)
     return rv;
@@ -678,7 +690,8 @@ static int vk_mem_alloc(void *dev, int kind, uint64_t size,
                                                : d->type_device;
   int map = kind != HR_GPU_MEM_DEVICE || d->device_mapped;
   vk_mem *m;
-  int rv = mem_create(d, type, map, size, &m);
+  int rv = mem_create_ext(d, type, map, kind == HR_GPU_MEM_DEVICE, size,
+                          EXT_NONE, -1, &m);
   if (rv != 0)
     return rv;
   out->handle = m;
@@ -852,6 +865,8 @@ static int exec_copy(vk_stream *s, vk_op *op) {
       memmove(op->hh_dst, op->hh_src, (size_t)op->len);
     return rv;
   }
+  if (op->populate)
+    hr__gpu_populate(op->populate, op->len);
   VkCommandBufferAllocateInfo ai = {
       .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
       .commandPool = s->pool,
@@ -1193,6 +1208,8 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
     return HR_ERR_NOMEM;
   vk_mem *dm = dst->handle, *sm = src->handle;
   op->len = len;
+  if (dm && dm->lazy)
+    op->populate = (char *)dm->map + dst_off;
   if (!dm && !sm) {
     op->hh_dst = (char *)dst->host_ptr + dst_off;
     op->hh_src = (const char *)src->host_ptr + src_off;

@@ -22,8 +22,12 @@
  *
  *   gpu_engine_bench [--backend NAME] [--size BYTES[K|M|G]] [--iters N]
  *                    [--target RATIO] [--piece BYTES] [--pieces N]
+ *                    [--ab PIECExN,PIECExN...]
  * (--piece/--pieces: the client's device receive ring, settings
- * device_piece/device_pieces; default 8 MiB x 4)
+ * device_piece/device_pieces; 0: the defaults.  --ab: instead of the
+ * above, ITERS interleaved rounds of a host GET and a GET into the device
+ * through each ring given (0x0: the defaults), printing medians: an A/B
+ * comparison on a loaded machine)
  * Exit status: 0 when both ratios reach the target, 1 when one does not,
  * 2 on an error, 77 when the backend is unavailable here.
  */
@@ -187,6 +191,8 @@ static double fresh_gbps(hr_gpu *g, hr_gpu_stream *s, hr_gpu_buf *src,
 /* The client's device receive ring (--piece, --pieces; 0: defaults). */
 static uint64_t ring_piece;
 static uint32_t ring_pieces;
+/* The record of the fastest timed GET of the last get_gbps() call. */
+static hr_transfer_record best_rec;
 
 static double get_gbps(int port, const char *key, uint64_t n, int iters,
                        uint8_t *dst, hr_gpu *g, hr_tensor **verify) {
@@ -223,8 +229,10 @@ static double get_gbps(int port, const char *key, uint64_t n, int iters,
       exit(2);
     }
     double gb = (double)n / ((double)(rec.finished - rec.started) / 1e9) / 1e9;
-    if (i > 0 && gb > best)
+    if (i > 0 && gb > best) {
       best = gb;
+      best_rec = rec;
+    }
     if (verify && !*verify)
       *verify = t;
     else
@@ -234,11 +242,138 @@ static double get_gbps(int port, const char *key, uint64_t n, int iters,
   return best;
 }
 
+/* ---- --ab: interleaved comparison of receive rings ---------------------- */
+
+static hr_client *connect_ring(int port, uint64_t piece, uint32_t pieces) {
+  hr_client *c;
+  hr_client_options co;
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", port);
+  hr_client_options_default(&co);
+  co.settings.device_piece = piece;
+  co.settings.device_pieces = pieces;
+  CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
+  return c;
+}
+
+/* One GET on `c` (into `dst`, or into device g when dst is NULL): GB/s,
+ * its record in *rec. */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+         ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* CPU seconds (all threads: client, server, device) of the last one_get. */
+static double last_cpu;
+
+static double one_get(hr_client *c, uint64_t n, uint8_t *dst, hr_gpu *g,
+                      hr_transfer_record *rec) {
+  hr_get_opts o;
+  hr_get_dest dest;
+  hr_tensor *t;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"host";
+  o.key_len = 4;
+  o.max_shards = 1;
+  if (g) {
+    o.device = g;
+    o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  } else {
+    memset(&dest, 0, sizeof dest);
+    dest.buffer = dst;
+    dest.capacity = n;
+    o.dest = &dest;
+  }
+  double c0 = cpu_s();
+  if (hr_client_get(c, &o, &t, rec)) {
+    fprintf(stderr, "GET: %s\n", hr_client_last_error(c)->message);
+    exit(2);
+  }
+  hr_tensor_unref(t);
+  last_cpu = cpu_s() - c0;
+  return (double)n / ((double)(rec->finished - rec->started) / 1e9) / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int k) {
+  qsort(v, (size_t)k, sizeof *v, cmp_double);
+  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
+#define AB_MAX 4
+#define AB_ROUNDS 64
+
+/* Rounds of one host GET and one GET into the device per ring, the order
+ * rotated each round (other load hits all alike); prints medians. */
+static void run_ab(int port, uint64_t n, int rounds, uint8_t *dst, hr_gpu *g,
+                   const char *spec) {
+  uint64_t piece[AB_MAX];
+  uint32_t pieces[AB_MAX];
+  int nring = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *tok = strtok(buf, ","); tok && nring < AB_MAX;
+       tok = strtok(NULL, ",")) {
+    char *x = strchr(tok, 'x');
+    piece[nring] = parse_size(tok);
+    pieces[nring] = x ? (uint32_t)atoi(x + 1) : 0;
+    nring++;
+  }
+  if (rounds > AB_ROUNDS)
+    rounds = AB_ROUNDS;
+  hr_client *host = connect_ring(port, 0, 0), *dev[AB_MAX];
+  for (int k = 0; k < nring; k++)
+    dev[k] = connect_ring(port, piece[k], pieces[k]);
+  static double gb[AB_MAX + 1][AB_ROUNDS], ratio[AB_MAX][AB_ROUNDS],
+      paused[AB_MAX][AB_ROUNDS], busy[AB_MAX][AB_ROUNDS],
+      npause[AB_MAX][AB_ROUNDS], cpu[AB_MAX + 1][AB_ROUNDS];
+  hr_transfer_record rec;
+  for (int w = 0; w <= nring; w++) /* warm-up: pinned pieces, pages */
+    one_get(w ? dev[w - 1] : host, n, w ? NULL : dst, w ? g : NULL, &rec);
+  for (int r = 0; r < rounds; r++) {
+    for (int j = 0; j <= nring; j++) {
+      int w = (j + r) % (nring + 1);
+      gb[w][r] = one_get(w ? dev[w - 1] : host, n, w ? NULL : dst,
+                         w ? g : NULL, &rec);
+      cpu[w][r] = last_cpu / ((double)n / 1e9); /* CPU s per GB */
+      if (w) {
+        double all = (double)(rec.finished - rec.started);
+        paused[w - 1][r] = 100.0 * (double)rec.recv_paused_ns / all;
+        busy[w - 1][r] = 100.0 * (double)rec.device_busy_ns / all;
+        npause[w - 1][r] = rec.recv_pauses;
+      }
+    }
+    for (int k = 0; k < nring; k++)
+      ratio[k][r] = gb[k + 1][r] / gb[0][r];
+  }
+  printf("%d interleaved rounds, medians:\n", rounds);
+  printf("  GET host->host:                 %6.2f GB/s, %.3f CPU s/GB\n",
+         median(gb[0], rounds), median(cpu[0], rounds));
+  for (int k = 0; k < nring; k++) {
+    printf("  GET into device, ring %4llu KiB x %2u: %6.2f GB/s, %.2f of the "
+           "host GET of its round; paused %.0f times, %.0f%% of the time; "
+           "copies in flight %.0f%%; %.3f CPU s/GB\n",
+           (unsigned long long)(piece[k] >> 10), pieces[k],
+           median(gb[k + 1], rounds), median(ratio[k], rounds),
+           median(npause[k], rounds), median(paused[k], rounds),
+           median(busy[k], rounds), median(cpu[k + 1], rounds));
+    hr_client_close(dev[k]);
+  }
+  hr_client_close(host);
+}
+
 int main(int argc, char **argv) {
   const char *backend = "cuda";
   uint64_t n = 1ull << 30;
   int iters = 3;
   double target = 0.85;
+  const char *ab = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc)
       backend = argv[++i];
@@ -252,9 +387,12 @@ int main(int argc, char **argv) {
       ring_piece = parse_size(argv[++i]);
     else if (!strcmp(argv[i], "--pieces") && i + 1 < argc)
       ring_pieces = (uint32_t)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--ab") && i + 1 < argc)
+      ab = argv[++i];
     else {
       fprintf(stderr, "usage: gpu_engine_bench [--backend NAME] [--size N] "
-                      "[--iters N] [--target R] [--piece N] [--pieces N]\n");
+                      "[--iters N] [--target R] [--piece N] [--pieces N] "
+                      "[--ab PIECExN,...]\n");
       return 2;
     }
   }
@@ -293,9 +431,9 @@ int main(int argc, char **argv) {
     hp[i] = (uint8_t)(i * 131 + (i >> 12));
 
   /* The copies alone. */
-  double h2d_copy = copy_gbps(s, dev, pin, n, iters);
-  double d2h_copy = copy_gbps(s, pin, dev, n, iters);
-  double h2d_fresh = fresh_gbps(g, s, pin, n, iters);
+  double h2d_copy = ab ? 0 : copy_gbps(s, dev, pin, n, iters);
+  double d2h_copy = ab ? 0 : copy_gbps(s, pin, dev, n, iters);
+  double h2d_fresh = ab ? 0 : fresh_gbps(g, s, pin, n, iters);
 
   /* A server holding the bytes in host memory and in device memory. */
   hr_store *store;
@@ -322,6 +460,18 @@ int main(int argc, char **argv) {
   server srv;
   srv_start(&srv, store);
 
+  if (ab) {
+    run_ab(srv.port, n, iters, dst, g, ab);
+    srv_stop(&srv);
+    hr_store_del(store);
+    free(host);
+    free(dst);
+    hr_gpu_buf_del(pin);
+    hr_gpu_buf_del(dev);
+    hr_gpu_stream_del(s);
+    hr_gpu_del(g);
+    return 0;
+  }
   double net = get_gbps(srv.port, "host", n, iters, dst, NULL, NULL);
   double d2h = get_gbps(srv.port, "dev", n, iters, dst, NULL, NULL);
   int ok_d2h = memcmp(dst, host, n) == 0;
@@ -330,6 +480,7 @@ int main(int argc, char **argv) {
   getrusage(RUSAGE_SELF, &ru0);
   double h2d = get_gbps(srv.port, "host", n, iters, NULL, g, &landed);
   getrusage(RUSAGE_SELF, &ru1);
+  hr_transfer_record h2d_rec = best_rec;
   /* Verify the device result by copying it back. */
   memset(hp, 0, n);
   CHECK("copy back",
@@ -364,6 +515,18 @@ int main(int argc, char **argv) {
   printf("GET into device memory (H2D staged):    %7.2f GB/s  ratio %.2f to "
          "the copy, %.2f to min(copy, loopback)\n",
          h2d, h2d / h2d_copy, h2d / h2d_ceil);
+  {
+    /* Where the fastest GET into device memory spent its time. */
+    const hr_transfer_record *r = &h2d_rec;
+    double all = (double)(r->finished - r->started);
+    printf("  its ring: %u pieces, input paused %u times for %.1f ms "
+           "(%.0f%% of the GET), copies in flight %.0f%% of the GET, "
+           "%.2f ms from the last byte to the end\n",
+           r->device_pieces, r->recv_pauses, (double)r->recv_paused_ns / 1e6,
+           100.0 * (double)r->recv_paused_ns / all,
+           100.0 * (double)r->device_busy_ns / all,
+           (double)r->device_tail_ns / 1e6);
+  }
   printf("page faults per GET into device memory: %.0f (%.0f per MiB)\n",
          (double)(ru1.ru_minflt - ru0.ru_minflt) / (iters + 1),
          (double)(ru1.ru_minflt - ru0.ru_minflt) / (iters + 1) /

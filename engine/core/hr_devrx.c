@@ -103,6 +103,12 @@ struct hr_devrx {
   hr_descriptor desc; /* the tensor's, kept by finish */
   int err;            /* a copy or a slot could not be had */
   int busy, again;    /* progress() re-entrancy guard */
+  /* What the transfer record reports (session clock). */
+  uint32_t pauses0;     /* the session's rx_pauses when the GET began */
+  uint64_t paused0;     /* ... and its rx_paused_ns */
+  hr_tstamp busy_since; /* the copy stream went from idle to busy */
+  uint64_t busy_ns;     /* time with a copy in flight */
+  hr_tstamp landed_at;  /* every byte arrived (finish) */
 };
 
 /* A piece's copy in flight: holds its slot's block until the device has
@@ -214,6 +220,8 @@ static void piece_done(hr_work *w) {
     unlink_work(d, x);
     d->slot[x->slot].used = 0;
     d->completed++;
+    if (!d->works && s->now > d->busy_since)
+      d->busy_ns += s->now - d->busy_since;
     if (x->rc && !d->err)
       d->err = x->rc;
   }
@@ -255,6 +263,8 @@ static void enqueue(hr_devrx *d, uint64_t g) {
   x->slot = k;
   x->blk = hr_tensor_ref(sl->blk);
   x->gs = d->gs;
+  if (!d->works)
+    d->busy_since = s->now;
   x->next = d->works;
   if (d->works)
     d->works->prev = x;
@@ -493,8 +503,58 @@ int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync) {
     d->nslots = 2;
   if (d->piece < 4096)
     d->piece = 4096;
+  d->pauses0 = s->rx_pauses;
+  d->paused0 = s->rx_paused_ns;
   rv->dev = d;
   return 0;
+}
+
+/* Moves a clock that stood still while input was paused forward by the
+ * time paused `d` (never past now). */
+static hr_tstamp shift(hr_tstamp t, uint64_t d, hr_tstamp now) {
+  if (t == HR_TSTAMP_NEVER || t >= now)
+    return t;
+  return now - t > d ? t + d : now;
+}
+
+void hr__devrx_track_pause(hr_session *s) {
+  if (!s->rx_paused && !s->dev_spilling &&
+      !(s->rc.active && s->rc.st && s->rc.st->rv.dev))
+    return;
+  int paused = hr_session_recv_paused(s) != 0;
+  if (paused == s->rx_paused)
+    return;
+  hr_tstamp now = s->now;
+  if (paused) {
+    s->rx_paused = 1;
+    s->rx_paused_at = now;
+    s->rx_pauses++;
+    return;
+  }
+  /* Resumed: the time paused counts against neither the read timeout
+   * (a TENSOR_DATA payload's progress) nor the keepalive (input seen):
+   * the peer may have been waiting on us all along. */
+  s->rx_paused = 0;
+  uint64_t d = now > s->rx_paused_at ? now - s->rx_paused_at : 0;
+  s->rx_paused_ns += d;
+  s->msg_started = shift(s->msg_started, d, now);
+  s->last_rx = shift(s->last_rx, d, now);
+  if (s->keepalive_out)
+    s->keepalive_sent = shift(s->keepalive_sent, d, now);
+}
+
+/* Fills the stream's transfer record with the ring's figures. */
+static void record_stats(hr_devrx *d) {
+  hr_session *s = d->s;
+  hr_transfer_record *rec = &stream_of(d)->rec;
+  rec->recv_pauses = s->rx_pauses - d->pauses0;
+  rec->recv_paused_ns = s->rx_paused_ns - d->paused0;
+  rec->device_pieces = d->direct ? 0 : (uint32_t)d->enqueued;
+  rec->device_busy_ns = d->busy_ns;
+  if (d->works && s->now > d->busy_since)
+    rec->device_busy_ns += s->now - d->busy_since;
+  rec->device_tail_ns =
+      d->landed_at && s->now > d->landed_at ? s->now - d->landed_at : 0;
 }
 
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
@@ -693,6 +753,7 @@ static void deliver(hr_devrx *d) {
   devout *o = NULL;
   hr_gpu_event *ev = NULL;
   int rc = d->err;
+  record_stats(d);
   if (rc == 0 && !(o = hr__mem_calloc(&s->mem, 1, sizeof *o)))
     rc = HR_ERR_NOMEM;
   if (rc == 0 && d->sync == HR_SYNC_EVENT) {
@@ -728,9 +789,9 @@ static void deliver(hr_devrx *d) {
 }
 
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
-  (void)s;
   hr_devrx *d = st->rv.dev;
   d->desc = *hr_tensor_descriptor(landed);
+  d->landed_at = s->now;
   hr_tensor_unref(landed);
   if (d->host) {
     /* The RDMA transfer into host memory completed: its pieces go to the

@@ -549,6 +549,8 @@ static void group_settle(hr_group *g) {
 
 static void leave(hr_session *s) {
   hr_group *g = s->grp;
+  if (s->depth == 1)
+    hr__devrx_track_pause(s);
   s->depth--;
   if (g) {
     if (--g->depth == 0)
@@ -1440,6 +1442,9 @@ hr_tstamp hr_session_get_expiry(const hr_session *s) {
   hr_tstamp t = HR_TSTAMP_NEVER;
   if (s->state == HR_CS_AWAIT_HELLO && s->set.handshake_timeout)
     t = min_ts(t, add_ts(s->created, s->set.handshake_timeout));
+  /* Input paused for a device ring: the peer is not slow, we are. */
+  if (s->rx_paused)
+    return t;
   if (s->set.read_timeout && read_since(s) != HR_TSTAMP_NEVER)
     t = min_ts(t, add_ts(read_since(s), s->set.read_timeout));
   if (s->state != HR_CS_AWAIT_HELLO && hr__session_streams(s) == 0 &&
@@ -1523,6 +1528,9 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
              now >= add_ts(s->created, s->set.handshake_timeout)) {
     rv = conn_error_status(s, HR_WIRE_TIMEOUT, "handshake timeout",
                            HR_ERR_TIMEOUT);
+  } else if (s->rx_paused) {
+    /* Input paused for a device ring: neither the read timeout nor the
+     * keepalive runs (hr_session_get_expiry() names neither). */
   } else if (s->set.read_timeout && read_since(s) != HR_TSTAMP_NEVER &&
              now >= add_ts(read_since(s), s->set.read_timeout)) {
     rv = conn_error_status(s, HR_WIRE_TIMEOUT,

@@ -224,6 +224,10 @@ int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off);
 int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed);
 /* The stream goes: a pending P1 completion forgets it. */
 void hr__devrx_detach(hr_recv *rv);
+/* At the exit of the outermost call on `s`: notes whether its input is
+ * paused for a device ring now, and when it resumes moves the read
+ * timeout's and keepalive's clocks forward by the time paused. */
+void hr__devrx_track_pause(hr_session *s);
 /* RDMA into a device GET without GPUDirect: a host tensor of `desc`'s
  * buffers (CPU) that the transfer lands in, copied to the device through
  * the ring once hr__devrx_finish() runs.  The ring keeps the reference;
@@ -545,6 +549,14 @@ struct hr_session {
    * being written, or the last recv target read into, off the driving
    * thread; io_fence stops it before the memory may go. */
   int tx_held, rx_held;
+  /* Input paused for a device receive ring (hr_session_recv_paused()),
+   * tracked at each call's exit (hr__devrx_track_pause): while paused,
+   * the read timeout and keepalive are stopped, and the clocks they run
+   * on move forward by the paused time when input resumes. */
+  int rx_paused;
+  hr_tstamp rx_paused_at;
+  uint32_t rx_pauses;      /* pauses so far */
+  uint64_t rx_paused_ns;   /* time paused so far (ended pauses) */
 };
 
 /* Before the session drops output a held pull may still be writing:

@@ -82,6 +82,9 @@ typedef struct hr_settings {
                                   pieces (a server receiving a PUT: also
                                   between messages), before ERROR
                                   TIMEOUT on stream 0; 30 s (0: none).
+                                  Time with input paused for a device
+                                  (hr_session_recv_paused()) does not
+                                  count.
                                   Also bounds the last flush after the
                                   session stopped reading (a connection
                                   ERROR, GOAWAY at idle): a peer that
@@ -90,7 +93,8 @@ typedef struct hr_settings {
   uint64_t keepalive_interval; /* client: ns without input before a PING;
                                   when nothing arrives for another
                                   interval, ERROR TIMEOUT and close.
-                                  30 s (0: none) */
+                                  30 s (0: none).  Stopped while input is
+                                  paused for a device, as read_timeout */
   uint32_t capabilities;       /* HR_CAP_* we may advertise; masked by
                                   what this build does (TRANSCODING and
                                   REGION_REQUESTS only with the transcode
@@ -213,6 +217,22 @@ typedef struct hr_transfer_record {
   uint16_t key_len;
   uint32_t shard_index;   /* server: which of `shards` streams of the
                              answer this is (0: the request's own) */
+  /* ---- appended in 0.3: a client GET into device memory (hr_get_opts.
+   * device) through the receive ring; 0 for everything else.  Times are
+   * the session's clock (the `now` the host passes in), so they are as
+   * fine as the host's calls.  version-added: 0.3 ---- */
+  uint32_t recv_pauses;    /* times the session stopped taking input
+                              (hr_session_recv_paused()) because every
+                              ring piece was full or being copied */
+  uint64_t recv_paused_ns; /* the time it spent so, in all (never counted
+                              against read_timeout or keepalive) */
+  uint32_t device_pieces;  /* ring pieces copied into the device */
+  uint64_t device_busy_ns; /* time at least one of those copies was in
+                              flight (the device's copy engine busy with
+                              this GET, as the session saw it) */
+  uint64_t device_tail_ns; /* from the last byte's arrival to the end of
+                              the GET (P1: the last copies; P2: 0 or
+                              nearly) */
 } hr_transfer_record;
 
 /* hr_transfer_record.kind: which request the record is about. */
@@ -691,7 +711,11 @@ HR_EXTERN int hr_session_want_read(const hr_session *s);
  * in flight).  The host stops reading (and watching for input) until a
  * work item completes (hr_session_work_done()), then asks again.  Bytes
  * fed anyway are kept, up to a bound, then fail that GET.  Not a reason
- * to close: hr_session_want_read() stays 1.  version-added: 0.2 */
+ * to close: hr_session_want_read() stays 1.  While paused, neither the
+ * read timeout nor the keepalive runs (hr_session_get_expiry() names
+ * neither; the peer may be waiting on us): when input resumes they count
+ * from that moment (since 0.3; before, a device slower than read_timeout
+ * cut a healthy connection).  version-added: 0.2 */
 HR_EXTERN int hr_session_recv_paused(const hr_session *s);
 HR_EXTERN int hr_session_want_write(const hr_session *s);
 

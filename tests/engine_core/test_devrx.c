@@ -187,11 +187,162 @@ static void spill_bound(void **state) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+/* ---- paused input and the connection's timers --------------------------- */
+
+#define SEC 1000000000ull
+
+/* The server's output as a socket would hold it for a host that honours
+ * hr_session_recv_paused(): bytes wait here while the client is paused. */
+typedef struct wire {
+  uint8_t *b;
+  size_t len, pos;
+} wire;
+
+/* Moves the client's requests to the server, the server's output onto the
+ * wire, and from the wire into the client as long as it takes input (a
+ * host reads at most this much past a pause, as the engine's staging read
+ * may).  Returns 1 if any byte moved. */
+static int pump_honouring(pair *p, wire *w) {
+  int moved = pump(p, p->c, p->s) > 0;
+  hr_iov iov[64];
+  int n = hr_session_pull(p->s, iov, 64, p->now);
+  assert_true(n >= 0);
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += iov[i].len;
+  if (total) {
+    w->b = realloc(w->b, w->len + total);
+    assert_non_null(w->b);
+    for (int i = 0; i < n; i++) {
+      memcpy(w->b + w->len, iov[i].base, iov[i].len);
+      w->len += iov[i].len;
+    }
+    hr_session_consumed(p->s, total, p->now);
+    moved = 1;
+  }
+  while (w->pos < w->len && !hr_session_recv_paused(p->c)) {
+    size_t k = w->len - w->pos < 1000 ? w->len - w->pos : 1000;
+    assert_true(hr_session_recv(p->c, w->b + w->pos, k, p->now) >= 0);
+    w->pos += k;
+    moved = 1;
+  }
+  return moved;
+}
+
+/* A GET whose ring is full: the client pauses its input, inside a
+ * TENSOR_DATA payload, with the rest of the tensor waiting on the wire. */
+static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
+                               uint64_t n) {
+  memset(p, 0, sizeof *p);
+  memset(w, 0, sizeof *w);
+  memset(r, 0, sizeof *r);
+  p->async_work = 1;
+  p->now = 1000 * SEC;
+  hr_settings cs;
+  hr_settings_default(&cs);
+  cs.device_piece = PIECE;
+  cs.device_pieces = 2;
+  cs.read_timeout = 1 * SEC;
+  cs.keepalive_interval = 1 * SEC;
+  assert_int_equal(pair_open(p, &cs, NULL), 0);
+  uint64_t shape[1] = {n};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 7);
+  store_put(&p->st, "k", t);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, NULL), 0);
+  while (pump_honouring(p, w))
+    ;
+  assert_true(hr_session_recv_paused(p->c));
+  assert_true(w->pos < w->len); /* the peer is not done: we are slow */
+  assert_int_equal(r->calls, 0);
+  return t;
+}
+
+/* A device slower than the read timeout and the keepalive interval
+ * together: the paused time counts against neither, the connection
+ * stays, no PING goes out, and once the copies complete the timers run
+ * again from the moment input resumed (issue 6). */
+static void paused_time_not_counted(void **state) {
+  (void)state;
+  pair p;
+  wire w;
+  result r;
+  const uint64_t n = 24 * PIECE + 5;
+  hr_gpu *g = open_sim();
+  hr_tensor *t = start_paused(&p, &w, g, &r, n);
+  /* Nothing is due while paused: the host would sleep for good. */
+  assert_int_equal(hr_session_get_expiry(p.c), HR_TSTAMP_NEVER);
+  p.now += 10 * SEC;
+  assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
+  assert_int_equal(p.errors_c, 0);
+  assert_int_equal(pump(&p, p.c, NULL), 0); /* no PING, no ERROR */
+  /* The device catches up: input resumes, the timers restart now. */
+  assert_int_equal(run_work(&p), 2);
+  assert_false(hr_session_recv_paused(p.c));
+  assert_int_equal(hr_session_get_expiry(p.c), p.now + 1 * SEC);
+  /* The rest arrives, each pause ending as the copies complete. */
+  for (int rounds = 0; r.calls == 0 && rounds < 10000; rounds++) {
+    p.now += SEC / 2; /* half the timeout at each step: never due */
+    pump_honouring(&p, &w);
+    assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
+    run_work(&p);
+  }
+  assert_int_equal(p.errors_c, 0);
+  assert_int_equal(r.calls, 1);
+  assert_int_equal(r.status, 0);
+  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  /* The record counts the pauses, the long one included. */
+  assert_true(r.rec.recv_pauses >= 2);
+  assert_true(r.rec.recv_paused_ns >= 10 * SEC);
+  assert_int_equal(r.rec.device_pieces, 25);
+  assert_true(r.rec.device_tail_ns <= SEC / 2); /* one step of copies */
+  result_clear(&r);
+  hr_tensor_unref(t);
+  free(w.b);
+  pair_close(&p);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+/* The control: a peer that stalls inside a message while the client takes
+ * input is still cut by the read timeout, counted from the resume. */
+static void stall_after_resume_times_out(void **state) {
+  (void)state;
+  pair p;
+  wire w;
+  result r;
+  hr_gpu *g = open_sim();
+  hr_tensor *t = start_paused(&p, &w, g, &r, 24 * PIECE + 5);
+  p.now += 10 * SEC;
+  assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
+  assert_int_equal(run_work(&p), 2);
+  assert_false(hr_session_recv_paused(p.c));
+  /* The peer sends nothing more (the wire is left as it is). */
+  p.now += SEC - 1;
+  assert_int_equal(hr_session_handle_expiry(p.c, p.now), 0);
+  assert_int_equal(p.errors_c, 0);
+  p.now += 1;
+  hr_session_handle_expiry(p.c, p.now);
+  assert_int_equal(p.errors_c, 1);
+  assert_int_equal(p.last_err_c, HR_WIRE_TIMEOUT);
+  assert_int_equal(r.calls, 1);
+  assert_int_not_equal(r.status, 0);
+  result_clear(&r);
+  hr_tensor_unref(t);
+  free(w.b);
+  pair_close(&p);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(spill_copying_p1),
       cmocka_unit_test(spill_zero_copy_p2),
       cmocka_unit_test(spill_bound),
+      cmocka_unit_test(paused_time_not_counted),
+      cmocka_unit_test(stall_after_resume_times_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
