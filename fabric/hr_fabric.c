@@ -1119,13 +1119,11 @@ static void fail_everything(hr_fabric *f, const char *text) {
   }
 }
 
-/* Reads the CQ until it is empty (or the budget is spent; *more says so).
- * *got counts the completions read. */
-static int drain(hr_fabric *f, int *more, int *got) {
+/* Reads the CQ until it is empty (or the budget is spent). */
+static int drain(hr_fabric *f, int *more) {
   struct fi_cq_tagged_entry e[CQ_BATCH];
   int budget = CQ_BUDGET;
   *more = 0;
-  *got = 0;
   while (budget > 0) {
     ssize_t n = fi_cq_read(f->cq, e, CQ_BATCH);
     if (n == -FI_EAGAIN)
@@ -1137,7 +1135,6 @@ static int drain(hr_fabric *f, int *more, int *got) {
           piece_done(f, e[k].op_context, 0, e[k].len, "");
       }
       budget -= (int)n;
-      *got += (int)n;
       continue;
     }
     if (n == -FI_EAVAIL) {
@@ -1161,7 +1158,6 @@ static int drain(hr_fabric *f, int *more, int *got) {
         if (err.op_context)
           piece_done(f, err.op_context, err.err, err.len, text);
         budget--;
-        (*got)++;
         continue;
       }
     }
@@ -1201,22 +1197,14 @@ int hr_fabric_progress(hr_fabric *f, hr_tstamp now) {
     return 0;
   }
   for (int round = 0; round < TRYWAIT_ROUNDS; round++) {
-    int more, got;
-    uint64_t posted = f->st.pieces;
-    int rv = drain(f, &more, &got);
+    int more;
+    int rv = drain(f, &more);
     service(f);
     if (rv)
       return rv;
     if (more)
       break;
     if (f->wait_fd < 0) {
-      /* Without a wait object the next look is a poll_interval away.
-       * While completions keep coming and freeing room for more pieces
-       * (shm completes a write as it posts it), look again now: a nap
-       * between windows would cost more than the copies; an empty queue
-       * ends the round, so nothing spins idle. */
-      if (got && f->st.pieces != posted && f->ops)
-        continue;
       f->need_progress = 0;
       f->armed = 0;
       return 0;
