@@ -25,8 +25,14 @@
  *     plane into an application buffer (huge pages advised and every page
  *     touched beforehand, as raw's); timed around hr_client_get(),
  *     checked byte for byte.  The first GET (the data plane's connection
- *     and first registrations included) is reported on its own, then the
- *     median of the next ITERS (steady state).
+ *     and first registrations included) is reported on its own, beside
+ *     raw's first pass, then the median of the next ITERS (steady state).
+ *
+ * 1 and 4 are interleaved: both raw variants and the engine stay set up,
+ * and each pass runs every raw variant and one GET, alternating which goes
+ * first, so that load that comes and goes meets both alike; the ratio is
+ * taken pass by pass (against that pass's better raw variant) and its
+ * median printed.  Idle raw targets block on their control socket.
  *
  * In 2 and 3 the control messages go over a socketpair, which the output
  * says.  The destination registration is
