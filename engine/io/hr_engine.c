@@ -1055,7 +1055,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     }
     budget -= (size_t)n < budget ? (size_t)n : budget;
     /* A short read means the socket is empty: skip the EAGAIN call (not
-     * with TLS, which returns one record at a time). */
+     * with TLS, which returns the records its buffer holds whole). */
     if ((size_t)n < want && !c->tls)
       break;
   }
