@@ -336,8 +336,8 @@ static double raw_pass(raw_init *ri) {
       uint64_t len = opt_size - off < opt_chunk ? opt_size - off : opt_chunk;
       struct iovec iov = {ri->src + off, len};
       struct fi_rma_iov rma = {ri->h.addr + off, len, ri->h.key};
-      struct fi_msg_rma m = {&iov,     &ri->desc, 1, ri->peer,
-                             &rma,     1,         &ri->slots[k].ctx, 0};
+      struct fi_msg_rma m = {&iov, &ri->desc,         1, ri->peer, &rma,
+                             1,    &ri->slots[k].ctx, 0};
       ssize_t rv = fi_writemsg(
           r->ep, &m, FI_COMPLETION | (r->dc ? FI_DELIVERY_COMPLETE : 0));
       if (rv == -FI_EAGAIN)

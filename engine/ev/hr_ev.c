@@ -30,7 +30,7 @@ typedef struct ev_binding {
   struct event_base *base;
   struct event *timer;
   hr_engine *engine;
-  int tfd;             /* timerfd for sub-millisecond deadlines, or -1 */
+  int tfd;              /* timerfd for sub-millisecond deadlines, or -1 */
   struct event *tfd_ev; /* its read event (persistent) */
   int tfd_armed;
 } ev_binding;
