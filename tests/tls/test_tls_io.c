@@ -232,7 +232,7 @@ static int wait_for(hr__tls *t, int fd, int want) {
     pf.events |= POLLIN;
   if (ev & HR_POLL_OUT)
     pf.events |= POLLOUT;
-  if (poll(&pf, 1, 10000) != 1)
+  if (poll(&pf, 1, 30000) != 1)
     return 0;
   if (pf.revents & (POLLIN | POLLHUP | POLLERR))
     r |= HR_POLL_IN;
