@@ -6,10 +6,22 @@
  * Callbacks only call the engine's entry points; the engine may stop
  * watching an fd from inside its own callback, so nothing of the fd's
  * record is touched after the call.
+ *
+ * Sub-millisecond deadlines (a fabric without a wait object polls every
+ * 50 us while a transfer runs) go to a timerfd on Linux: libevent's epoll
+ * backend rounds a timeout up to whole milliseconds unless the base was
+ * made with EVENT_BASE_FLAG_PRECISE_TIMER, which is the application's
+ * choice, so the 50 us naps became 1 ms ones (seen with strace on the shm
+ * provider: epoll_wait(..., 1) between polls).
  */
 #include <hurray/hr_event.h>
 
 #include <string.h>
+
+#ifdef __linux__
+#include <sys/timerfd.h>
+#include <unistd.h>
+#endif
 
 #include "hr_internal.h"
 
@@ -18,6 +30,9 @@ typedef struct ev_binding {
   struct event_base *base;
   struct event *timer;
   hr_engine *engine;
+  int tfd;              /* timerfd for sub-millisecond deadlines, or -1 */
+  struct event *tfd_ev; /* its read event (persistent) */
+  int tfd_armed;
 } ev_binding;
 
 /* The per-fd record, kept in the engine's fd_cookie slot.  Reading and
@@ -53,6 +68,58 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
   (void)what;
   hr_engine_on_timeout(b->engine);
 }
+
+#ifdef __linux__
+static void on_tfd(evutil_socket_t fd, short what, void *arg) {
+  ev_binding *b = arg;
+  uint64_t ticks;
+
+  (void)what;
+  /* Clears the readiness; a timer re-armed meanwhile reads 0 (EAGAIN). */
+  if (read((int)fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks)
+    return;
+  b->tfd_armed = 0;
+  hr_engine_on_timeout(b->engine);
+}
+
+/* Disarms the timerfd (a no-op when it is not armed). */
+static void tfd_disarm(ev_binding *b) {
+  struct itimerspec its;
+
+  if (b->tfd < 0 || !b->tfd_armed)
+    return;
+  memset(&its, 0, sizeof its);
+  (void)timerfd_settime(b->tfd, 0, &its, NULL);
+  b->tfd_armed = 0;
+}
+
+/* Arms the timerfd `ns` (1 to 999999) from now, opening it on first use.
+ * Returns 0, or -1 where it cannot (the caller uses libevent's timer). */
+static int tfd_arm(ev_binding *b, int64_t ns) {
+  struct itimerspec its;
+
+  if (b->tfd < 0) {
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0)
+      return -1;
+    b->tfd_ev = event_new(b->base, fd, EV_READ | EV_PERSIST, on_tfd, b);
+    if (!b->tfd_ev || event_add(b->tfd_ev, NULL) != 0) {
+      if (b->tfd_ev)
+        event_free(b->tfd_ev);
+      b->tfd_ev = NULL;
+      close(fd);
+      return -1;
+    }
+    b->tfd = fd;
+  }
+  memset(&its, 0, sizeof its);
+  its.it_value.tv_nsec = (long)ns;
+  if (timerfd_settime(b->tfd, 0, &its, NULL) != 0)
+    return -1;
+  b->tfd_armed = 1;
+  return 0;
+}
+#endif
 
 static void fd_free(ev_binding *b, ev_fd *f) {
   /* event_free() deletes first, also an event whose callback runs. */
@@ -109,6 +176,9 @@ static int ev_timer(void *loop_data, int64_t ms) {
   ev_binding *b = loop_data;
   struct timeval tv;
 
+#ifdef __linux__
+  tfd_disarm(b);
+#endif
   if (ms < 0)
     return event_del(b->timer) == 0 ? 0 : HR_ERR_IO;
   tv.tv_sec = (time_t)(ms / 1000);
@@ -121,6 +191,11 @@ static int ev_timer_ns(void *loop_data, int64_t ns) {
   ev_binding *b = loop_data;
   struct timeval tv;
 
+#ifdef __linux__
+  if (ns > 0 && ns < 1000000 && tfd_arm(b, ns) == 0)
+    return event_del(b->timer) == 0 ? 0 : HR_ERR_IO;
+  tfd_disarm(b);
+#endif
   if (ns < 0)
     return event_del(b->timer) == 0 ? 0 : HR_ERR_IO;
   /* Microseconds, rounded up: libevent's resolution. */
@@ -134,6 +209,12 @@ static void ev_release(void *loop_data) {
   ev_binding *b = loop_data;
 
   event_free(b->timer);
+#ifdef __linux__
+  if (b->tfd >= 0) {
+    event_free(b->tfd_ev);
+    close(b->tfd);
+  }
+#endif
   hr__mem_free(&b->mem, b);
 }
 
@@ -152,6 +233,7 @@ int hr_ev_attach(hr_engine **out, struct event_base *base,
     return HR_ERR_NOMEM;
   b->mem = *mem;
   b->base = base;
+  b->tfd = -1;
   b->timer = evtimer_new(base, on_timer, b);
   if (!b->timer) {
     hr__mem_free(mem, b);

@@ -30,6 +30,13 @@ extern "C" {
  * it from the base (every event it added is deleted).  Must be called on
  * the loop's thread, like every engine call.
  *
+ * Timers: deadlines under 1 ms (the RDMA data plane's polls on a provider
+ * without a wait object, 50 us apart while a transfer runs) are armed on
+ * a timerfd on Linux, opened on first use and closed by hr_engine_del(),
+ * because libevent's epoll backend rounds timeouts up to whole
+ * milliseconds unless the base has EVENT_BASE_FLAG_PRECISE_TIMER; longer
+ * deadlines use a libevent timer.
+ *
  * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or base), HR_ERR_NOMEM,
  * HR_ERR_IO (libevent refused an event), or hr_engine_new()'s errors.
  */
