@@ -3,8 +3,8 @@
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>

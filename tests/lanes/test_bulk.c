@@ -380,8 +380,7 @@ static void sized_to_cpus(void **state) {
   hr_engine_config bad = cfg_with(SMALL_MIN);
   bad.bulk_offload_jobs = -1;
   assert_non_null(base);
-  assert_int_equal(hr_ev_attach(&e, base, &bad, NULL),
-                   HR_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hr_ev_attach(&e, base, &bad, NULL), HR_ERR_INVALID_ARGUMENT);
   event_base_free(base);
 }
 
