@@ -352,6 +352,11 @@ static double iperf_run(unsigned streams) {
   srv = fork();
   if (srv == 0) {
     int devnull = open("/dev/null", O_WRONLY);
+    /* Not the client's pipe: a server that never saw its test (a client
+     * that gave up on a loaded machine) would keep it open, and the read
+     * below would wait for it for ever. */
+    close(out[0]);
+    close(out[1]);
     dup2(devnull, 1);
     dup2(devnull, 2);
     execlp("iperf3", "iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", p,
