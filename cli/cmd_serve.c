@@ -31,8 +31,9 @@
  * --max-message-size, --handshake-timeout, --idle-timeout,
  * --read-timeout) set the engine's caps; README.md lists their defaults.
  * --shm-arena SIZE keeps stored tensors that have no segment of their own
- * (PUTs below 1 MiB or over TCP, files not page-aligned) in a shared
- * memfd arena of at most SIZE bytes, served over SHM by the arena's fd
+ * (files not page-aligned; PUTs land there directly, hr_provider's
+ * on_put_alloc) in a shared memfd arena of at most SIZE bytes, served
+ * over SHM by the arena's fd
  * (docs/internals/shm.md: every client allowed every key may read all of
  * it; a token bounded to prefixes gets a private copy).
  *

@@ -471,6 +471,17 @@ static int w_on_hello(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
   return 0;
 }
 
+/* The landing memory of a PUT that on_put_begin let through: the inner
+ * provider's, unchanged (it decides where, not whether). */
+static int w_on_put_alloc(hr_session *s, const hr_descriptor *d,
+                          unsigned min_alignment_log2, hr_tensor **out,
+                          void *ud) {
+  wrap *w = ud;
+
+  return w->inner.on_put_alloc(s, d, min_alignment_log2, out,
+                               w->inner.user_data);
+}
+
 static int w_on_get(hr_session *s, hr_srv_get *g, void *ud) {
   wrap *w = ud;
   const hr_get_info *gi = hr_srv_get_info(g);
@@ -616,5 +627,6 @@ int hr_auth_wrap(hr_auth *a, const hr_provider *inner, hr_provider *out) {
   out->on_put_abort = w->inner.on_put_begin ? w_on_put_abort : NULL;
   out->on_list = w->inner.on_list ? w_on_list : NULL;
   out->on_hello = w_on_hello;
+  out->on_put_alloc = w->inner.on_put_alloc ? w_on_put_alloc : NULL;
   return 0;
 }

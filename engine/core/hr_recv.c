@@ -104,6 +104,11 @@ static int dest_tensor(hr_session *s, hr_recv *rv, const hr_descriptor *d,
   if (!rv->app) {
     /* The size comes from the peer: failing to allocate it refuses the
      * transfer (RESOURCE_EXHAUSTED), it does not break the session. */
+    if (s->role == HR_ROLE_SERVER) {
+      int rc = hr__put_alloc(s, d, rv->min_align, out);
+      if (rc != HR_ERR_NOT_FOUND)
+        return rc ? HR_ERR_LIMIT : 0;
+    }
     if (s->role == HR_ROLE_SERVER && s->cbs.alloc_tensor) {
       hr__cb_enter(s);
       int rc = s->cbs.alloc_tensor(s, d, rv->min_align, out, s->ud);

@@ -17,6 +17,7 @@
  * LIST: answered at once from on_list, cut to max_entries and to the
  * peer's max_message_size (more = 1 when cut).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "hr_session_int.h"
@@ -336,6 +337,42 @@ static void put_abort(hr_session *s, hr_stream *st) {
     hr__cb_leave(s);
   }
   st->put_accepted = 0;
+}
+
+int hr__put_alloc(hr_session *s, const hr_descriptor *d, unsigned min_align,
+                  hr_tensor **out) {
+  const hr_descriptor *got;
+  hr_tensor *t = NULL;
+  int rv;
+
+  if (!s->has_prov ||
+      s->prov.size < offsetof(hr_provider, on_put_alloc) +
+                         sizeof s->prov.on_put_alloc ||
+      !s->prov.on_put_alloc)
+    return HR_ERR_NOT_FOUND;
+  hr__cb_enter(s);
+  rv = s->prov.on_put_alloc(s, d, min_align, &t, s->prov.user_data);
+  hr__cb_leave(s);
+  if (rv == HR_ERR_NOT_FOUND && !t)
+    return HR_ERR_NOT_FOUND;
+  if (rv || !t) {
+    hr_tensor_unref(t);
+    return HR_ERR_LIMIT;
+  }
+  /* The bytes are written by the buffer sizes of `d`: the provider's
+   * tensor must hold them, in host memory. */
+  got = hr_tensor_descriptor(t);
+  rv = hr_tensor_on_device(t) || got->buffer_count != d->buffer_count ||
+       got->layout.tag == HR_LAYOUT_COMPOSITE;
+  for (unsigned k = 0; !rv && k < d->buffer_count && k < HR_MAX_BUFFERS; k++)
+    rv = got->buffers[k].size_bytes < d->buffers[k].size_bytes ||
+         (d->buffers[k].size_bytes && !hr_tensor_buffer(t, k));
+  if (rv) {
+    hr_tensor_unref(t);
+    return HR_ERR_LIMIT;
+  }
+  *out = t;
+  return 0;
 }
 
 static int srv_put_open(hr_session *s, const hr_msg *m) {

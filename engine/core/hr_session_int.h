@@ -734,6 +734,11 @@ void hr__answer_plan_free(hr_session *s, hr_answer_plan *plan);
 
 int hr__srv_on_open(hr_session *s, const hr_msg *m, hr_wire_status *ws);
 int hr__srv_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
+/* A PUT's landing tensor from the provider's on_put_alloc: 0 with *out,
+ * HR_ERR_NOT_FOUND (no such callback, or it declined: allocate as usual),
+ * or HR_ERR_LIMIT (it failed, or gave a tensor that does not fit `d`). */
+int hr__put_alloc(hr_session *s, const hr_descriptor *d, unsigned min_align,
+                  hr_tensor **out);
 int hr__cli_on_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
 /* Per-role halves of the stream events below. */
 int hr__srv_stream_sent(hr_session *s, hr_stream *st);

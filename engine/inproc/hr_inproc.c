@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "hr_engine_ext.h"
+#include "hr_inproc_names.h"
 #include "hr_inproc_int.h"
 #include "hr_internal.h"
 #include "hr_local_get.h"
@@ -171,6 +172,10 @@ static void box_unuse(box *b) {
 /* ------------------------------------------------------------------------ */
 
 struct hr_inproc_hub {
+  /* First: engines configured with the hub (hr_engine_config.inproc_hub)
+   * find their "inproc:NAME" listeners here.  Servers claim their names in
+   * it too, so that a name is either an engine's listener or a server. */
+  hr__inproc_names names;
   hr_mem mem;
   pthread_mutex_t mu;
   hr_inproc_server *servers; /* open ones, by name */
@@ -253,6 +258,9 @@ struct req {
   hr_tstamp started;
 };
 
+_Static_assert(offsetof(struct hr_inproc_hub, names) == 0,
+               "engines find the name table at the hub's address");
+
 static hr_tstamp mono_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -306,6 +314,12 @@ int hr_inproc_hub_new(hr_inproc_hub **out, const hr_mem *mem) {
     hr__mem_free(mem, h);
     return rv;
   }
+  rv = hr__inproc_names_init(&h->names, mem);
+  if (rv) {
+    hr_handoff_ledger_del(h->ledger, NULL);
+    hr__mem_free(mem, h);
+    return rv;
+  }
   pthread_mutex_init(&h->mu, NULL);
   *out = h;
   return 0;
@@ -326,9 +340,10 @@ int hr_inproc_hub_del(hr_inproc_hub *h, hr_handoff_counts *final) {
   objects = h->objects;
   pthread_mutex_unlock(&h->mu);
   hr_handoff_ledger_counts(h->ledger, &c);
-  if (objects || c.live)
+  if (objects || c.live || hr__inproc_names_count(&h->names))
     return HR_ERR_BUSY;
   rv = hr_handoff_ledger_del(h->ledger, final);
+  hr__inproc_names_fini(&h->names);
   pthread_mutex_destroy(&h->mu);
   hr__mem_free(&h->mem, h);
   return rv;
@@ -991,7 +1006,18 @@ int hr_inproc_listen(hr_inproc_hub *hub, hr_engine *e, const char *name,
     if (strcmp(it->name, name) == 0)
       break;
   if (!it) {
-    s->b = box_use(e, &hub->mem);
+    /* The shared namespace: an engine's "inproc:NAME" listener may hold
+     * the name (the table's lock nests inside the hub's). */
+    int taken = hr__inproc_names_bind(&hub->names, name, -1);
+    if (taken == HR_ERR_BUSY) {
+      pthread_mutex_unlock(&hub->mu);
+      hr_session_del(s->ds);
+      hr__mem_free(&hub->mem, s);
+      return HR_ERR_BUSY;
+    }
+    s->b = taken ? NULL : box_use(e, &hub->mem);
+    if (!s->b && taken == 0)
+      hr__inproc_names_unbind(&hub->names, name);
     if (s->b) {
       s->next = hub->servers;
       hub->servers = s;
@@ -1022,6 +1048,7 @@ void hr_inproc_server_close(hr_inproc_server *s) {
       break;
     }
   }
+  hr__inproc_names_unbind(&hub->names, s->name);
   pthread_mutex_unlock(&hub->mu);
   s->closed = 1;
   cancel_gets(s, NULL);

@@ -61,6 +61,7 @@
 
 #include "hr_bulk.h"
 #include "hr_engine_ext.h"
+#include "hr_inproc_names.h"
 #include "hr_internal.h"
 #include "hr_pool.h"
 #include <hurray/shm.h>
@@ -184,6 +185,10 @@ struct hr_listener {
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's file, or "" */
   hr_provider prov;
   int tls; /* connections speak TLS (TCP with config.tls_server) */
+  /* "inproc:NAME": the hub's name table, and NAME (fd is the receiving
+   * end of the hand-over socket, hr_inproc_names.h). */
+  hr__inproc_names *inames;
+  char iname[HR__INPROC_NAME_MAX + 1];
 };
 
 typedef struct job {
@@ -193,18 +198,28 @@ typedef struct job {
 } job;
 
 /* A host name lookup on the worker pool: getaddrinfo() may block for
- * seconds, never on the loop thread.  The worker reads only `addr` (a
- * copy) and writes `res`, `rv` and `why`; the loop thread connects with
- * the result (lookup_done), or frees it when the connection went
- * meanwhile (j.c is then NULL). */
-typedef struct lookup {
-  job j; /* first; j.w is NULL */
+ * seconds, never on the loop thread.  It is a detachable job (hr_pool.h):
+ * the worker runs on a copy of `io`, reading `addr` and writing `res`,
+ * `rv` and `why`, and copies the answer back when it is done; the loop
+ * thread then connects with it (lookup_done), or frees it when the
+ * connection went meanwhile (j.c is then NULL).  hr_engine_del() does not
+ * wait for a lookup that is running: the worker frees its answer itself
+ * (lookup_drop) and the engine frees the lookup (lookups_free). */
+typedef struct lookup_io {
   hr__addr addr;
   struct addrinfo *res;
   int rv;
   char why[256];
+} lookup_io;
+
+typedef struct lookup {
+  job j; /* first; j.w is NULL */
+  lookup_io io;
   struct lookup *next; /* in e->lookups until taken back */
 } lookup;
+
+_Static_assert(sizeof(lookup_io) <= HR__POOL_IO_MAX,
+               "a lookup's io fits a worker's copy");
 
 struct hr_engine {
   hr_mem mem;
@@ -644,6 +659,19 @@ static int tr_on_hello(hr_session *s, const hr_hello *peer,
   return rv;
 }
 
+static int tr_on_put_alloc(hr_session *s, const hr_descriptor *d,
+                           unsigned min_alignment_log2, hr_tensor **out,
+                           void *ud) {
+  hr_conn *c = ud;
+  int rv;
+
+  c->e->in_user_cb++;
+  rv = c->user_prov.on_put_alloc(s, d, min_alignment_log2, out,
+                                 c->user_prov.user_data);
+  c->e->in_user_cb--;
+  return rv;
+}
+
 /* The provider a server session sees: the application's, with the
  * engine's accounting in between; NULL members stay NULL so that the
  * session advertises the same capabilities. */
@@ -659,6 +687,7 @@ static void wrap_provider(const hr_provider *up, hr_provider *out, hr_conn *c) {
   out->on_put_abort = up->on_put_begin ? tr_on_put_abort : NULL;
   out->on_list = up->on_list ? tr_on_list : NULL;
   out->on_hello = up->on_hello ? tr_on_hello : NULL;
+  out->on_put_alloc = up->on_put_alloc ? tr_on_put_alloc : NULL;
 }
 
 static int cb_shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
@@ -989,7 +1018,7 @@ static ssize_t conn_sendv(hr_conn *c, struct msghdr *mh, int fd) {
 static int conn_read(hr_conn *c, hr_tstamp now) {
   hr_engine *e = c->e;
   size_t budget = e->cfg.io_budget;
-  int rv;
+  int rv, first = 1;
 
   if (c->rx_out)
     return 0; /* a worker reads this socket */
@@ -1002,6 +1031,13 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     ssize_t n;
     int fds[HR_SHM_MAX_FDS];
 
+    /* Each read has its own time: what one read brings (thousands of
+     * small messages) may take long to process, and the time the batch
+     * began would make a peer that keeps sending look stalled to the
+     * read timeout once the batch ends. */
+    if (!first)
+      now = now_of(e);
+    first = 0;
     if (hr_session_recv_target(c->s, &dst, &want)) {
       /* Bulk: straight into the tensor (past the budget only what TLS
        * holds: never a zero-length read, that would look like EOF). */
@@ -1072,7 +1108,7 @@ static int conn_read(hr_conn *c, hr_tstamp now) {
     }
     budget -= (size_t)n < budget ? (size_t)n : budget;
     /* A short read means the socket is empty: skip the EAGAIN call (not
-     * with TLS, which returns one record at a time). */
+     * with TLS, which returns the records its buffer holds whole). */
     if ((size_t)n < want && !c->tls)
       break;
   }
@@ -1488,6 +1524,10 @@ static void listener_free(hr_engine *e, hr_listener *l) {
     close(l->fd);
     l->fd = -1;
   }
+  /* The name goes with the listener; connections handed over and not
+   * taken yet are closed with the hand-over socket above. */
+  if (l->inames)
+    hr__inproc_names_unbind(l->inames, l->iname);
   /* The socket file goes with the listener: a later server must not find
    * it and take it for a live one. */
   if (l->path[0])
@@ -1772,7 +1812,15 @@ static void listener_io(hr_listener *l, hr_tstamp now) {
   int i, fd, rv;
 
   for (i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
-    fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (l->inames) {
+      fd = hr__inproc_accept(l->fd);
+      if (fd == HR_ERR_WOULDBLOCK)
+        break;
+      if (fd < 0)
+        errno = EMFILE; /* no descriptor came: pause as below */
+    } else {
+      fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    }
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
@@ -2332,6 +2380,61 @@ size_t hr_engine_conn_count(const hr_engine *e) {
   return e ? e->nconns : 0;
 }
 
+/* The hub's name table (hr_inproc_names.h: the hub's first member), or
+ * NULL without config.inproc_hub. */
+static hr__inproc_names *inproc_names(hr_engine *e) {
+  return (hr__inproc_names *)(void *)e->cfg.inproc_hub;
+}
+
+/* hr_engine_listen("inproc:NAME"): a hand-over socket watched like a
+ * listening one, its other end under NAME in the hub. */
+static int inproc_listen(hr_engine *e, const char *name,
+                         const hr_provider *provider, hr_listener **out) {
+  hr__inproc_names *names = inproc_names(e);
+  hr_listener *l;
+  int rx, tx, rv;
+
+  if (!names)
+    return HR_ERR_UNSUPPORTED;
+  if (!*name || strlen(name) > HR__INPROC_NAME_MAX)
+    return HR_ERR_INVALID_ARGUMENT;
+  l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+  if (!l)
+    return HR_ERR_NOMEM;
+  memcpy(&l->prov, provider,
+         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
+  l->prov.size = sizeof l->prov;
+  l->o.kind = OBJ_LISTENER;
+  l->e = e;
+  l->port = -1;
+  rv = hr__inproc_handover_pair(&rx, &tx);
+  if (rv) {
+    hr__mem_free(&e->mem, l);
+    return rv;
+  }
+  rv = hr__inproc_names_bind(names, name, tx); /* owns tx from here */
+  if (rv) {
+    close(rx);
+    hr__mem_free(&e->mem, l);
+    return rv;
+  }
+  l->fd = rx;
+  l->inames = names;
+  memcpy(l->iname, name, strlen(name) + 1);
+  rv = fdmap_set(e, rx, &l->o);
+  if (rv == 0 && !e->accept_paused)
+    rv = watch(e, rx, HR_POLL_IN, &l->watching, &l->cookie);
+  if (rv) {
+    listener_free(e, l);
+    return rv;
+  }
+  l->next = e->listeners;
+  e->listeners = l;
+  if (out)
+    *out = l;
+  return 0;
+}
+
 int hr_engine_listen(hr_engine *e, const char *addr,
                      const hr_provider *provider, hr_listener **out) {
   hr__addr a;
@@ -2342,6 +2445,8 @@ int hr_engine_listen(hr_engine *e, const char *addr,
     return HR_ERR_INVALID_ARGUMENT;
   if (e->closing)
     return HR_ERR_STATE;
+  if (strncmp(addr, "inproc:", 7) == 0)
+    return inproc_listen(e, addr + 7, provider, out);
   rv = hr__addr_parse(addr, 0, &a);
   if (rv)
     return rv;
@@ -2407,7 +2512,11 @@ static int conn_socket(hr_engine *e, const hr__addr *a,
     if (rv)
       return rv == HR_ERR_NOMEM ? rv : HR_ERR_IO;
   }
-  if (ai)
+  if (a->inproc)
+    fd = inproc_names(e) ? hr__inproc_connect(inproc_names(e), a->host,
+                                              c->message, sizeof c->message)
+                         : HR_ERR_UNSUPPORTED;
+  else if (ai)
     fd = hr__sock_connect_ai(a, ai, &in_progress, &c->lane_sa,
                              &c->lane_salen, c->message, sizeof c->message);
   else
@@ -2459,11 +2568,20 @@ static int conn_start(hr_engine *e, const hr__addr *a,
   return rv;
 }
 
-/* Worker thread: the lookup itself. */
-static void lookup_run(hr__job *j) {
-  lookup *lk = (lookup *)j;
+/* Worker thread: the lookup itself, on the worker's copy of lookup_io. */
+static void lookup_run(void *io) {
+  lookup_io *lk = io;
 
   lk->rv = hr__sock_resolve(&lk->addr, 0, &lk->res, lk->why, sizeof lk->why);
+}
+
+/* Worker thread: the engine went while the lookup ran (hr_engine_del()):
+ * the answer nobody will take. */
+static void lookup_drop(void *io) {
+  lookup_io *lk = io;
+
+  if (lk->res)
+    freeaddrinfo(lk->res);
 }
 
 /* Starts client connection `c` (its session made): a Unix path or a
@@ -2476,7 +2594,7 @@ static int conn_begin(hr_engine *e, hr_conn *c) {
   lookup *lk;
   int rv;
 
-  if (c->addr.path[0])
+  if (c->addr.path[0] || c->addr.inproc)
     return conn_start(e, &c->addr, NULL, c);
   rv = hr__sock_resolve(&c->addr, 1, &res, c->message, sizeof c->message);
   if (rv == 0) {
@@ -2492,9 +2610,12 @@ static int conn_begin(hr_engine *e, hr_conn *c) {
   lk = hr__mem_calloc(&e->mem, 1, sizeof *lk);
   if (!lk)
     return HR_ERR_NOMEM;
-  lk->j.base.run = lookup_run;
+  lk->j.base.run_io = lookup_run;
+  lk->j.base.drop_io = lookup_drop;
+  lk->j.base.io = &lk->io;
+  lk->j.base.io_len = sizeof lk->io;
   lk->j.c = c;
-  lk->addr = c->addr;
+  lk->io.addr = c->addr;
   rv = hr__pool_submit(e->pool, &lk->j.base);
   if (rv) {
     hr__mem_free(&e->mem, lk);
@@ -2520,28 +2641,48 @@ static void lookup_done(hr_engine *e, lookup *lk) {
   *pp = lk->next;
   if (c) {
     c->lookup = NULL;
-    rv = lk->rv ? lk->rv : conn_socket(e, &c->addr, lk->res, c);
+    rv = lk->io.rv ? lk->io.rv : conn_socket(e, &c->addr, lk->io.res, c);
     if (rv) {
       c->want_close = 1;
-      conn_note(c, rv, lk->rv && lk->why[0] ? lk->why : NULL, 0);
+      conn_note(c, rv, lk->io.rv && lk->io.why[0] ? lk->io.why : NULL, 0);
     }
   }
-  if (lk->res)
-    freeaddrinfo(lk->res);
+  if (lk->io.res)
+    freeaddrinfo(lk->io.res);
   hr__mem_free(&e->mem, lk);
 }
 
-/* hr_engine_del(), after the pool joined its workers: the lookups whose
- * connection went and that were not taken back. */
+/* hr_engine_del(), after hr__pool_del(): the lookups whose connection
+ * went and that were not taken back.  Those done hold their answer; those
+ * queued or abandoned hold none (an abandoned worker frees its own). */
 static void lookups_free(hr_engine *e) {
   lookup *lk;
 
   while ((lk = e->lookups)) {
     e->lookups = lk->next;
-    if (lk->res)
-      freeaddrinfo(lk->res);
+    if (lk->io.res)
+      freeaddrinfo(lk->io.res);
     hr__mem_free(&e->mem, lk);
   }
+}
+
+/* An "inproc:NAME" URL into *a: 0, HR_ERR_NOT_FOUND (another kind of
+ * URL), HR_ERR_UNSUPPORTED (the engine has no hub),
+ * HR_ERR_INVALID_ARGUMENT (a bad name). */
+static int inproc_addr(hr_engine *e, const char *url, hr__addr *a) {
+  size_t len;
+
+  if (strncmp(url, "inproc:", 7) != 0)
+    return HR_ERR_NOT_FOUND;
+  if (!inproc_names(e))
+    return HR_ERR_UNSUPPORTED;
+  len = strlen(url + 7);
+  if (len == 0 || len > HR__INPROC_NAME_MAX || len >= sizeof a->host)
+    return HR_ERR_INVALID_ARGUMENT;
+  memset(a, 0, sizeof *a);
+  memcpy(a->host, url + 7, len + 1);
+  a->inproc = 1;
+  return 0;
 }
 
 static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
@@ -2558,7 +2699,9 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c = hr__mem_calloc(&e->mem, 1, sizeof *c);
   if (!c)
     return HR_ERR_NOMEM;
-  rv = hr__addr_parse(url, 1, &c->addr);
+  rv = inproc_addr(e, url, &c->addr);
+  if (rv == HR_ERR_NOT_FOUND)
+    rv = hr__addr_parse(url, 1, &c->addr);
   if (rv) {
     hr__mem_free(&e->mem, c);
     return rv;
@@ -2570,7 +2713,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   c->state = CS_CONNECTING;
   c->cb = cb;
   c->ud = user_data;
-  session_callbacks(&cbs, e, c->addr.path[0] != '\0');
+  session_callbacks(&cbs, e, c->addr.path[0] != '\0' || c->addr.inproc);
   if (settings && e->fabric) {
     /* The engine's fabric serves sessions with the caller's settings too. */
     hr_settings own = *settings;

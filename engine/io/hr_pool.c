@@ -3,10 +3,25 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "hr_internal.h"
+
+/* A detachable job's state, on its worker's stack while it runs: the
+ * worker moves it from RUNNING to DONE when the job returns, hr__pool_del()
+ * from RUNNING to ABANDONED; whoever comes first decides. */
+enum { DJ_RUNNING, DJ_DONE, DJ_ABANDONED };
+
+typedef struct slot {
+  pthread_t th;
+  hr__pool *p;
+  atomic_int *djob; /* the detachable job running, or NULL (under lock) */
+  int abandoned;    /* hr__pool_del(): detach, do not join */
+} slot;
 
 struct hr__pool {
   hr_mem mem;
@@ -19,7 +34,7 @@ struct hr__pool {
   int notify_fd;
   unsigned want;    /* threads to start */
   unsigned started; /* threads running */
-  pthread_t *threads;
+  slot *slots;
 };
 
 static void notify(int fd) {
@@ -48,8 +63,42 @@ static void done_push(hr__pool *p, hr__job *j) {
     notify(p->notify_fd);
 }
 
+/* Runs detachable job `j` (taken off the queue, the lock held; returns
+ * with it held again), or returns 0 without the lock when the job was
+ * abandoned: then nothing of the pool or the job may be touched. */
+static int run_detachable(slot *sl, hr__job *j) {
+  union {
+    max_align_t align;
+    unsigned char b[HR__POOL_IO_MAX];
+  } io;
+  void (*run_io)(void *) = j->run_io, (*drop_io)(void *) = j->drop_io;
+  atomic_int state = DJ_RUNNING;
+  int expect = DJ_RUNNING;
+  hr__pool *p = sl->p;
+
+  memcpy(io.b, j->io, j->io_len);
+  sl->djob = &state;
+  pthread_mutex_unlock(&p->lock);
+
+  /* From here until the lock is taken again `j` may be gone. */
+  run_io(io.b);
+
+  if (!atomic_compare_exchange_strong(&state, &expect, DJ_DONE)) {
+    /* hr__pool_del() detached this thread and may have freed `p` and `j`
+     * already. */
+    drop_io(io.b);
+    return 0;
+  }
+  pthread_mutex_lock(&p->lock);
+  sl->djob = NULL;
+  memcpy(j->io, io.b, j->io_len);
+  done_push(p, j);
+  return 1;
+}
+
 static void *worker(void *arg) {
-  hr__pool *p = arg;
+  slot *sl = arg;
+  hr__pool *p = sl->p;
   hr__job *j;
 
   pthread_mutex_lock(&p->lock);
@@ -62,6 +111,11 @@ static void *worker(void *arg) {
     p->queue_head = j->next;
     if (!p->queue_head)
       p->queue_tail = NULL;
+    if (!j->run) {
+      if (!run_detachable(sl, j))
+        return NULL;
+      continue;
+    }
     pthread_mutex_unlock(&p->lock);
 
     j->run(j);
@@ -85,8 +139,8 @@ int hr__pool_new(hr__pool **out, unsigned threads, int notify_fd,
   if (!p)
     return HR_ERR_NOMEM;
   p->mem = *mem;
-  p->threads = hr__mem_calloc(mem, threads, sizeof *p->threads);
-  if (!p->threads)
+  p->slots = hr__mem_calloc(mem, threads, sizeof *p->slots);
+  if (!p->slots)
     goto fail;
   if (pthread_mutex_init(&p->lock, NULL) != 0)
     goto fail;
@@ -99,7 +153,7 @@ int hr__pool_new(hr__pool **out, unsigned threads, int notify_fd,
   *out = p;
   return 0;
 fail:
-  hr__mem_free(mem, p->threads);
+  hr__mem_free(mem, p->slots);
   hr__mem_free(mem, p);
   return HR_ERR_NOMEM;
 }
@@ -107,8 +161,13 @@ fail:
 int hr__pool_submit(hr__pool *p, hr__job *j) {
   /* Start the threads on first use; `started` is only touched here and in
    * hr__pool_del(), both on the loop thread. */
+  if (!j->run && (!j->run_io || !j->drop_io || j->io_len > HR__POOL_IO_MAX))
+    return HR_ERR_INVALID_ARGUMENT;
   while (p->started < p->want) {
-    if (pthread_create(&p->threads[p->started], NULL, worker, p) != 0)
+    slot *sl = &p->slots[p->started];
+
+    sl->p = p;
+    if (pthread_create(&sl->th, NULL, worker, sl) != 0)
       break;
     p->started++;
   }
@@ -167,18 +226,49 @@ size_t hr__pool_pending(const hr__pool *p) {
 }
 
 void hr__pool_del(hr__pool *p) {
+  hr__job **pp, *j;
   unsigned i;
 
   if (!p)
     return;
   pthread_mutex_lock(&p->lock);
   p->stop = 1;
+  /* Detachable jobs not started never run: their owner frees them. */
+  p->queue_tail = NULL;
+  for (pp = &p->queue_head; (j = *pp);) {
+    if (!j->run) {
+      *pp = j->next;
+    } else {
+      p->queue_tail = j;
+      pp = &j->next;
+    }
+  }
+  /* Running ones are abandoned unless they are done already (their
+   * workers then wait for the lock to complete them, and are joined). */
+  for (i = 0; i < p->started; i++) {
+    int expect = DJ_RUNNING;
+
+    if (p->slots[i].djob &&
+        atomic_compare_exchange_strong(p->slots[i].djob, &expect,
+                                       DJ_ABANDONED))
+      p->slots[i].abandoned = 1;
+  }
   pthread_cond_broadcast(&p->cond);
   pthread_mutex_unlock(&p->lock);
-  for (i = 0; i < p->started; i++)
-    pthread_join(p->threads[i], NULL);
+  for (i = 0; i < p->started; i++) {
+    if (p->slots[i].abandoned)
+      pthread_detach(p->slots[i].th);
+    else
+      pthread_join(p->slots[i].th, NULL);
+  }
+  /* Plain jobs left in the queue found no worker (every one was
+   * abandoned): they run here, as the contract says they run. */
+  while ((j = p->queue_head)) {
+    p->queue_head = j->next;
+    j->run(j);
+  }
   pthread_cond_destroy(&p->cond);
   pthread_mutex_destroy(&p->lock);
-  hr__mem_free(&p->mem, p->threads);
+  hr__mem_free(&p->mem, p->slots);
   hr__mem_free(&p->mem, p);
 }

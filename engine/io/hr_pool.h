@@ -24,7 +24,27 @@ typedef struct hr__job hr__job;
 struct hr__job {
   void (*run)(hr__job *j); /* on a worker thread */
   hr__job *next;
+  /*
+   * A detachable job (a host name lookup) sets `run` to NULL and these
+   * instead: hr__pool_del() does not wait for it.  The worker copies the
+   * `io_len` bytes at `io` (at most HR__POOL_IO_MAX) to its own stack
+   * when it starts the job and runs `run_io` on that copy, so the job's
+   * memory is never touched while it runs.  When it is done it copies the
+   * bytes back into `io` and completes the job as any other; but when
+   * hr__pool_del() came first, the job was abandoned: the worker calls
+   * `drop_io` on its copy (to free what `run_io` acquired) and exits,
+   * touching neither the job nor the pool again.  The owner frees every
+   * detachable job it has not taken back after hr__pool_del(); an
+   * abandoned job's `io` then holds what it held when it was submitted.
+   */
+  void (*run_io)(void *io);
+  void (*drop_io)(void *io);
+  void *io;
+  size_t io_len;
 };
+
+/* The most bytes a detachable job's `io` may have. */
+#define HR__POOL_IO_MAX 1024
 
 /*
  * Creates a pool of `threads` workers (>= 1) that signals completions by
@@ -34,8 +54,9 @@ struct hr__job {
 int hr__pool_new(hr__pool **out, unsigned threads, int notify_fd,
                  const hr_mem *mem);
 
-/* Queues a job (starting the threads if needed).  Returns 0 or HR_ERR_IO
- * (no thread could be started). */
+/* Queues a job (starting the threads if needed).  Returns 0, HR_ERR_IO
+ * (no thread could be started) or HR_ERR_INVALID_ARGUMENT (a detachable
+ * job's io_len above HR__POOL_IO_MAX). */
 int hr__pool_submit(hr__pool *p, hr__job *j);
 
 /*
@@ -61,7 +82,13 @@ int hr__pool_queued(hr__pool *p);
 size_t hr__pool_pending(const hr__pool *p);
 
 /* Stops the workers after the queued jobs ran, joins them, frees the pool.
- * Finished jobs not taken are dropped (the caller takes them first). */
+ * Finished jobs not taken are dropped (the caller takes them first).
+ * Detachable jobs are the exception: queued ones never run, and a worker
+ * running one is detached, not joined (it drops the job's result and
+ * exits when the job returns; see hr__job).  So the call never waits for
+ * a detachable job, however long it blocks; plain jobs still queued when
+ * every worker was abandoned run on the calling thread.  The pool's memory is freed
+ * here: an abandoned worker needs nothing of it. */
 void hr__pool_del(hr__pool *p);
 
 #endif /* HR_POOL_H */

@@ -28,6 +28,9 @@ typedef struct hr__addr {
   uint16_t port;
   char path[HR_SOCK_PATH_MAX + 1]; /* a Unix socket's path, or "" */
   int tls; /* "hurrays://": TLS over TCP */
+  /* "inproc:NAME" (hr_engine only; hr__addr_parse() refuses it): NAME is
+   * in `host`, the listener's name in the engine's hub. */
+  int inproc;
 } hr__addr;
 
 /*

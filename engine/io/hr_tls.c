@@ -18,6 +18,7 @@
  *    OpenSSL, without read-ahead, takes each record's header and body
  *    from it; it decrypts the record and copies the plaintext into the
  *    buffer the engine names (the destination tensor for bulk bytes).
+ *    One hr__tls_recv() takes every record that lies whole in `ibuf`.
  * The handshake runs on a plain socket BIO (kernel TLS is switched on
  * there, at the key change); the switch happens at the first call after
  * it finished, between records, so no byte is reordered.
@@ -101,6 +102,9 @@ struct hr__tls {
   size_t owed;        /* plaintext of obuf's records not yet reported */
   uint8_t *ibuf;      /* NULL: our read BIO is not in use */
   size_t ioff, ilen;  /* ibuf: consumed up to ioff, filled up to ilen */
+  int kept;           /* the last read's outcome after its bytes: */
+  ssize_t kept_ret;   /* what the next hr__tls_recv() returns */
+  int kept_errno;     /* and its errno */
   uint8_t gather[GATHER_SIZE];
 };
 
@@ -559,8 +563,11 @@ static void describe(hr__tls *t) {
   unsigned long e = ERR_peek_error();
   long vr = SSL_get_verify_result(t->ssl);
   int reason = e && ERR_GET_LIB(e) == ERR_LIB_SSL ? ERR_GET_REASON(e) : 0;
-  const char *stage = SSL_is_init_finished(t->ssl) ? "TLS connection failed"
-                                                   : "TLS handshake failed";
+  /* After a fatal error OpenSSL no longer says the handshake finished:
+   * `switched` remembers that it had. */
+  const char *stage = t->switched || SSL_is_init_finished(t->ssl)
+                          ? "TLS connection failed"
+                          : "TLS handshake failed";
 
   t->failed = 1;
   if (t->why[0]) {
@@ -637,14 +644,32 @@ static ssize_t call_failed(hr__tls *t, int ret, int reading) {
   }
 }
 
+/* Whether ibuf holds the whole of the next record (its 5-byte header
+ * and the length it declares): OpenSSL reads it without a system call.
+ * A length over the protocol's limit is OpenSSL's to reject. */
+static int record_buffered(const hr__tls *t) {
+  size_t avail = t->ilen - t->ioff;
+  const uint8_t *h;
+
+  if (!t->ibuf || avail < 5)
+    return 0;
+  h = t->ibuf + t->ioff;
+  return avail - 5 >= ((size_t)h[3] << 8 | h[4]);
+}
+
 ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
   size_t got = 0;
   int ret;
 
   t->rd_wants_w = 0;
-  if (t->failed) {
+  if (t->failed && !t->kept) {
     errno = EPROTO;
     return -1;
+  }
+  if (t->kept) {
+    t->kept = 0;
+    errno = t->kept_errno;
+    return t->kept_ret;
   }
   switch_bios(t);
   if (len > INT_MAX)
@@ -653,6 +678,31 @@ ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining) {
   errno = 0;
   t->draining = draining;
   ret = SSL_read_ex(t->ssl, buf, len, &got);
+  /* SSL_read_ex() returns one record.  The records that lie whole in
+   * ibuf are read in the same call: no system call is needed for them,
+   * and the engine's read loop runs once per recv(), not per 16 KiB. */
+  while (ret == 1 && got < len && record_buffered(t)) {
+    size_t more = 0;
+    errno = 0;
+    ret = SSL_read_ex(t->ssl, (uint8_t *)buf + got, len - got, &more);
+    if (ret != 1) {
+      /* The bytes read are returned; the outcome (the peer's close, a
+       * socket error, a fatal TLS error with its message written) is
+       * kept for the next call, and hr__tls_pending() says there is one
+       * (no readiness of the socket may come for it).  A read that waits
+       * for the socket keeps nothing: its direction is noted. */
+      ssize_t r = call_failed(t, ret, 1);
+      if (r == 0 || !would_block(errno)) {
+        t->kept = 1;
+        t->kept_ret = r;
+        t->kept_errno = errno;
+      }
+      ERR_clear_error();
+      ret = 1;
+      break;
+    }
+    got += more;
+  }
   t->draining = 0;
   if (ret == 1)
     return (ssize_t)got;
@@ -781,7 +831,8 @@ int hr__tls_ready(const hr__tls *t) {
 }
 
 int hr__tls_pending(const hr__tls *t) {
-  return !t->failed && (SSL_has_pending(t->ssl) || t->ioff < t->ilen);
+  return t->kept ||
+         (!t->failed && (SSL_has_pending(t->ssl) || t->ioff < t->ilen));
 }
 
 int hr__tls_events(const hr__tls *t, int events) {

@@ -51,14 +51,17 @@ void hr__tls_del(hr__tls *t);
  * (EAGAIN: wait, see hr__tls_events(); EPROTO: TLS failed, the message
  * was written).  `draining`: the caller only empties what the object
  * holds (hr__tls_pending()); then at most the rest of one record is read
- * from the socket, so that draining ends. */
+ * from the socket, so that draining ends.  One call returns every record
+ * that lies whole in the object's receive buffer (up to `len`); what ends
+ * it early (the peer's close, an error) comes with the next call. */
 ssize_t hr__tls_recv(hr__tls *t, void *buf, size_t len, int draining);
 /* Like sendmsg(): bytes of `iov` sent (possibly fewer), or -1 with errno
  * as for hr__tls_recv().  Small items are gathered into one record; large
  * ones are encrypted from where they are. */
 ssize_t hr__tls_sendv(hr__tls *t, const struct iovec *iov, int n);
-/* Whether decrypted or raw bytes wait inside the SSL object: the caller
- * must read them without waiting for the socket's readiness. */
+/* Whether decrypted or raw bytes, or the outcome of the last read (see
+ * hr__tls_recv()), wait inside the object: the caller must read them
+ * without waiting for the socket's readiness. */
 int hr__tls_pending(const hr__tls *t);
 /* The socket events to watch for the engine's wanted `events`
  * (HR_POLL_IN/OUT): a read waiting for writability, or a write waiting

@@ -403,6 +403,30 @@ static int prov_put_begin(hr_session *sess, const hr_put_info *info,
   return 0;
 }
 
+/* A PUT into a store with an arena lands in the arena, so that the
+ * commit stores that very tensor (into_arena() sees it owned) and GETs
+ * over SHM serve it without a copy.  A full arena, or a tensor the arena
+ * cannot hold, declines: the session allocates as usual and the commit
+ * copies into the arena if there is room by then. */
+static int prov_put_alloc(hr_session *sess, const hr_descriptor *d,
+                          unsigned min_alignment_log2, hr_tensor **out,
+                          void *ud) {
+  hr_store *s = ud;
+  hr_descriptor a;
+  unsigned k;
+
+  (void)sess;
+  if (!s->arena || d->layout.tag == HR_LAYOUT_COMPOSITE)
+    return HR_ERR_NOT_FOUND;
+  /* The arena places buffers by their own alignments (§ 7.1): raise them
+   * to the minimum asked for. */
+  a = *d;
+  for (k = 0; k < a.buffer_count && k < HR_MAX_BUFFERS; k++)
+    if (a.buffers[k].alignment_log2 < min_alignment_log2)
+      a.buffers[k].alignment_log2 = (uint8_t)min_alignment_log2;
+  return hr_shm_arena_alloc(s->arena, out, &a) == 0 ? 0 : HR_ERR_NOT_FOUND;
+}
+
 static int prov_put_commit(hr_session *sess, const hr_put_info *info,
                            hr_tensor *t, uint32_t *wire_error, void *ud) {
   hr_store *s = ud;
@@ -484,5 +508,7 @@ void hr_store_provider(hr_store *s, hr_provider *out) {
     out->on_put_begin = prov_put_begin;
     out->on_put_commit = prov_put_commit;
     out->on_put_abort = prov_put_abort;
+    if (s->arena)
+      out->on_put_alloc = prov_put_alloc;
   }
 }

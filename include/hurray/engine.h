@@ -106,6 +106,7 @@ HR_EXTERN int hr_engine_flush(hr_engine *e);
 #define HR_ENGINE_CONFIG_VERSION 1
 
 struct hr_tls_config; /* below, under "TLS" */
+struct hr_inproc_hub; /* <hurray/inproc.h> */
 
 typedef struct hr_engine_config {
   int version;                 /* HR_ENGINE_CONFIG_VERSION */
@@ -210,6 +211,16 @@ typedef struct hr_engine_config {
    * starts when the engine has two connections or more (the lanes of a
    * session, several clients).  1: offload a lone connection as well. */
   int bulk_offload_lone;
+  /* ---- appended: in-process connections ---- */
+  /* The application's hub (<hurray/inproc.h>, hr_inproc_hub_new()) that
+   * holds the names of this engine's "inproc:NAME" listeners and finds
+   * the listener of an "inproc:NAME" connect.  Engines that share a hub
+   * reach each other's listeners (one engine may also connect to itself);
+   * nothing outside the hub, and nothing outside the process, can.  The
+   * hub must outlive every engine configured with it (hr_inproc_hub_del()
+   * answers HR_ERR_BUSY while a listener holds a name in it).  NULL (the
+   * default): "inproc:" URLs fail with HR_ERR_UNSUPPORTED. */
+  struct hr_inproc_hub *inproc_hub;
   /* ---- appended: how many bulk jobs at once ---- */
   /* The most bulk jobs (bulk_offload_min) the engine has out at once;
    * a connection that finds them all out moves its bytes on the loop
@@ -260,7 +271,11 @@ HR_EXTERN int hr_engine_close(hr_engine *e,
 
 /* Frees the engine (listeners included).  Returns HR_ERR_BUSY (and frees
  * nothing) while connections live or work items are out; HR_ERR_IN_CALLBACK
- * from a callback.  NULL is a no-op. */
+ * from a callback.  NULL is a no-op.  It does not wait for a host-name
+ * lookup a worker is still running (getaddrinfo() cannot be interrupted):
+ * that worker thread is detached, frees the answer with freeaddrinfo()
+ * when the resolver returns and exits; it uses nothing of the engine, its
+ * hr_mem or its loop then. */
 HR_EXTERN int hr_engine_del(hr_engine *e);
 
 /* Thread-safe: makes the loop thread run the engine soon (used by the
@@ -314,7 +329,20 @@ HR_EXTERN int hr_engine_listen(hr_engine *e, const char *addr,
  * a TLS connection is closed without the ERROR a plain one gets (a TLS
  * client could not read it before a handshake).
  */
-/* The bound port (after port 0); -1 for a Unix socket. */
+/*
+ * "inproc:NAME" (NAME 1-255 bytes) listens in-process under NAME in the
+ * hub of config.inproc_hub: engines sharing that hub connect to it with
+ * hr_engine_connect(e2, "inproc:NAME", ...), from any thread their own
+ * loop runs on.  Each connection is the whole protocol over a private
+ * AF_UNIX socketpair (a Unix socket in every respect: SHM, peer
+ * credentials; nothing is named in the file system, and no other process
+ * can reach it).  The name is the listener's until it closes (or its
+ * engine closes), then free again.  Errors: HR_ERR_UNSUPPORTED (the
+ * engine has no hub), HR_ERR_INVALID_ARGUMENT (empty or too long a name),
+ * HR_ERR_BUSY (the name is taken in the hub, by a listener or an
+ * hr_inproc_listen() server), HR_ERR_IO (socketpair), HR_ERR_NOMEM.
+ */
+/* The bound port (after port 0); -1 for a Unix socket or "inproc:". */
 HR_EXTERN int hr_listener_port(const hr_listener *l);
 /* Stops accepting and frees the listener; existing connections go on. */
 HR_EXTERN void hr_listener_close(hr_listener *l);
@@ -334,7 +362,17 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
 
 /*
  * Connects to "hurray://HOST:PORT" (or "HOST:PORT", "hurrays://HOST:PORT"
- * for TLS, or "unix:PATH" for a Unix domain socket) non-blockingly.  A TLS
+ * for TLS, "unix:PATH" for a Unix domain socket, or "inproc:NAME" for a
+ * listener of the engine's hub, see hr_engine_listen()) non-blockingly.
+ * An "inproc:" connect hands its connection to the listener from inside
+ * the call (the handshake follows on the loops as for any connection)
+ * and fails from the call with HR_ERR_UNSUPPORTED (no config.inproc_hub,
+ * or NAME is an hr_inproc_listen() server: use hr_inproc_connect()),
+ * HR_ERR_NOT_FOUND (no listener has that name), HR_ERR_WOULDBLOCK (the
+ * listener has too many connections it did not take yet: retry),
+ * HR_ERR_INVALID_ARGUMENT (an empty or too long NAME) or HR_ERR_IO.  A
+ * listener that closes before it took the connection closes it: `cb`
+ * reports the failure.  A TLS
  * connection that fails its handshake (untrusted or misnamed server
  * certificate, a server that refuses our certificate, a peer that does
  * not speak TLS) closes with HR_ERR_IO and hr_conn_error()'s message
@@ -355,9 +393,10 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
  * call, bounds the lookup too (HR_ERR_TIMEOUT).  hr_conn_close(),
  * hr_conn_abort() and hr_engine_close() during a lookup end the
  * connection at once (`cb` with HR_ERR_CLOSED); the lookup's answer is
- * dropped when it comes.  hr_engine_del() waits for a lookup a worker is
- * running (getaddrinfo() cannot be interrupted: at most the resolver's
- * own timeout, resolv.conf) and frees its answer.  The lanes of
+ * dropped when it comes.  hr_engine_del() does not wait for a lookup a
+ * worker is running (getaddrinfo() cannot be interrupted): the worker
+ * thread is detached and frees the answer itself when the resolver
+ * returns (see hr_engine_del()).  The lanes of
  * hr_engine_connect_group() connect to the address lane 0 got, without a
  * lookup of their own.
  *

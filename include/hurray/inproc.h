@@ -188,11 +188,17 @@ typedef struct hr_inproc_server hr_inproc_server;
 typedef struct hr_inproc_conn hr_inproc_conn;
 
 /* Creates a hub: the table of server names and the handoff ledger of
- * every GET answer.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM. */
+ * every GET answer.  Engines whose hr_engine_config.inproc_hub is the hub
+ * also listen and connect through it by "inproc:NAME" URLs
+ * (hr_engine_listen(), hr_engine_connect()): one namespace for both kinds
+ * of names.  Any thread may use a hub.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM, HR_ERR_IO (a mutex). */
 HR_EXTERN int hr_inproc_hub_new(hr_inproc_hub **out, const hr_mem *mem);
 /* Frees the hub.  Returns HR_ERR_BUSY (and frees nothing) while servers
- * or connections made through it are open or tensors it handed over are
- * held; `final` (may be NULL) receives the ledger's last counters on
+ * or connections made through it are open, tensors it handed over are
+ * held or an engine's "inproc:NAME" listener holds a name in it (the
+ * connections themselves do not hold the hub; engines configured with it
+ * must not listen or connect by "inproc:" after it was freed); `final` (may be NULL) receives the ledger's last counters on
  * success.  NULL: 0. */
 HR_EXTERN int hr_inproc_hub_del(hr_inproc_hub *h, hr_handoff_counts *final);
 /* The ledger's counters: one handoff per GET answer and per PUT
@@ -205,7 +211,8 @@ HR_EXTERN void hr_inproc_hub_counts(hr_inproc_hub *h, hr_handoff_counts *c);
  * provider's session argument is a session that carries no connection
  * (hr_session_user_data() is NULL, role SERVER); never drive it.
  * Returns 0, HR_ERR_INVALID_ARGUMENT (no on_get, bad name), HR_ERR_BUSY
- * (the name is served already), HR_ERR_NOMEM.
+ * (the name is served already, or an engine listens on "inproc:NAME" in
+ * this hub), HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_inproc_listen(hr_inproc_hub *hub, hr_engine *e,
                                const char *name, const hr_provider *provider,
@@ -223,7 +230,8 @@ HR_EXTERN void hr_inproc_server_close(hr_inproc_server *s);
 /*
  * Connects engine `e` (its loop thread runs every completion) to the
  * server called `name`.  No handshake: the connection is usable at once.
- * Call on e's loop thread.  Returns 0, HR_ERR_NOT_FOUND (no such server),
+ * Call on e's loop thread.  Returns 0, HR_ERR_NOT_FOUND (no such server;
+ * an engine's "inproc:NAME" listener is reached by hr_engine_connect()),
  * HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_inproc_connect(hr_inproc_hub *hub, hr_engine *e,

@@ -323,6 +323,26 @@ typedef struct hr_provider {
    * present). */
   int (*on_hello)(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
                   void *user_data);
+  /* ---- appended in 0.3: the PUT's landing memory ---- */
+  /* An accepted PUT's bytes are about to arrive: allocate the tensor they
+   * land in, for descriptor `d` (one plain tensor: a composite's members
+   * come one by one; buffers placed as wire-v1 § 7.1 says, each at least
+   * 1 << min_alignment_log2 aligned), e.g. where the provider will keep
+   * it, so that on_put_commit gets that very tensor (its members, for a
+   * composite) and storing it costs no copy.  Return 0 with *out (a new
+   * reference, host memory, d's buffer count and at least d's buffer
+   * sizes; the session drops it if the PUT ends before the commit), or
+   * HR_ERR_NOT_FOUND to let the session allocate as it does without this
+   * callback (callbacks.alloc_tensor, else hr_tensor_alloc()); any other
+   * error, or a tensor that does not fit `d`, refuses the PUT with
+   * RESOURCE_EXHAUSTED.  Runs on the driving thread, inside the session
+   * (no session calls).  Not used for PUTs over RDMA (their landing
+   * memory is registered by the data plane) nor by the in-process pair
+   * (which hands the client's tensor over).  NULL: as HR_ERR_NOT_FOUND.
+   * hr_store_provider() sets it for a store with a shared arena. */
+  int (*on_put_alloc)(hr_session *s, const hr_descriptor *d,
+                      unsigned min_alignment_log2, hr_tensor **out,
+                      void *user_data);
 } hr_provider;
 
 /* ------------------------------------------------------------------------ */

@@ -57,7 +57,9 @@ static void limits(hr_engine_config *ec) {
   ec->max_inflight_bytes = 3u << 20;
 }
 
-static int setup(void **state) {
+/* The fixture: a server under limits() whose read timeout is
+ * `read_timeout_ms`, holding "w" and "big", and a good client. */
+static int setup_read_timeout(void **state, uint64_t read_timeout_ms) {
   fx *f = calloc(1, sizeof *f);
   hr_engine_config ec;
   hr_store_config sc;
@@ -65,6 +67,7 @@ static int setup(void **state) {
   hr_tensor *t;
 
   limits(&ec);
+  ec.session.read_timeout = read_timeout_ms * MS;
   hr_store_config_default(&sc);
   sc.allow_put = 1;
   sc.max_bytes = 64u << 20;
@@ -81,6 +84,23 @@ static int setup(void **state) {
   f->buf = malloc(BUFSZ);
   *state = f;
   return 0;
+}
+
+static int setup(void **state) {
+  return setup_read_timeout(state, 300);
+}
+
+/* For a test that must finish several steps while stalled streams wait
+ * for their read timeout: 300 ms is too short for those steps on a
+ * loaded machine (a preempted test thread, sanitizers). */
+static int setup_slow_reads(void **state) {
+  return setup_read_timeout(state, 2000);
+}
+
+/* For the flood: the cut must come from the output cap, not from a
+ * flooding thread preempted mid-message for longer than 300 ms. */
+static int setup_patient_reads(void **state) {
+  return setup_read_timeout(state, TL_WAIT_MS);
 }
 
 static int teardown(void **state) {
@@ -179,6 +199,11 @@ static int readable_within(fx *f, int fd, int ms) {
   return poll(&p, 1, 0) > 0;
 }
 
+/* Runs the loop until the server holds at most `n` connections. */
+static void wait_conns(fx *f, size_t n) {
+  assert_true(tl_wait_conns(f->env, f->srv.e, n));
+}
+
 static void send_request(fx *f, int fd, uint32_t sid, const char *key,
                          uint32_t flags, uint16_t max_shards) {
   tr_send_request(f->env, fd, sid, key, flags, HR_DEV_CPU, max_shards);
@@ -220,8 +245,12 @@ static void test_slowloris(void **state) {
   }
   assert_true(i < sizeof h - 1); /* cut off long before the header ended */
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
-  assert_true(tl_raw_wait_eof(f->env, fd, 2000));
-  assert_true(now_ms() - t0 < 2000);
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
+  /* The cut came while bytes were still trickling in (the check on `i`
+   * above), so well inside the 1.6 s the whole header takes; the wall
+   * clock bound only catches a hang (each step runs a GET, and a loaded
+   * machine stretches them). */
+  assert_true(now_ms() - t0 < TL_WAIT_MS);
   close(fd);
 
   /* The same before the HELLO: a CLIENT_HELLO trickled. */
@@ -256,7 +285,7 @@ static void test_silent_peers(void **state) {
   hr_msg m;
   int fd = raw_connect(f);
 
-  assert_true(readable_within(f, fd, 2000));
+  assert_true(readable_within(f, fd, TL_WAIT_MS));
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
   close(fd);
   check_good(f);
@@ -264,12 +293,14 @@ static void test_silent_peers(void **state) {
   limits(&ec);
   ec.session.idle_timeout = 300 * MS;
   tl_server_start(f->env, &idle, &ec, NULL);
-  fd = raw_client_tok(f, idle.port, NULL);
+  /* t0 before the connection: the server's idle clock starts after it,
+   * however long this thread is preempted between the two. */
   t0 = now_ms();
+  fd = raw_client_tok(f, idle.port, NULL);
   assert_true(tl_raw_expect(f->env, fd, HR_MSG_GOAWAY, 0, f->buf, BUFSZ, &m,
-                            3000));
+                            TL_WAIT_MS));
   assert_int_equal(m.u.goaway.code, HR_WIRE_NO_ERROR);
-  assert_true(tl_raw_wait_eof(f->env, fd, 2000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   assert_true(now_ms() - t0 >= 250);
   close(fd);
   check_good(f);
@@ -308,7 +339,7 @@ static void test_huge_payload(void **state) {
   assert_int_equal(tl_raw_send(f->env, fd, h, sizeof h), 0);
   check_good(f);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 2000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   /* Just over the configured 1 MiB too. */
   fd = raw_client(f);
@@ -378,7 +409,7 @@ static void test_tiny_frame_flood(void **state) {
         memmove(f->buf, f->buf + len, have - len);
         have -= len;
       }
-      if (!readable_within(f, fd, 5000))
+      if (!readable_within(f, fd, TL_WAIT_MS))
         break;
       k = recv(fd, f->buf + have, BUFSZ - have, MSG_DONTWAIT);
       if (k == 0) {
@@ -399,8 +430,7 @@ static void test_tiny_frame_flood(void **state) {
     assert_true(got || reset || eof);
   }
   /* Server side: the flooding connection is gone (the good one stays). */
-  for (i = 0; i < 2000 && hr_engine_conn_count(f->srv.e) > 1; i++)
-    tl_spin(f->env, 1);
+  wait_conns(f, 1);
   assert_int_equal(hr_engine_conn_count(f->srv.e), 1);
   close(fd);
   check_good(f);
@@ -409,7 +439,9 @@ static void test_tiny_frame_flood(void **state) {
 /* PUT streams opened and never finished: the per-connection in-flight
  * cap (2 MiB) refuses the third 1 MiB PUT, the server-wide cap (3 MiB)
  * a PUT on a second connection, and the read timeout cuts the silent
- * connections, which frees their landing buffers for honest PUTs. */
+ * connections, which frees their landing buffers for honest PUTs.  The
+ * steps up to the honest PUT refused must fit in the read timeout of
+ * the first stalled connection: this test runs with 2 s (not 300 ms). */
 static void test_unfinished_streams(void **state) {
   fx *f = *state;
   hr_msg m;
@@ -442,8 +474,8 @@ static void test_unfinished_streams(void **state) {
   /* ... until the stalled PUTs time out (300 ms without a byte). */
   expect_error(f, a, 0, HR_WIRE_TIMEOUT);
   expect_error(f, b, 0, HR_WIRE_TIMEOUT);
-  assert_true(tl_raw_wait_eof(f->env, a, 2000));
-  assert_true(tl_raw_wait_eof(f->env, b, 2000));
+  assert_true(tl_raw_wait_eof(f->env, a, TL_WAIT_MS));
+  assert_true(tl_raw_wait_eof(f->env, b, TL_WAIT_MS));
   close(a);
   close(b);
   memset(&r, 0, sizeof r);
@@ -567,7 +599,7 @@ static void test_garbage_after_hello(void **state) {
   assert_true(h.payload_length > (1u << 20));
   assert_int_equal(tl_raw_send(f->env, fd, http, sizeof http - 1), 0);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 2000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   check_good(f);
 
@@ -602,12 +634,14 @@ static void test_connection_cap(void **state) {
     fds[i] = raw_client(f);
   over = raw_connect(f);
   expect_error(f, over, 0, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_true(tl_raw_wait_eof(f->env, over, 2000));
+  assert_true(tl_raw_wait_eof(f->env, over, TL_WAIT_MS));
   close(over);
   check_good(f);
   for (i = 0; i < 7; i++)
     close(fds[i]);
-  tl_spin(f->env, 20);
+  /* The server must have seen the closes before a new connection fits
+   * under the cap again. */
+  wait_conns(f, 1);
   fds[0] = raw_client(f);
   close(fds[0]);
   check_good(f);
@@ -670,7 +704,7 @@ static void test_auth_refused(void **state) {
     /* Everything the server sends before the close: one ERROR. */
     for (;;) {
       hr_msg_header h;
-      len = tl_raw_read_msg(f->env, fd, f->buf, BUFSZ, 3000);
+      len = tl_raw_read_msg(f->env, fd, f->buf, BUFSZ, TL_WAIT_MS);
       if (len <= 0)
         break;
       hr_wire_parse_header(f->buf, &h);
@@ -695,7 +729,7 @@ static void test_auth_refused(void **state) {
     s.auth_token_len = 4;
     snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
     tc_connect(f->env, f->ce, url, &c, &s);
-    assert_false(tc_wait_up(&c, 5000));
+    assert_false(tc_wait_up(&c, TL_WAIT_MS));
     assert_int_equal(c.status, HR_ERR_REMOTE);
     assert_int_equal(c.wire_error, HR_WIRE_UNAUTHORIZED);
   }
@@ -716,7 +750,7 @@ static void test_auth_scope(void **state) {
   fd = raw_client_tok(f, port, "reader-0123456789");
   send_request(f, fd, 1, "w", 0, 1);
   assert_true(tl_raw_expect(f->env, fd, HR_MSG_TENSOR_DATA_END, 1, f->buf,
-                            BUFSZ, &m, 5000));
+                            BUFSZ, &m, TL_WAIT_MS));
   put_head(&m, 3, "pub/x", 16);
   assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
   expect_error(f, fd, 3, HR_WIRE_UNAUTHORIZED);
@@ -749,7 +783,7 @@ static void test_auth_scope(void **state) {
     s.auth_token_len = 17;
     snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
     tc_connect(f->env, f->ce, url, &c, &s);
-    assert_true(tc_wait_up(&c, 5000));
+    assert_true(tc_wait_up(&c, TL_WAIT_MS));
     memset(&r, 0, sizeof r);
     assert_int_equal(tc_put(&c, "pub/a", 0, t, &r), 0);
     memset(&r, 0, sizeof r);
@@ -805,8 +839,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_silent_peers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_store_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_huge_payload, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_tiny_frame_flood, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unfinished_streams, setup,
+      cmocka_unit_test_setup_teardown(test_tiny_frame_flood,
+                                      setup_patient_reads, teardown),
+      cmocka_unit_test_setup_teardown(test_unfinished_streams, setup_slow_reads,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stream_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_2_60, setup, teardown),

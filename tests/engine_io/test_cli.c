@@ -262,10 +262,11 @@ static void test_errors(void **state) {
   assert_int_equal(RUN("get", "--region", "3,0:2,6", url, "matrix", NULL), 1);
   ch_one_line(err);
   assert_non_null(strstr(err, "INVALID_REGION"));
-  fd = tl_raw_listen(&p);
-  close(fd);
+  fd = tl_raw_dead_port(&p);
+  assert_true(fd >= 0);
   snprintf(dead, sizeof dead, "hurray://127.0.0.1:%d", p);
   assert_int_equal(RUN("get", dead, "x", NULL), 1);
+  close(fd);
   ch_one_line(err);
   assert_non_null(strstr(err, "refused"));
   assert_int_equal(RUN("get", "http://x:1", "x", NULL), 1);
@@ -384,7 +385,7 @@ static void test_graceful_drain_exact(void **state) {
   tl_hello(&m, 0);
   assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
   assert_true(tl_raw_expect(NULL, fd, HR_MSG_SERVER_HELLO, 0, buf, cap, &m,
-                            5000));
+                            TL_WAIT_MS));
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_REQUEST;
   m.hdr.stream_id = 1;
@@ -392,15 +393,15 @@ static void test_graceful_drain_exact(void **state) {
   m.u.request.key_len = 6;
   m.u.request.max_shards = 1;
   assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
-  assert_true(tl_raw_expect(NULL, fd, HR_MSG_TENSOR_DESCRIPTOR, 1, buf, cap,
-                            &m, 5000));
+  assert_true(tl_raw_expect(NULL, fd, HR_MSG_TENSOR_DESCRIPTOR, 1, buf, cap, &m,
+                            TL_WAIT_MS));
   assert_int_equal(m.u.tensor.xport.total_data_bytes, shape[0]);
   /* The PUT: its descriptor and the first half of its bytes. */
   fd2 = tl_raw_connect(p);
   tl_hello(&m, 0);
   assert_int_equal(tl_raw_send_msg(NULL, fd2, &m), 0);
   assert_true(tl_raw_expect(NULL, fd2, HR_MSG_SERVER_HELLO, 0, buf, cap, &m,
-                            5000));
+                            TL_WAIT_MS));
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_PUT;
   m.hdr.stream_id = 1;
@@ -420,8 +421,9 @@ static void test_graceful_drain_exact(void **state) {
   put_frames(fd2, hr_tensor_buffer(t, 0), 0, put_n / 2);
 
   assert_int_equal(kill(pid, SIGTERM), 0);
-  /* New connections are refused while both transfers are still open. */
-  for (int i = 0; i < 500 && !refused; i++) {
+  /* New connections are refused while both transfers are still open
+   * (once the server has handled the signal: up to TL_WAIT_MS). */
+  for (int i = 0; i < TL_WAIT_MS / 10 && !refused; i++) {
     int x = tl_raw_connect(p);
     if (x < 0)
       refused = 1;
@@ -437,12 +439,12 @@ static void test_graceful_drain_exact(void **state) {
   m.hdr.stream_id = 1;
   assert_int_equal(tl_raw_send_msg(NULL, fd2, &m), 0);
   assert_true(tl_raw_expect(NULL, fd2, HR_MSG_TENSOR_PUT_ACK, 1, buf, cap, &m,
-                            10000));
-  assert_true(tl_raw_wait_eof(NULL, fd2, 10000));
+                            TL_WAIT_MS));
+  assert_true(tl_raw_wait_eof(NULL, fd2, TL_WAIT_MS));
   close(fd2);
   /* The GET's bytes, placed by their offsets. */
   for (;;) {
-    int64_t n = tl_raw_read_msg(NULL, fd, buf, cap, 10000);
+    int64_t n = tl_raw_read_msg(NULL, fd, buf, cap, TL_WAIT_MS);
     if (n == 0)
       break;
     assert_true(n > 0);
@@ -490,7 +492,7 @@ static void test_graceful_drain(void **state) {
   tl_hello(&m, 0);
   assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
   assert_true(tl_raw_expect(NULL, fd, HR_MSG_SERVER_HELLO, 0, buf, sizeof buf,
-                            &m, 5000));
+                            &m, TL_WAIT_MS));
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_REQUEST;
   m.hdr.stream_id = 1;
@@ -499,13 +501,13 @@ static void test_graceful_drain(void **state) {
   m.u.request.max_shards = 1;
   assert_int_equal(tl_raw_send_msg(NULL, fd, &m), 0);
   assert_true(tl_raw_expect(NULL, fd, HR_MSG_TENSOR_DESCRIPTOR, 1, buf,
-                            sizeof buf, &m, 5000));
+                            sizeof buf, &m, TL_WAIT_MS));
   want = m.u.tensor.xport.total_data_bytes;
   /* The transfer is under way (we have not read its data): drain. */
   assert_int_equal(kill(pid, SIGTERM), 0);
   for (;;) {
     hr_msg_header h;
-    int64_t n = tl_raw_read_msg(NULL, fd, buf, sizeof buf, 10000);
+    int64_t n = tl_raw_read_msg(NULL, fd, buf, sizeof buf, TL_WAIT_MS);
     if (n == 0)
       break;
     assert_true(n == -2 || n > 0);

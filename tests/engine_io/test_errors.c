@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -108,7 +109,7 @@ static void test_unsupported_version(void **state) {
       m.u.hello.version_major = 2;
     assert_int_equal(tl_raw_send_msg(f->env, fd, &m), 0);
     expect_error(f, fd, 0, HR_WIRE_UNSUPPORTED_VERSION);
-    assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+    assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
     close(fd);
   }
 }
@@ -122,14 +123,14 @@ static void test_message_too_large(void **state) {
   hr_wire_put_header(h, HR_MSG_CLIENT_HELLO, 0, 65537);
   assert_int_equal(tl_raw_send(f->env, fd, h, sizeof h), 0);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   /* After them, the server's max_message_size (16 MiB). */
   fd = raw_client(f);
   hr_wire_put_header(h, HR_MSG_TENSOR_REQUEST, 1, (16u << 20) + 1);
   assert_int_equal(tl_raw_send(f->env, fd, h, sizeof h), 0);
   expect_error(f, fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
 }
 
@@ -141,7 +142,7 @@ static void test_protocol_violation(void **state) {
   /* A request before the HELLO. */
   send_request(f, fd, 1, "m", 0, HR_DEV_CPU);
   expect_error(f, fd, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
   /* A second CLIENT_HELLO. */
   fd = raw_client(f);
@@ -153,10 +154,10 @@ static void test_protocol_violation(void **state) {
   fd = raw_client(f);
   send_request(f, fd, 5, "m", 0, HR_DEV_CPU);
   assert_true(tl_raw_expect(f->env, fd, HR_MSG_TENSOR_DATA_END, 5, f->buf,
-                            BUFSZ, &m, 5000));
+                            BUFSZ, &m, TL_WAIT_MS));
   send_request(f, fd, 3, "m", 0, HR_DEV_CPU);
   expect_error(f, fd, 0, HR_WIRE_PROTOCOL_VIOLATION);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
 }
 
@@ -372,8 +373,119 @@ static void test_timeout(void **state) {
 
   /* No HELLO within the handshake timeout (300 ms here). */
   expect_error(f, fd, 0, HR_WIRE_TIMEOUT);
-  assert_true(tl_raw_wait_eof(f->env, fd, 5000));
+  assert_true(tl_raw_wait_eof(f->env, fd, TL_WAIT_MS));
   close(fd);
+}
+
+/* A clock that each read of the server's connection moves on by a
+ * minute: the reads of one batch take "long", as thousands of small
+ * messages per read do on a loaded machine. */
+typedef struct slow_clock {
+  hr_tstamp offset;
+  size_t rx;
+} slow_clock;
+
+static slow_clock *the_clock; /* for the provider's on_hello */
+
+static hr_tstamp slow_now(void *ud) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (hr_tstamp)ts.tv_sec * 1000000000ull + (hr_tstamp)ts.tv_nsec +
+         ((slow_clock *)ud)->offset;
+}
+
+static void slow_tap(const void *b, size_t n, void *ud) {
+  slow_clock *k = ud;
+  (void)b;
+  k->rx += n;
+  k->offset += 60ull * 1000000000u;
+}
+
+static int tap_hello(hr_session *s, const hr_hello *peer, uint32_t *wire_error,
+                     void *ud) {
+  (void)peer;
+  (void)wire_error;
+  (void)ud;
+  hr_conn_set_tap(hr_session_user_data(s), slow_tap, NULL, the_clock);
+  return 0;
+}
+
+static int rx_reached(void *ud) {
+  void **p = ud;
+  return ((slow_clock *)p[0])->rx >= *(size_t *)p[1];
+}
+
+/* Regression: the read timeout counted from the time a batch of reads
+ * began, so a peer that kept sending was cut as stalled inside a message
+ * when processing the batch took longer than the timeout (test_attack's
+ * PING flood under load).  Each read now has its own time: with reads a
+ * minute apart and a 200 s timeout, a message cut at the end of a
+ * 256 KiB batch (five reads) is not yet overdue: it began at most two
+ * reads before the batch ended. */
+static void test_read_timeout_per_read(void **state) {
+  fx *f = *state;
+  slow_clock k = {0, 0};
+  hr_engine_config ec;
+  hr_provider p;
+  hr_listener *l;
+  hr_engine *se;
+  uint8_t one[64], *batch;
+  size_t len, total, n = 0, sent = 0;
+  int64_t m_len;
+  hr_msg m;
+  int fd, big = 4 << 20;
+  void *w[2];
+
+  hr_engine_config_default(&ec);
+  ec.session.read_timeout = 200ull * 1000000000u;
+  ec.session.idle_timeout = 0;
+  ec.socket_buffer = 1 << 20;
+  the_clock = &k;
+  se = tl_engine_clock(f->env, &ec, slow_now, &k);
+  hr_store_provider(f->srv.store, &p);
+  p.on_hello = tap_hello;
+  assert_int_equal(hr_engine_listen(se, "127.0.0.1:0", &p, &l), 0);
+  fd = tr_client(f->env, hr_listener_port(l), NULL, f->buf, BUFSZ);
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
+  /* 256 KiB of PONGs (ignored: no answer to read) and the first bytes of
+   * a PING, all in the server's socket before its loop runs again. */
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_PONG;
+  m_len = hr_wire_encode(&m, one, sizeof one);
+  assert_true(m_len > 0);
+  len = (size_t)m_len;
+  total = (256u << 10) / len * len + 5;
+  batch = malloc(total);
+  assert_non_null(batch);
+  while (n + len < total) {
+    memcpy(batch + n, one, len);
+    n += len;
+  }
+  m.hdr.type = HR_MSG_PING;
+  m.u.ping = 77;
+  m_len = hr_wire_encode(&m, one, sizeof one);
+  assert_true(m_len > 5);
+  memcpy(batch + n, one, 5);
+  while (sent < total) {
+    ssize_t r = send(fd, batch + sent, total - sent, MSG_DONTWAIT);
+    assert_true(r > 0); /* the buffers take it all */
+    sent += (size_t)r;
+  }
+  k.rx = 0;
+  w[0] = &k;
+  w[1] = &total;
+  assert_true(tl_run(f->env, rx_reached, w, TL_WAIT_MS));
+  /* Five reads (64 KiB each, then the PING's last byte), each a minute
+   * later: more than the timeout since the batch began. */
+  assert_true(k.offset >= 4 * 60ull * 1000000000u);
+  /* The rest of the PING: the connection is alive and answers it. */
+  assert_int_equal(tl_raw_send(f->env, fd, one + 5, (size_t)m_len - 5), 0);
+  assert_true(
+      tl_raw_expect(f->env, fd, HR_MSG_PONG, 0, f->buf, BUFSZ, &m, TL_WAIT_MS));
+  assert_int_equal(m.u.ping, 77);
+  close(fd);
+  free(batch);
+  tl_engine_finish(f->env, se);
 }
 
 /* A TCP connect that never completes ends with the session's handshake
@@ -406,7 +518,7 @@ static void test_connect_timeout(void **state) {
   e = tl_engine(f->env, &ec);
   snprintf(url, sizeof url, "127.0.0.1:%d", port);
   tc_connect(f->env, e, url, &c, NULL);
-  assert_false(tc_wait_up(&c, 5000));
+  assert_false(tc_wait_up(&c, TL_WAIT_MS));
   assert_true(c.closed);
   assert_int_equal(c.status, HR_ERR_TIMEOUT);
   assert_int_equal(hr_engine_del(e), 0);
@@ -428,7 +540,7 @@ static void test_resource_exhausted_connection(void **state) {
   tl_spin(f->env, 20);
   b = tl_raw_connect(s2.port);
   expect_error(f, b, 0, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_true(tl_raw_wait_eof(f->env, b, 5000));
+  assert_true(tl_raw_wait_eof(f->env, b, TL_WAIT_MS));
   close(b);
   close(a);
   tl_spin(f->env, 20);
@@ -470,14 +582,14 @@ static void test_unauthorized_and_internal(void **state) {
   assert_int_equal(hr_engine_listen(e, "127.0.0.1:0", &p, &l), 0);
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(l));
   tc_connect(f->env, ce, url, &c, NULL);
-  assert_false(tc_wait_up(&c, 5000));
+  assert_false(tc_wait_up(&c, TL_WAIT_MS));
   assert_int_equal(c.status, HR_ERR_REMOTE);
   assert_int_equal(c.wire_error, HR_WIRE_UNAUTHORIZED);
   hr_settings_default(&s);
   s.auth_token = (const uint8_t *)"secret";
   s.auth_token_len = 6;
   tc_connect(f->env, ce, url, &c, &s);
-  assert_true(tc_wait_up(&c, 5000));
+  assert_true(tc_wait_up(&c, TL_WAIT_MS));
   assert_int_equal(tc_get_key(&c, "anything", &r), HR_ERR_REMOTE);
   assert_int_equal(r.rec.wire_error, HR_WIRE_INTERNAL);
   assert_int_equal(r.rec.wire_error_sent, 0);
@@ -516,7 +628,7 @@ static void raw_server_open(fx *f, rawsrv *rs, const hr_msg *hello) {
   rs->fd = accept(rs->lfd, NULL, NULL);
   assert_true(rs->fd >= 0);
   assert_true(tl_raw_expect(f->env, rs->fd, HR_MSG_CLIENT_HELLO, 0, f->buf,
-                            BUFSZ, &m, 5000));
+                            BUFSZ, &m, TL_WAIT_MS));
   if (!hello) {
     tl_hello(&m, 1);
     hello = &m;
@@ -529,7 +641,7 @@ static void raw_server_close(fx *f, rawsrv *rs) {
     close(rs->fd);
   close(rs->lfd);
   if (!rs->c.closed)
-    assert_true(tc_wait_closed(&rs->c, 5000));
+    assert_true(tc_wait_closed(&rs->c, TL_WAIT_MS));
   assert_int_equal(hr_engine_del(rs->ce), 0);
   (void)f;
 }
@@ -545,7 +657,7 @@ static uint32_t raw_get(fx *f, rawsrv *rs, tc_res *r, uint32_t flags,
   o.max_shards = max_shards;
   assert_int_equal(tc_get_start(&rs->c, &o, r, NULL), 0);
   assert_true(tl_raw_expect(f->env, rs->fd, HR_MSG_TENSOR_REQUEST, UINT32_MAX,
-                            f->buf, BUFSZ, &m, 5000));
+                            f->buf, BUFSZ, &m, TL_WAIT_MS));
   return m.hdr.stream_id;
 }
 
@@ -587,7 +699,7 @@ static void test_client_rejects_minor_version(void **state) {
   tl_hello(&m, 1);
   m.u.hello.version_minor = 1;
   raw_server_open(f, &rs, &m);
-  assert_false(tc_wait_up(&rs.c, 5000));
+  assert_false(tc_wait_up(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.wire_error, HR_WIRE_UNSUPPORTED_VERSION);
   assert_int_equal(rs.c.wire_sent, 1);
   expect_error(f, rs.fd, 0, HR_WIRE_UNSUPPORTED_VERSION);
@@ -602,13 +714,13 @@ static void test_client_sync_mode_and_gap(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* sync_mode 1 on a network transport. */
   sid = raw_get(f, &rs, &r, 0, 1);
   descriptor_msg(&m, sid, 16);
   m.u.tensor.desc.buffers[0].sync_mode = HR_SYNC_EVENT;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_not_equal(r.status, 0);
   assert_int_equal(r.rec.wire_error, HR_WIRE_INVALID_SYNC_MODE);
   assert_int_equal(r.rec.wire_error_sent, 1);
@@ -620,7 +732,7 @@ static void test_client_sync_mode_and_gap(void **state) {
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
     send_data(f, rs.fd, sid, 0, 4);
     send_data(f, rs.fd, sid, 8, 8);
-    assert_true(tc_wait(&rs.c, &r, 5000));
+    assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
     assert_int_equal(r.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
     expect_error(f, rs.fd, UINT32_MAX, HR_WIRE_PROTOCOL_VIOLATION);
   }
@@ -636,7 +748,7 @@ static void test_client_shard_inconsistent(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   sid = raw_get(f, &rs, &r, HR_REQ_PARALLEL_OK, 2);
   /* Two shards of [8] that overlap: [0,5) and [4,8). */
   for (i = 0; i < 2; i++) {
@@ -650,7 +762,7 @@ static void test_client_shard_inconsistent(void **state) {
     m.u.tensor.xport.total_shards = 2;
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
   }
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_equal(r.rec.wire_error, HR_WIRE_SHARD_INCONSISTENT);
   assert_int_equal(r.rec.wire_error_sent, 1);
   raw_server_close(f, &rs);
@@ -665,7 +777,7 @@ static void test_client_torn_composite(void **state) {
   hr_descriptor *d;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   sid = raw_get(f, &rs, &r, 0, 1);
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_TENSOR_DESCRIPTOR;
@@ -694,7 +806,7 @@ static void test_client_torn_composite(void **state) {
   m.hdr.stream_id = sid;
   m.u.error.code = HR_WIRE_INTERNAL;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait(&rs.c, &r, 5000));
+  assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
   assert_int_not_equal(r.status, 0);
   assert_null(r.t);
   raw_server_close(f, &rs);
@@ -706,7 +818,7 @@ static void test_client_handles_every_error_code(void **state) {
   uint32_t code;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* Every code the server may answer a request with, and an unassigned
    * one (read as INTERNAL). */
   for (code = HR_WIRE_PROTOCOL_VIOLATION; code <= HR_WIRE_ERROR_LAST + 1;
@@ -721,7 +833,7 @@ static void test_client_handles_every_error_code(void **state) {
     m.u.error.message = (const uint8_t *)"why";
     m.u.error.message_len = 3;
     assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-    assert_true(tc_wait(&rs.c, &r, 5000));
+    assert_true(tc_wait(&rs.c, &r, TL_WAIT_MS));
     assert_int_equal(r.status, HR_ERR_REMOTE);
     assert_null(r.t);
     assert_int_equal(r.rec.wire_error_sent, 0);
@@ -742,7 +854,7 @@ static void test_client_goaway_and_conn_error(void **state) {
   hr_msg m;
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   /* A GOAWAY while a request is open: that stream may finish, no new
    * stream may start. */
   sid = raw_get(f, &rs, &r, 0, 1);
@@ -761,7 +873,7 @@ static void test_client_goaway_and_conn_error(void **state) {
   m.hdr.type = HR_MSG_ERROR;
   m.u.error.code = HR_WIRE_RDMA_SETUP_FAILED;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_true(r.done);
   assert_int_not_equal(r.status, 0);
   assert_int_equal(rs.c.status, HR_ERR_REMOTE);
@@ -769,14 +881,14 @@ static void test_client_goaway_and_conn_error(void **state) {
   raw_server_close(f, &rs);
   /* GOAWAY with nothing open: the client closes cleanly. */
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   memset(&m, 0, sizeof m);
   m.hdr.type = HR_MSG_GOAWAY;
   m.u.goaway.code = HR_WIRE_NO_ERROR;
   m.u.goaway.message = (const uint8_t *)"bye";
   m.u.goaway.message_len = 3;
   assert_int_equal(tl_raw_send_msg(f->env, rs.fd, &m), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.status, HR_ERR_CLOSED);
   raw_server_close(f, &rs);
 }
@@ -787,17 +899,17 @@ static void test_client_too_large_and_unknown(void **state) {
   uint8_t h[HR_HEADER_SIZE];
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   hr_wire_put_header(h, HR_MSG_PONG, 0, (16u << 20) + 1);
   assert_int_equal(tl_raw_send(f->env, rs.fd, h, sizeof h), 0);
-  assert_true(tc_wait_closed(&rs.c, 5000));
+  assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
   assert_int_equal(rs.c.wire_error, HR_WIRE_MESSAGE_TOO_LARGE);
   assert_int_equal(rs.c.wire_sent, 1);
   expect_error(f, rs.fd, 0, HR_WIRE_MESSAGE_TOO_LARGE);
   raw_server_close(f, &rs);
 
   raw_server_open(f, &rs, NULL);
-  assert_true(tc_wait_up(&rs.c, 5000));
+  assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
   hr_wire_put_header(h, 0xEE, 0, 0);
   assert_int_equal(tl_raw_send(f->env, rs.fd, h, sizeof h), 0);
   expect_error(f, rs.fd, 0, HR_WIRE_UNKNOWN_MESSAGE_TYPE);
@@ -818,6 +930,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cancelled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transcode_failed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_timeout_per_read, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resource_exhausted_connection, setup,
                                       teardown),

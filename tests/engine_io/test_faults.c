@@ -85,6 +85,11 @@ static hr_tensor *composite(uint32_t seed) {
   return c;
 }
 
+/* Runs the loop until the server holds at most `n` connections. */
+static void wait_server_conns(fx *f, size_t n) {
+  assert_true(tl_wait_conns(f->env, f->srv.e, n));
+}
+
 /* Records a healthy GET or PUT on a fresh connection. */
 static void record(fx *f, rec2 *r, const char *key, hr_tensor *put) {
   tc_conn c;
@@ -93,7 +98,7 @@ static void record(fx *f, rec2 *r, const char *key, hr_tensor *put) {
   memset(r, 0, sizeof *r);
   tc_connect(f->env, f->ce, f->srv.url, &c, NULL);
   hr_conn_set_tap(c.c, tap_rx, tap_tx, r);
-  assert_true(tc_wait_up(&c, 5000));
+  assert_true(tc_wait_up(&c, TL_WAIT_MS));
   if (put) {
     assert_int_equal(tc_put(&c, key, 0, put, &res), 0);
     assert_int_equal(hr_store_remove(f->srv.store, key, strlen(key)), 0);
@@ -125,6 +130,9 @@ static int setup(void **state) {
   record(f, &f->put_p, "p", f->p);
   record(f, &f->put_c, "pc", f->pc);
   tc_open(f->env, f->ce, f->srv.url, &f->healthy);
+  /* The recording connections are gone on the server's side too: the
+   * tests count the server's connections from here. */
+  wait_server_conns(f, 1);
   *state = f;
   return 0;
 }
@@ -204,7 +212,7 @@ static void still_serving(fx *f, size_t conns_before) {
   tc_open(f->env, f->ce, f->srv.url, &fresh);
   assert_int_equal(tc_ping(&fresh, &r), 0);
   tc_close(&fresh);
-  tl_spin(f->env, 2);
+  wait_server_conns(f, conns_before);
   assert_int_equal(hr_engine_conn_count(f->srv.e), conns_before);
 }
 
@@ -321,12 +329,12 @@ static void client_side_get(fx *f, const rec2 *r, const char *key) {
 
     raw_listen(f, &rs);
     assert_true(tl_raw_expect(f->env, rs.fd, HR_MSG_CLIENT_HELLO, 0, f->buf,
-                              sizeof f->buf, &m, 5000));
+                              sizeof f->buf, &m, TL_WAIT_MS));
     if (cuts[i] > first_msg_len(&r->rx)) {
       /* Past the SERVER_HELLO: a request is on its way. */
       assert_int_equal(
           tl_raw_send(f->env, rs.fd, r->rx.p, first_msg_len(&r->rx)), 0);
-      assert_true(tc_wait_up(&rs.c, 5000));
+      assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
       {
         hr_get_opts o;
         tc_opts(&o, key);
@@ -334,7 +342,7 @@ static void client_side_get(fx *f, const rec2 *r, const char *key) {
         started = 1;
       }
       assert_true(tl_raw_expect(f->env, rs.fd, HR_MSG_TENSOR_REQUEST, 1, f->buf,
-                                sizeof f->buf, &m, 5000));
+                                sizeof f->buf, &m, TL_WAIT_MS));
       assert_int_equal(tl_raw_send(f->env, rs.fd,
                                    r->rx.p + first_msg_len(&r->rx),
                                    cuts[i] - first_msg_len(&r->rx)),
@@ -344,7 +352,7 @@ static void client_side_get(fx *f, const rec2 *r, const char *key) {
     }
     close(rs.fd);
     close(rs.lfd);
-    assert_true(tc_wait_closed(&rs.c, 5000));
+    assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
     assert_int_not_equal(rs.c.status, 0);
     if (started) {
       assert_true(res.done);
@@ -380,11 +388,11 @@ static void test_client_put_server_dies(void **state) {
       hr_msg m;
       raw_listen(f, &rs);
       assert_true(tl_raw_expect(f->env, rs.fd, HR_MSG_CLIENT_HELLO, 0, f->buf,
-                                sizeof f->buf, &m, 5000));
+                                sizeof f->buf, &m, TL_WAIT_MS));
       assert_int_equal(tl_raw_send(f->env, rs.fd, recs[k]->rx.p,
                                    first_msg_len(&recs[k]->rx)),
                        0);
-      assert_true(tc_wait_up(&rs.c, 5000));
+      assert_true(tc_wait_up(&rs.c, TL_WAIT_MS));
       assert_int_equal(tc_put_start(&rs.c, "x", 0, ts[k], &res), 0);
       /* The raw server reads `want` bytes of the PUT, then dies. */
       while (got < want) {
@@ -403,7 +411,7 @@ static void test_client_put_server_dies(void **state) {
       }
       close(rs.fd);
       close(rs.lfd);
-      assert_true(tc_wait_closed(&rs.c, 5000));
+      assert_true(tc_wait_closed(&rs.c, TL_WAIT_MS));
       assert_int_not_equal(rs.c.status, 0);
       assert_true(res.done);
       assert_int_not_equal(res.status, 0);

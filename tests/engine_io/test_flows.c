@@ -516,6 +516,12 @@ static int both(void *ud) {
   return ((closed_cb *)p[0])->closed && ((tc_res *)p[1])->done;
 }
 
+/* The server has a stream open (or the answer already came). */
+static int started(void *ud) {
+  void **p = ud;
+  return hr_engine_stream_count(p[0]) > 0 || ((tc_res *)p[1])->done;
+}
+
 static void test_graceful_shutdown(void **state) {
   fx *f = *state;
   uint64_t shape[1] = {24u << 20};
@@ -530,7 +536,11 @@ static void test_graceful_shutdown(void **state) {
   tl_put(&f->srv, "gs/big", t);
   tc_opts(&o, "gs/big");
   assert_int_equal(tc_get_start(&f->c, &o, &r, NULL), 0);
-  tl_spin(f->env, 2);
+  /* The request must have reached the server before the close, or it
+   * is not an active GET that the drain lets finish. */
+  p[0] = se;
+  p[1] = &r;
+  assert_true(tl_run(f->env, started, p, TL_WAIT_MS));
   /* Drain: the active GET finishes, the server goes away. */
   assert_int_equal(hr_engine_close(se, on_closed, &cl), 0);
   assert_int_equal(hr_engine_close(se, on_closed, &cl), HR_ERR_STATE);
@@ -574,7 +584,8 @@ static void test_connection_cap(void **state) {
   assert_int_equal(c.wire_sent, 0);
   /* One leaves: the next one gets in. */
   tc_close(&a);
-  tl_spin(f->env, 20);
+  /* The server must have seen a's close before c fits under the cap. */
+  assert_true(tl_wait_conns(f->env, s2.e, 1));
   tc_open(f->env, f->ce, s2.url, &c);
   assert_int_equal(hr_engine_conn_count(s2.e), 2);
   tc_close(&b);

@@ -49,6 +49,8 @@ struct tl_adapter {
   hr_engine *e;
   hr_tstamp deadline;
   tl_adapter *next;
+  hr_tstamp (*clock)(void *ud); /* tl_engine_clock() */
+  void *clock_ud;
 };
 
 struct tl_env {
@@ -203,7 +205,13 @@ int tl_mode(const tl_env *env) {
   return env->mode;
 }
 
-hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
+static hr_tstamp ep_now(void *ud) {
+  tl_adapter *a = ud;
+  return a->clock(a->clock_ud);
+}
+
+static hr_engine *engine_on(tl_env *env, const hr_engine_config *cfg,
+                            hr_tstamp (*clock)(void *ud), void *ud) {
   hr_engine *e = NULL;
 
   if (env->mode == TL_EPOLL) {
@@ -212,19 +220,34 @@ hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
     CHECK(a);
     a->env = env;
     a->deadline = HR_TSTAMP_NEVER;
+    a->clock = clock;
+    a->clock_ud = ud;
     memset(&ops, 0, sizeof ops);
     ops.size = sizeof ops;
     ops.watch = ep_watch;
     ops.timer = ep_timer;
     ops.release = ep_release;
+    if (clock)
+      ops.now = ep_now;
     a->next = env->adapters;
     env->adapters = a;
     CHECK(hr_engine_new(&e, &ops, a, cfg, NULL) == 0);
     a->e = e;
   } else {
+    CHECK(!clock);
     CHECK(hr_ev_attach(&e, env->base, cfg, NULL) == 0);
   }
   return e;
+}
+
+hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg) {
+  return engine_on(env, cfg, NULL, NULL);
+}
+
+hr_engine *tl_engine_clock(tl_env *env, const hr_engine_config *cfg,
+                           hr_tstamp (*clock)(void *ud), void *ud) {
+  CHECK(clock && env->mode == TL_EPOLL);
+  return engine_on(env, cfg, clock, ud);
 }
 
 int tl_run(tl_env *env, int (*done)(void *), void *ud, int timeout_ms) {
@@ -251,6 +274,21 @@ static int never(void *ud) {
 
 void tl_spin(tl_env *env, int ms) {
   tl_run(env, never, NULL, ms);
+}
+
+typedef struct conns_at_most {
+  hr_engine *e;
+  size_t n;
+} conns_at_most;
+
+static int conns_down(void *ud) {
+  conns_at_most *w = ud;
+  return hr_engine_conn_count(w->e) <= w->n;
+}
+
+int tl_wait_conns(tl_env *env, hr_engine *e, size_t n) {
+  conns_at_most w = {e, n};
+  return tl_run(env, conns_down, &w, TL_WAIT_MS);
 }
 
 typedef struct closed_flag {
@@ -507,6 +545,25 @@ int tl_raw_listen(int *port) {
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+int tl_raw_dead_port(int *port) {
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+  if (fd < 0)
+    return -1;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
       getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     close(fd);
     return -1;

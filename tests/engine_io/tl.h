@@ -19,6 +19,12 @@
 
 enum { TL_EPOLL = 0, TL_LIBEVENT = 1 };
 
+/* The deadline of a wait for I/O, a timer or another thread.  Generous,
+ * so that a loaded machine (CI on two cores, sanitizers) never trips it;
+ * every wait ends as soon as its condition holds, so a passing test does
+ * not take longer for it. */
+#define TL_WAIT_MS 20000
+
 typedef struct tl_env tl_env;
 
 tl_env *tl_new(int mode);
@@ -27,11 +33,20 @@ void tl_free(tl_env *env);
 int tl_mode(const tl_env *env);
 /* Creates an engine on the loop (cfg NULL: defaults). */
 hr_engine *tl_engine(tl_env *env, const hr_engine_config *cfg);
+/* The same on an epoll loop, the engine reading its time from
+ * clock(ud) (hr_loop_ops.now) instead of CLOCK_MONOTONIC; the loop's
+ * timers still run on the real clock. */
+hr_engine *tl_engine_clock(tl_env *env, const hr_engine_config *cfg,
+                           hr_tstamp (*clock)(void *ud), void *ud);
 /* Runs the loop until done(ud) returns non-zero or timeout_ms passed.
  * Returns 1 when done, 0 on timeout. */
 int tl_run(tl_env *env, int (*done)(void *), void *ud, int timeout_ms);
 /* Runs the loop for `ms` milliseconds. */
 void tl_spin(tl_env *env, int ms);
+/* Runs the loop until engine `e` holds at most `n` connections (a peer's
+ * close reaches the engine a turn of the loop or more after the peer
+ * made it), at most TL_WAIT_MS.  Returns 1 when it does, 0 on timeout. */
+int tl_wait_conns(tl_env *env, hr_engine *e, size_t n);
 /* Closes the engine gracefully, runs until it closed, deletes it and
  * checks that hr_engine_del() succeeded. */
 void tl_engine_finish(tl_env *env, hr_engine *e);
@@ -88,6 +103,11 @@ int tl_same_elements(hr_tensor *ref, const uint64_t *offset, hr_tensor *got);
 int tl_raw_connect(int port);
 /* A listening socket on 127.0.0.1, port 0; *port receives the port. */
 int tl_raw_listen(int *port);
+/* A socket bound to 127.0.0.1, port 0, that does not listen; *port
+ * receives the port.  Connects to the port are refused, and while the
+ * socket is open no other process (tests run in parallel) can listen
+ * there, which a listener closed at once would not ensure. */
+int tl_raw_dead_port(int *port);
 /* Writes everything, running the loop of `env` (may be NULL) while the
  * socket is full.  Returns 0 or -1 (the peer is gone). */
 int tl_raw_send(tl_env *env, int fd, const void *p, size_t n);

@@ -20,7 +20,7 @@ int tr_client(tl_env *env, int port, const hr_msg *hello, uint8_t *buf,
     tl_hello(&m, 0);
   assert_int_equal(tl_raw_send_msg(env, fd, &m), 0);
   assert_true(
-      tl_raw_expect(env, fd, HR_MSG_SERVER_HELLO, 0, buf, cap, &m, 5000));
+      tl_raw_expect(env, fd, HR_MSG_SERVER_HELLO, 0, buf, cap, &m, TL_WAIT_MS));
   return fd;
 }
 
@@ -28,7 +28,8 @@ uint32_t tr_expect_error(tl_env *env, int fd, uint32_t stream, uint32_t code,
                          uint8_t *buf, size_t cap) {
   hr_msg m;
 
-  assert_true(tl_raw_expect(env, fd, HR_MSG_ERROR, stream, buf, cap, &m, 5000));
+  assert_true(
+      tl_raw_expect(env, fd, HR_MSG_ERROR, stream, buf, cap, &m, TL_WAIT_MS));
   if (m.u.error.code != code)
     fprintf(stderr, "expected %s, got %s on stream %u: %.*s\n",
             hr_wire_error_name(code), hr_wire_error_name(m.u.error.code),
@@ -46,7 +47,7 @@ void tr_expect_alive(tl_env *env, int fd, uint64_t value, uint8_t *buf,
   m.hdr.type = HR_MSG_PING;
   m.u.ping = value;
   assert_int_equal(tl_raw_send_msg(env, fd, &m), 0);
-  assert_true(tl_raw_expect(env, fd, HR_MSG_PONG, 0, buf, cap, &m, 5000));
+  assert_true(tl_raw_expect(env, fd, HR_MSG_PONG, 0, buf, cap, &m, TL_WAIT_MS));
   assert_int_equal(m.u.ping, value);
 }
 

@@ -268,7 +268,7 @@ void fp_close(fpeer *p) {
   hr_rdma_conn_del(p->conn);
   p->conn = NULL;
   /* Whatever was cancelled completes within a few turns. */
-  hr_tstamp end = fp_now() + 5000000000u;
+  hr_tstamp end = fp_now() + 20000000000ull;
   while (hr_fabric_busy(p->f) && fp_now() < end) {
     fpeer *one[1] = {p};
     fp_turn(one, 1, 10);

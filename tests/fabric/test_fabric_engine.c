@@ -233,7 +233,7 @@ static void test_registration_lifetime(void **state) {
   assert_int_equal(s1.mr_cache_invalidations, s0.mr_cache_invalidations);
   /* The client's destination: registered per GET, closed after it. */
   inval_wait cw = {cf, c0.mr_cache_invalidations + 2};
-  assert_int_equal(tl_run(f.env, invalidated, &cw, 5000), 1);
+  assert_int_equal(tl_run(f.env, invalidated, &cw, TL_WAIT_MS), 1);
   hr_fabric_get_stats(cf, &c1);
   assert_int_equal(c1.mr_cache_misses - c0.mr_cache_misses, 2);
   /* Freed and mapped again at the same address: registered anew. */
@@ -249,7 +249,7 @@ static void test_registration_lifetime(void **state) {
   hr_tensor_unref(other);
   hr_tensor_unref(t);
   inval_wait sw = {sf, s0.mr_cache_invalidations + 1};
-  assert_int_equal(tl_run(f.env, invalidated, &sw, 5000), 1);
+  assert_int_equal(tl_run(f.env, invalidated, &sw, TL_WAIT_MS), 1);
   assert_int_equal(munmap(src, LIFE_LEN), 0);
   /* New memory at the same address, other bytes: a new registration. */
   assert_ptr_equal(mapping(src, 47), src);

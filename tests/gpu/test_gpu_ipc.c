@@ -512,7 +512,7 @@ static void engine_cross_process(void **state) {
   assert_int_equal(hr_store_remove(nt.srv.store, "dev", 3), 0);
   /* The child dropped its tensor (BUFFER_RELEASE) and left: the lease is
    * gone with the connection at the latest. */
-  for (int i = 0; i < 200 && !atomic_load(&sv.released); i++)
+  for (int i = 0; i < 2000 && !atomic_load(&sv.released); i++)
     tl_spin(nt.env, 10);
   assert_int_equal(atomic_load(&sv.released), 1);
   net_stop(&nt);
@@ -564,7 +564,7 @@ static void engine_release_and_sync(void **state) {
   tl_spin(nt.env, 100);
   assert_int_equal(atomic_load(&sv.released), 0);
   tc_res_clear(&r);
-  for (int i = 0; i < 200 && !atomic_load(&sv.released); i++)
+  for (int i = 0; i < 2000 && !atomic_load(&sv.released); i++)
     tl_spin(nt.env, 10);
   assert_int_equal(atomic_load(&sv.released), 1);
   assert_false(c.closed);

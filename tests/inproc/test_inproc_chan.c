@@ -253,7 +253,7 @@ static void test_recv_wait(void **state) {
   assert_int_equal(hr_inproc_recv_wait(l.ch, &m, 1000000), HR_ERR_TIMEOUT);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, late_sender, &l), 0);
-  assert_int_equal(hr_inproc_recv_wait(l.ch, &m, 10000000000ll), 0);
+  assert_int_equal(hr_inproc_recv_wait(l.ch, &m, 30000000000ll), 0);
   pthread_join(th, NULL);
   hr_tensor_unref(l.t);
   assert_int_equal(r.calls, 0);

@@ -123,7 +123,42 @@ static void fx_stop_server(fx *f) {
 
 /* Runs the client's loop (and, on one loop, the server's) until *flag. */
 static void fx_wait(fx *f, int *flag) {
-  assert_true(tl_run(f->cenv, stopped, flag, 10000));
+  assert_true(tl_run(f->cenv, stopped, flag, TL_WAIT_MS));
+}
+
+/* Runs `env` until *p (read atomically) equals `want`: a release or a
+ * cancel travels to its loop as a message, which takes a turn of it. */
+typedef struct int_is {
+  const int *p;
+  int want;
+} int_is;
+
+static int int_reached(void *ud) {
+  int_is *w = ud;
+  return __atomic_load_n(w->p, __ATOMIC_SEQ_CST) == w->want;
+}
+
+static void wait_int(tl_env *env, const int *p, int want) {
+  int_is w = {p, want};
+  assert_true(tl_run(env, int_reached, &w, TL_WAIT_MS));
+}
+
+/* Runs `env` until the hub counts `want` live handles. */
+typedef struct live_is {
+  hr_inproc_hub *hub;
+  uint64_t want;
+} live_is;
+
+static int live_reached(void *ud) {
+  live_is *w = ud;
+  hr_handoff_counts c;
+  hr_inproc_hub_counts(w->hub, &c);
+  return c.live == w->want;
+}
+
+static void wait_live(tl_env *env, hr_inproc_hub *hub, uint64_t want) {
+  live_is w = {hub, want};
+  assert_true(tl_run(env, live_reached, &w, TL_WAIT_MS));
 }
 
 static void fx_finish(fx *f) {
@@ -339,17 +374,16 @@ static void flows(int threaded, int mode) {
   hr_tensor_unref(g.t);
   hr_tensor_unref(g2.t);
   fx_stop_server(&f);
-  if (threaded)
-    tl_spin(f.senv, 20);
+  wait_live(f.senv, f.hub, 1); /* only the PUT, which the store holds */
   hr_inproc_hub_counts(f.hub, &c);
-  assert_int_equal(c.live, 1); /* only the PUT, which the store holds */
+  assert_int_equal(c.live, 1);
   assert_int_equal(c.double_releases, 0);
   assert_int_equal(f.w.released, 0);
 
   /* The PUT tensor lives in the store; removing it drops the server's
    * reference, whose release goes back to the client's loop. */
   assert_int_equal(hr_store_remove(f.store, "p", 1), 0);
-  tl_spin(f.cenv, 20);
+  wait_int(f.cenv, &pw.released, 1);
   assert_int_equal(pw.released, 1);
   assert_true(pthread_equal(pw.by, pthread_self()));
   hr_inproc_hub_counts(f.hub, &c);
@@ -389,9 +423,7 @@ static void test_release_on_server_thread(void **state) {
   f.stop = 0;
   fx_run_server(&f);
   hr_tensor_unref(g.t);
-  for (int i = 0; i < 1000 && !__atomic_load_n(&o.released, __ATOMIC_SEQ_CST);
-       i++)
-    tl_spin(f.cenv, 5);
+  wait_int(f.cenv, &o.released, 1);
   assert_int_equal(o.released, 1);
   fx_stop_server(&f);
   assert_false(pthread_equal(o.by, pthread_self()));
@@ -404,6 +436,16 @@ typedef struct slow {
   hr_srv_get *held;
   int cancelled;
 } slow;
+
+static int holds_get(void *ud) {
+  return ((slow *)ud)->held != NULL;
+}
+
+/* Runs the server's loop until the slow provider holds a GET (the
+ * request reaches it as a message, which takes a turn of the loop). */
+static void wait_held(fx *f, slow *sl) {
+  assert_true(tl_run(f->senv, holds_get, sl, TL_WAIT_MS));
+}
 
 static int slow_get(hr_session *s, hr_srv_get *g, void *ud) {
   slow *sl = ud;
@@ -455,8 +497,7 @@ static void test_close_with_outstanding(void **state) {
   got held;
   memset(&held, 0, sizeof held);
   assert_int_equal(hr_inproc_get(sc, &o, on_get, &held, NULL), 0);
-  tl_spin(f.senv, 20);
-  assert_non_null(sl.held);
+  wait_held(&f, &sl);
   assert_int_equal(held.done, 0);
   assert_int_equal(hr_inproc_conn_pending(sc), 1);
   hr_inproc_server_close(ss);
@@ -516,13 +557,12 @@ static void test_conn_close_pending(void **state) {
   got held;
   memset(&held, 0, sizeof held);
   assert_int_equal(hr_inproc_get(sc, &o, on_get, &held, NULL), 0);
-  tl_spin(f.senv, 20);
-  assert_non_null(sl.held);
+  wait_held(&f, &sl);
   hr_inproc_conn_close(sc);
   assert_int_equal(held.done, 0); /* not from inside the call */
   fx_wait(&f, &held.done);
   assert_int_equal(held.status, HR_ERR_CLOSED);
-  tl_spin(f.senv, 20);
+  wait_int(f.senv, &sl.cancelled, 1);
   assert_int_equal(sl.cancelled, 1);
   hr_inproc_server_close(ss);
   fx_finish(&f);
@@ -598,7 +638,7 @@ static void test_chan_wakes_engine(void **state) {
   assert_int_equal(hr_inproc_chan_new(&w.ch, &cc, NULL), 0);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, chan_producer, &w), 0);
-  assert_true(tl_run(env, all_in, &w, 10000));
+  assert_true(tl_run(env, all_in, &w, TL_WAIT_MS));
   pthread_join(th, NULL);
   assert_int_equal(w.got, 64);
   assert_true(w.wakeups >= 1);
@@ -653,7 +693,8 @@ static void test_composite_by_reference(void **state) {
   hr_inproc_hub_counts(f.hub, &c);
   assert_int_equal(c.live, 1);
   hr_tensor_unref(keep);
-  tl_spin(f.senv, 20);
+  wait_int(f.senv, &a.released, 1);
+  wait_int(f.senv, &b.released, 1);
   assert_int_equal(a.released, 1);
   assert_int_equal(b.released, 1);
   free(a.buf);
@@ -684,8 +725,7 @@ static void test_answer_later(void **state) {
   got g;
   memset(&g, 0, sizeof g);
   assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
-  tl_spin(f.senv, 20);
-  assert_non_null(sl.held);
+  wait_held(&f, &sl);
   const hr_get_info *info = hr_srv_get_info(sl.held);
   assert_non_null(info);
   assert_int_equal(info->key_len, 1);
@@ -696,10 +736,11 @@ static void test_answer_later(void **state) {
   assert_int_equal(g.status, 0);
   assert_ptr_equal(hr_tensor_buffer(g.t, 0), f.w.buf);
   hr_tensor_unref(g.t);
-  /* And a refusal, later too. */
+  /* And a refusal, later too (the first GET's handle is spent). */
   memset(&g, 0, sizeof g);
+  sl.held = NULL;
   assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
-  tl_spin(f.senv, 20);
+  wait_held(&f, &sl);
   assert_int_equal(hr_get_fail(sl.held, HR_WIRE_UNAUTHORIZED, "no"), 0);
   fx_wait(&f, &g.done);
   assert_int_equal(g.status, HR_ERR_REMOTE);
@@ -725,7 +766,7 @@ static void test_same_engine(void **state) {
   got g;
   memset(&g, 0, sizeof g);
   assert_int_equal(hr_inproc_get(self, &o, on_get, &g, NULL), 0);
-  assert_true(tl_run(f.senv, stopped, &g.done, 10000));
+  assert_true(tl_run(f.senv, stopped, &g.done, TL_WAIT_MS));
   assert_int_equal(g.status, 0);
   assert_ptr_equal(hr_tensor_buffer(g.t, 0), f.w.buf);
   hr_tensor_unref(g.t);

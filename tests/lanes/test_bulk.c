@@ -90,7 +90,7 @@ static void cconn_open(tl_env *env, hr_engine *e, const char *url,
   memset(cc, 0, sizeof *cc);
   assert_int_equal(
       hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c), 0);
-  assert_true(tl_run(env, conn_settled, cc, 10000));
+  assert_true(tl_run(env, conn_settled, cc, TL_WAIT_MS));
   assert_true(cc->up);
   assert_int_equal(hr_conn_lanes(cc->c), lanes);
 }
@@ -242,7 +242,7 @@ static void transfers(uint64_t bulk_min) {
     got_check(&a, t);
     got_check(&b, t);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   }
   /* A PUT: the client's workers write, the server's read. */
   {
@@ -264,7 +264,7 @@ static void transfers(uint64_t bulk_min) {
     got_check(&g, u);
     hr_tensor_unref(u);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   }
   /* Offloading starts the pools' threads; without it no thread moves a
    * byte (the old path: nothing but the loop). */
@@ -318,7 +318,7 @@ static void lone_on_the_loop(void **state) {
     if (before > 0 && lanes == 2)
       assert_true(threads_now() > before);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   }
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
@@ -457,11 +457,11 @@ static void interrupted(int how, unsigned lanes) {
     hr_conn_close(cc.c);
   } else if (how == CUT_SERVER && lanes == 1) {
     /* Lane 0 went: the connection closed. */
-    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   } else if (how == CUT_SERVER) {
     hr_conn_close(cc.c);
   }
-  assert_true(tl_run(env, conn_closed, &cc, 10000));
+  assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   /* The server goes on: a new connection gets the tensor. */
   cconn_open(env, ce, srv.url, lanes, &cc);
   got h;
@@ -469,7 +469,7 @@ static void interrupted(int how, unsigned lanes) {
   assert_true(tl_run(env, got_done, &h, 20000));
   got_check(&h, t);
   hr_conn_close(cc.c);
-  assert_true(tl_run(env, conn_closed, &cc, 10000));
+  assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
   tl_server_stop(env, &srv);
@@ -531,13 +531,13 @@ static void stalled_peer(void **state) {
   memset(&ca, 0, sizeof ca);
   assert_int_equal(
       hr_engine_connect_group(ea, srv.url, 1, NULL, on_conn, &ca, &ca.c), 0);
-  assert_true(pump(&w, conn_settled, &ca, 10000));
+  assert_true(pump(&w, conn_settled, &ca, TL_WAIT_MS));
   assert_true(ca.up);
   cconn_open(w.a, eb, srv.url, 1, &cb);
   got ga;
   get_start(ea, &ca, "w", 0, 0, &ga);
   partway pw = {&ca, &ga, 1u << 20};
-  assert_true(pump(&w, got_partway, &pw, 10000));
+  assert_true(pump(&w, got_partway, &pw, TL_WAIT_MS));
   assert_false(ga.done);
   /* A stops reading: alone, the job writing to it gives up after 200 ms
    * and the loop takes A's bytes back. */
@@ -546,15 +546,15 @@ static void stalled_peer(void **state) {
   /* B's GET must not wait for A (a job that would wait yields). */
   got gb;
   get_start(eb, &cb, "w", 0, 0, &gb);
-  assert_true(tl_run(w.a, got_done, &gb, 5000));
+  assert_true(tl_run(w.a, got_done, &gb, TL_WAIT_MS));
   got_check(&gb, t);
   /* A reads again and gets every byte. */
   assert_true(pump(&w, got_done, &ga, 20000));
   got_check(&ga, t);
   hr_conn_close(ca.c);
-  assert_true(pump(&w, conn_closed, &ca, 10000));
+  assert_true(pump(&w, conn_closed, &ca, TL_WAIT_MS));
   hr_conn_close(cb.c);
-  assert_true(tl_run(w.a, conn_closed, &cb, 10000));
+  assert_true(tl_run(w.a, conn_closed, &cb, TL_WAIT_MS));
   tl_engine_finish(w.b, ea);
   tl_engine_finish(w.a, eb);
   hr_tensor_unref(t);

@@ -62,7 +62,7 @@ static void cconn_open(tl_env *env, hr_engine *e, const char *url,
   memset(cc, 0, sizeof *cc);
   assert_int_equal(
       hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c), 0);
-  assert_true(tl_run(env, conn_settled, cc, 10000));
+  assert_true(tl_run(env, conn_settled, cc, TL_WAIT_MS));
   assert_true(cc->up);
   assert_int_equal(hr_conn_lanes(cc->c), lanes);
 }
@@ -96,7 +96,7 @@ static int conn_closed(void *ud) {
 
 static void cconn_close(tl_env *env, cconn *cc) {
   hr_conn_close(cc->c);
-  assert_true(tl_run(env, conn_closed, cc, 10000));
+  assert_true(tl_run(env, conn_closed, cc, TL_WAIT_MS));
 }
 
 /* ---- parallel GETs ------------------------------------------------------- */
@@ -366,7 +366,7 @@ static void joins_on_the_wire(void **state) {
   tl_hello(&hello, 0);
   assert_int_equal(tl_raw_send_msg(env, fd0, &hello), 0);
   assert_int_equal(tl_raw_expect(env, fd0, HR_MSG_SERVER_HELLO, 0, buf,
-                                 sizeof buf, &m, 5000),
+                                 sizeof buf, &m, TL_WAIT_MS),
                    1);
   assert_int_equal(m.u.hello.exts.session_token_len, 16);
   uint8_t tok[16];
@@ -386,25 +386,26 @@ static void joins_on_the_wire(void **state) {
     hello.u.hello.ext_raw_len = (size_t)w;
     assert_int_equal(tl_raw_send_msg(env, fd, &hello), 0);
     if (i == 0) {
-      assert_int_equal(
-          tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf, &m, 5000),
-          1);
+      assert_int_equal(tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf,
+                                     &m, TL_WAIT_MS),
+                       1);
       assert_int_equal(m.u.error.code, HR_WIRE_UNAUTHORIZED);
-      assert_int_equal(tl_raw_wait_eof(env, fd, 5000), 1);
+      assert_int_equal(tl_raw_wait_eof(env, fd, TL_WAIT_MS), 1);
     } else {
       /* The right token: this connection is lane 1 of the session, and
        * its SERVER_HELLO names the same session. */
       assert_int_equal(tl_raw_expect(env, fd, HR_MSG_SERVER_HELLO, 0, buf,
-                                     sizeof buf, &m, 5000),
+                                     sizeof buf, &m, TL_WAIT_MS),
                        1);
       assert_int_equal(m.u.hello.exts.session_token_len, 16);
       assert_memory_equal(m.u.hello.exts.session_token, tok, 16);
     }
     close(fd);
   }
-  /* Lane 0 gone, the token is gone. */
+  /* Lane 0 gone, the token is gone (once the server has seen both
+   * closes). */
   close(fd0);
-  tl_spin(env, 100);
+  assert_true(tl_wait_conns(env, srv.e, 0));
   int fd = tl_raw_connect(srv.port);
   uint8_t ext[32];
   int w = hr_ext_put(ext, sizeof ext, HR_EXT_SESSION_JOIN, tok, 16);
@@ -414,7 +415,8 @@ static void joins_on_the_wire(void **state) {
   hello.u.hello.ext_raw_len = (size_t)w;
   assert_int_equal(tl_raw_send_msg(env, fd, &hello), 0);
   assert_int_equal(
-      tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf, &m, 5000), 1);
+      tl_raw_expect(env, fd, HR_MSG_ERROR, 0, buf, sizeof buf, &m, TL_WAIT_MS),
+      1);
   assert_int_equal(m.u.error.code, HR_WIRE_UNAUTHORIZED);
   close(fd);
   tl_server_stop(env, &srv);

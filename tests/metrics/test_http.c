@@ -155,7 +155,7 @@ static int scrape(world *w, const char *path, enum evhttp_cmd_type cmd) {
   w->http_done = 0;
   w->body[0] = 0;
   assert_int_equal(evhttp_make_request(hc, req, cmd, path), 0);
-  assert_true(run_until(w, &w->http_done, 1, 5000));
+  assert_true(run_until(w, &w->http_done, 1, TL_WAIT_MS));
   evhttp_connection_free(hc);
   return w->http_code;
 }
@@ -240,7 +240,7 @@ static void test_scrape(void **state) {
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
                    0);
-  assert_true(run_until(w, &w->up, 1, 5000));
+  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
 
   /* Traffic: 2 GETs as stored, 1 transcoded, 1 missing; a PUT accepted
    * and one refused (the key exists); a LIST; a PING. */
@@ -258,10 +258,10 @@ static void test_scrape(void **state) {
   assert_int_equal(hr_session_ping(hr_conn_session(w->conn), on_ping, w), 0);
   w->pending++;
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_true(run_until(w, &w->pending, 0, TL_WAIT_MS));
   put_tensor(w, "w/a", p); /* exists: ALREADY_EXISTS */
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_true(run_until(w, &w->pending, 0, TL_WAIT_MS));
   hr_tensor_unref(p);
   assert_int_equal(w->gets_ok, 3);
   assert_int_equal(w->gets_failed, 1);
@@ -351,7 +351,7 @@ static void test_scrape(void **state) {
   /* The client leaves: closed, and the gauge drops. */
   hr_conn_close(w->conn);
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->closed, 1, 5000));
+  assert_true(run_until(w, &w->closed, 1, TL_WAIT_MS));
   struct timeval tv = {0, 50000};
   event_base_loopexit(w->base, &tv);
   event_base_dispatch(w->base);
@@ -421,14 +421,14 @@ static void test_refusals(void **state) {
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
                    0);
-  assert_true(run_until(w, &w->up, 1, 5000));
+  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
 
   /* Two GETs in one write: the second arrives while the first (256 KiB)
    * still holds the only stream. */
   get_key(w, "big", HR_LAYOUT_ROW_MAJOR);
   get_key(w, "big", HR_LAYOUT_ROW_MAJOR);
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_true(run_until(w, &w->pending, 0, TL_WAIT_MS));
   assert_int_equal(w->gets_ok, 1);
   assert_int_equal(w->gets_failed, 1);
 
@@ -436,7 +436,7 @@ static void test_refusals(void **state) {
   w->up = 0;
   w->closed = 0;
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &c2), 0);
-  assert_true(run_until(w, &w->closed, 1, 5000));
+  assert_true(run_until(w, &w->closed, 1, TL_WAIT_MS));
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
   const char *b = w->body;
@@ -521,7 +521,7 @@ static void test_sharded(void **state) {
   snprintf(url, sizeof url, "127.0.0.1:%d", hr_listener_port(lis));
   assert_int_equal(hr_engine_connect(w->cli, url, NULL, on_conn, w, &w->conn),
                    0);
-  assert_true(run_until(w, &w->up, 1, 5000));
+  assert_true(run_until(w, &w->up, 1, TL_WAIT_MS));
 
   hr_layout_entry le = {HR_LAYOUT_ROW_MAJOR, 0, NULL};
   hr_get_opts o;
@@ -536,7 +536,7 @@ static void test_sharded(void **state) {
       hr_session_get(hr_conn_session(w->conn), &o, on_get, w, NULL), 0);
   w->pending++;
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->pending, 0, 10000));
+  assert_true(run_until(w, &w->pending, 0, TL_WAIT_MS));
   assert_int_equal(w->gets_ok, 1);
 
   assert_int_equal(scrape(w, "/metrics", EVHTTP_REQ_GET), 200);
@@ -566,7 +566,7 @@ static void test_sharded(void **state) {
 
   hr_conn_close(w->conn);
   assert_int_equal(hr_engine_flush(w->cli), 0);
-  assert_true(run_until(w, &w->closed, 1, 5000));
+  assert_true(run_until(w, &w->closed, 1, TL_WAIT_MS));
   hr_ev_metrics_close(w->ep);
   assert_int_equal(hr_engine_close(w->srv, NULL, NULL), 0);
   struct timeval tv = {0, 50000};

@@ -240,7 +240,7 @@ static void test_lanes(void **state) {
   c.e = ce;
   assert_int_equal(
       hr_engine_connect_group(ce, ts.url, 4, NULL, on_group, &c, &c.c), 0);
-  assert_int_equal(tc_wait_up(&c, 10000), 1);
+  assert_int_equal(tc_wait_up(&c, TL_WAIT_MS), 1);
   assert_int_equal(hr_conn_lanes(c.c), 4);
   tc_opts(&o, "m");
   o.flags = HR_REQ_PARALLEL_OK;
@@ -334,11 +334,11 @@ static void test_mtls(void **state) {
   tc_close(&c);
 
   /* Without a certificate: refused, and the client says why. */
-  msg = expect_fail(env, none, ts.url, &c, 5000);
+  msg = expect_fail(env, none, ts.url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "TLS"));
   assert_non_null(strstr(msg, "certificate"));
   /* With one from another CA: refused. */
-  msg = expect_fail(env, other, ts.url, &c, 5000);
+  msg = expect_fail(env, other, ts.url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "TLS"));
   assert_int_equal(sn.calls, 1); /* never reached the session */
 
@@ -371,11 +371,11 @@ static void test_server_verification(void **state) {
   (void)state;
   tls_server(env, &ts, &stc, NULL);
   /* A CA that did not issue the server's certificate. */
-  msg = expect_fail(env, untrusting, ts.url, &c, 5000);
+  msg = expect_fail(env, untrusting, ts.url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "certificate verify failed"));
   assert_int_equal(c.status, HR_ERR_IO);
   /* The right CA, the wrong name. */
-  msg = expect_fail(env, wrong, ts.url, &c, 5000);
+  msg = expect_fail(env, wrong, ts.url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "hostname mismatch"));
   assert_non_null(strstr(msg, "wrong.example"));
   /* Checked by DNS name (SAN localhost, sent as SNI). */
@@ -408,11 +408,11 @@ static void test_plain_vs_tls(void **state) {
 
   /* A plain client at the TLS server. */
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", tls_srv.port);
-  msg = expect_fail(env, ce, url, &c, 5000);
+  msg = expect_fail(env, ce, url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "TLS"));
   /* A TLS client at the plain server. */
   snprintf(url, sizeof url, "hurrays://127.0.0.1:%d", plain_srv.port);
-  msg = expect_fail(env, ce, url, &c, 5000);
+  msg = expect_fail(env, ce, url, &c, TL_WAIT_MS);
   assert_non_null(strstr(msg, "TLS"));
   /* Both servers go on serving their own kind. */
   tc_open(env, ce, tls_srv.url, &c);
@@ -449,7 +449,7 @@ static void test_silent_server_times_out(void **state) {
   ec.session.handshake_timeout = 300000000ull; /* 0.3 s */
   ce = tl_engine(env, &ec);
   snprintf(url, sizeof url, "hurrays://127.0.0.1:%d", port);
-  expect_fail(env, ce, url, &c, 5000);
+  expect_fail(env, ce, url, &c, TL_WAIT_MS);
   assert_int_equal(c.status, HR_ERR_TIMEOUT);
   tl_engine_finish(env, ce);
   close(l);
@@ -475,7 +475,7 @@ static void test_tls12_refused(void **state) {
   ssl = SSL_new(ctx);
   assert_non_null(ssl);
   SSL_set_fd(ssl, fd);
-  for (i = 0; i < 500; i++) {
+  for (i = 0; i < TL_WAIT_MS / 10; i++) {
     rv = SSL_connect(ssl);
     if (rv == 1)
       break;
@@ -543,7 +543,7 @@ static void test_host_ssl_ctx(void **state) {
   assert_int_equal(ti.peer_cert, 1);
   assert_int_equal(tc_ping(&c, &r), 0);
   tc_close(&c);
-  assert_non_null(strstr(expect_fail(env, wrong, ts.url, &c, 5000),
+  assert_non_null(strstr(expect_fail(env, wrong, ts.url, &c, TL_WAIT_MS),
                          "hostname mismatch"));
 
   tl_engine_finish(env, ce);
@@ -603,7 +603,7 @@ static void test_blocking_client(void **state) {
   memset(&tc, 0, sizeof tc);
   tc.ca_file = C.ca;
   o.tls = &tc;
-  o.timeout_ms = 5000;
+  o.timeout_ms = 30000;
   assert_int_equal(hr_client_connect(&cl, url, &o, NULL, &err), 0);
   assert_int_equal(hr_client_tls_info(cl, &ti), 0);
   assert_string_equal(ti.version, "TLSv1.3");

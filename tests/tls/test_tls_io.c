@@ -6,7 +6,9 @@
  * records are left behind and sent by the next call; a TLS 1.3 key
  * update asked by the peer in the middle and answered in order; a
  * close_notify behind all the data; and a receive of many records per
- * read with a key update, byte-exact, ending at the peer's close_notify.
+ * read with a key update, byte-exact, ending at the peer's close_notify;
+ * and a read of several records that meets the peer's close or a damaged
+ * record: the bytes before it first, the close or failure next.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -229,7 +232,7 @@ static int wait_for(hr__tls *t, int fd, int want) {
     pf.events |= POLLIN;
   if (ev & HR_POLL_OUT)
     pf.events |= POLLOUT;
-  if (poll(&pf, 1, 10000) != 1)
+  if (poll(&pf, 1, 30000) != 1)
     return 0;
   if (pf.revents & (POLLIN | POLLHUP | POLLERR))
     r |= HR_POLL_IN;
@@ -415,10 +418,147 @@ static void test_recv(void **state) {
   free(dst);
 }
 
+/* ---- what ends a read that took several records -------------------------- */
+
+#define REC_BYTES 1000
+
+typedef struct ender {
+  pthread_t th;
+  int fd;
+  int corrupt; /* the second record's tag is damaged (else: close_notify) */
+  size_t wire; /* bytes written after the "go" */
+  char fail[160];
+} ender;
+
+/* Server peer: after our "go", a 1000-byte record, then a damaged record
+ * or a close_notify, all in one write(), so that one recv() of ours gets
+ * them together. */
+static void *ender_main(void *arg) {
+  ender *e = arg;
+  peer p;
+  SSL_CTX *ctx;
+  SSL *ssl;
+  BIO *mem;
+  uint8_t rec[REC_BYTES];
+  char go, *wire;
+  long n;
+
+  memset(&p, 0, sizeof p);
+  p.fd = e->fd;
+  p.server = 1;
+  ssl = peer_ssl(&p, &ctx);
+  for (size_t i = 0; i < sizeof rec; i++)
+    rec[i] = pattern(i);
+  if (SSL_accept(ssl) != 1 || SSL_read(ssl, &go, 1) != 1) {
+    snprintf(e->fail, sizeof e->fail, "handshake or go failed");
+    goto out;
+  }
+  mem = BIO_new(BIO_s_mem());
+  SSL_set0_wbio(ssl, mem);
+  if (SSL_write(ssl, rec, REC_BYTES) != REC_BYTES ||
+      (e->corrupt ? SSL_write(ssl, rec, REC_BYTES) != REC_BYTES
+                  : SSL_shutdown(ssl) < 0)) {
+    snprintf(e->fail, sizeof e->fail, "writing the records failed");
+    goto out;
+  }
+  n = BIO_get_mem_data(mem, &wire);
+  if (e->corrupt)
+    wire[n - 1] ^= 0x5a; /* the last byte of the second record's tag */
+  e->wire = (size_t)n;
+  if (write(e->fd, wire, (size_t)n) != n)
+    snprintf(e->fail, sizeof e->fail, "write failed");
+out:
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ERR_clear_error();
+  return NULL;
+}
+
+/* A read that reads a record and then meets the peer's close or a record
+ * that does not decrypt returns the record's bytes; the object says it
+ * holds something more, and the next read returns the close (0) or the
+ * failure (EPROTO, with the message written). */
+static void run_ender(int corrupt) {
+  hr__tls_ctx *cx;
+  hr__tls *t;
+  hr_tls_config tc;
+  ender e;
+  char why[256] = "";
+  uint8_t buf[65536];
+  struct iovec go = {(void *)"g", 1};
+  int fd, avail = 0, k;
+  ssize_t r;
+
+  memset(&tc, 0, sizeof tc);
+  tc.ca_file = C.ca;
+  tc.no_ktls = 1;
+  assert_int_equal(hr__tls_ctx_new(&cx, 0, &tc, NULL, why, sizeof why), 0);
+  memset(&e, 0, sizeof e);
+  e.corrupt = corrupt;
+  tcp_pair(&fd, &e.fd, 0);
+  assert_int_equal(hr__tls_new(&t, cx, fd, "127.0.0.1", why, sizeof why),
+                   0);
+  pthread_create(&e.th, NULL, ender_main, &e);
+  for (k = 0; !hr__tls_ready(t); k++) {
+    assert_true(k < 1000);
+    r = hr__tls_recv(t, buf, sizeof buf, 0);
+    assert_true(r < 0 && errno == EAGAIN);
+    if (!hr__tls_ready(t))
+      assert_true(wait_for(t, fd, HR_POLL_IN) != 0);
+  }
+  while ((r = hr__tls_sendv(t, &go, 1)) < 0 && errno == EAGAIN)
+    wait_for(t, fd, HR_POLL_OUT);
+  assert_int_equal(r, 1);
+  pthread_join(e.th, NULL);
+  if (e.fail[0])
+    fail_msg("peer: %s", e.fail);
+  /* Everything has arrived: one recv() takes both records. */
+  for (k = 0; (size_t)avail < e.wire; k++) {
+    assert_true(k < 10000);
+    assert_int_equal(ioctl(fd, FIONREAD, &avail), 0);
+    if ((size_t)avail < e.wire)
+      usleep(1000);
+  }
+  r = hr__tls_recv(t, buf, sizeof buf, 0);
+  assert_int_equal(r, REC_BYTES);
+  for (size_t i = 0; i < REC_BYTES; i++)
+    assert_int_equal(buf[i], pattern(i));
+  assert_true(hr__tls_pending(t));
+  r = hr__tls_recv(t, buf, sizeof buf, 0);
+  if (corrupt) {
+    assert_int_equal(r, -1);
+    assert_int_equal(errno, EPROTO);
+    if (!strstr(why, "TLS connection failed"))
+      fail_msg("message: %s", why);
+    r = hr__tls_recv(t, buf, sizeof buf, 0);
+    assert_int_equal(r, -1);
+    assert_int_equal(errno, EPROTO);
+  } else {
+    assert_int_equal(r, 0);
+    assert_string_equal(why, "");
+  }
+  hr__tls_del(t);
+  hr__tls_ctx_del(cx);
+  close(fd);
+  close(e.fd);
+}
+
+static void test_recv_then_close(void **state) {
+  (void)state;
+  run_ender(0);
+}
+
+static void test_recv_then_bad_record(void **state) {
+  (void)state;
+  run_ender(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_send),
       cmocka_unit_test(test_recv),
+      cmocka_unit_test(test_recv_then_close),
+      cmocka_unit_test(test_recv_then_bad_record),
   };
 
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -284,7 +284,7 @@ static void test_shm_flows(void **state) {
     hr_settings_default(&st);
     st.capabilities &= ~(uint32_t)HR_CAP_SHM_DATA_PLANE;
     tc_connect(env, ce, f->url, &c, &st);
-    assert_true(tc_wait_up(&c, 5000));
+    assert_true(tc_wait_up(&c, TL_WAIT_MS));
     assert_int_equal(tc_get_key(&c, "tuple", &r), 0);
     assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
     assert_true(same_bytes(cases[4].ref, r.t));
@@ -337,7 +337,7 @@ static void test_shm_release(void **state) {
   assert_true(((const float *)hr_tensor_buffer(r.t, 0))[4095] == 4095.0f);
   /* The application lets go: BUFFER_RELEASE, the server frees it. */
   tc_res_clear(&r);
-  assert_true(tl_run(env, flag_set, &g1.released, 5000));
+  assert_true(tl_run(env, flag_set, &g1.released, TL_WAIT_MS));
 
   /* A client that goes away without releasing. */
   t = own_tensor(&g2, 4096 * 4, 1);
@@ -347,7 +347,7 @@ static void test_shm_release(void **state) {
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   assert_int_equal(hr_store_remove(ts.store, "b", 1), 0);
   tc_close(&c);
-  assert_true(tl_run(env, flag_set, &g2.released, 5000));
+  assert_true(tl_run(env, flag_set, &g2.released, TL_WAIT_MS));
   /* Our mapping stays readable after the server let go. */
   assert_true(((const float *)hr_tensor_buffer(r.t, 0))[17] == 17.0f);
   tc_res_clear(&r);
@@ -388,7 +388,7 @@ static void test_shm_release_other_thread(void **state) {
   assert_int_equal(hr_store_remove(ts.store, "a", 1), 0);
   assert_int_equal(pthread_create(&th, NULL, unref_main, r.t), 0);
   r.t = NULL;
-  assert_true(tl_run(env, flag_set, &g.released, 5000));
+  assert_true(tl_run(env, flag_set, &g.released, TL_WAIT_MS));
   pthread_join(th, NULL);
   tc_res_clear(&r);
   tc_close(&c);
@@ -433,7 +433,7 @@ static void test_shm_refused(void **state) {
     tc_res_clear(&r);
     tc_close(&c);
     assert_int_equal(hr_store_remove(ts.store, "x", 1), 0);
-    assert_true(tl_run(env, flag_set, &g.released, 5000));
+    assert_true(tl_run(env, flag_set, &g.released, TL_WAIT_MS));
   }
   tl_engine_finish(env, ce);
   tl_server_stop(env, &ts);

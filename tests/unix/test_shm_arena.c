@@ -288,7 +288,7 @@ static int arena_live_is(void *ud) {
 
 static void wait_live(tl_env *env, hr_shm_arena *a, uint32_t n) {
   void *p[2] = {a, (void *)(uintptr_t)n};
-  assert_true(tl_run(env, arena_live_is, p, 5000));
+  assert_true(tl_run(env, arena_live_is, p, TL_WAIT_MS));
 }
 
 /* GETs of arena tensors: SHM, the arena's fd, one client mapping for all
@@ -345,6 +345,238 @@ static void test_arena_get(void **state) {
   tl_server_stop(env, &ts);
   tl_free(env);
   assert_int_equal(fd_count(), fds0);
+}
+
+/* ---- PUTs land in the arena -------------------------------------------- */
+
+/* The store's provider with its commit watched: the tensor it was given. */
+typedef struct spy {
+  hr_provider inner;
+  hr_tensor *committed; /* borrowed: compared by address only */
+  int commits;
+} spy;
+
+static int spy_commit(hr_session *s, const hr_put_info *info, hr_tensor *t,
+                      uint32_t *wire_error, void *ud) {
+  spy *p = ud;
+
+  p->committed = t;
+  p->commits++;
+  return p->inner.on_put_commit(s, info, t, wire_error, p->inner.user_data);
+}
+
+static int spy_begin(hr_session *s, const hr_put_info *info,
+                     uint32_t *wire_error, void *ud) {
+  spy *p = ud;
+  return p->inner.on_put_begin(s, info, wire_error, p->inner.user_data);
+}
+
+static void spy_abort(hr_session *s, const hr_put_info *info, void *ud) {
+  spy *p = ud;
+  p->inner.on_put_abort(s, info, p->inner.user_data);
+}
+
+static int spy_alloc(hr_session *s, const hr_descriptor *d, unsigned a,
+                     hr_tensor **out, void *ud) {
+  spy *p = ud;
+  return p->inner.on_put_alloc(s, d, a, out, p->inner.user_data);
+}
+
+static int spy_get(hr_session *s, hr_srv_get *g, void *ud) {
+  spy *p = ud;
+  return p->inner.on_get(s, g, p->inner.user_data);
+}
+
+/* A PUT into a store with an arena, over TCP (where the engine would land
+ * it in heap memory) and over the Unix socket (where it would land in a
+ * segment of its own): the landing tensor is allocated in the arena, the
+ * commit gets it and the store keeps that very tensor (no copy at the
+ * commit), and a GET over SHM serves it from the arena's segment.  A PUT
+ * larger than the arena's room still succeeds, in ordinary memory. */
+static void test_arena_put_lands(void **state) {
+  fixture *f = *state;
+  tl_env *env = tl_new(TL_EPOLL);
+  tl_server ts;
+  hr_engine *ce = tl_engine(env, NULL);
+  hr_store_config sc;
+  hr_provider prov;
+  hr_shm_arena *arena;
+  hr_shm_arena_stats as;
+  spy sp;
+  tc_conn tcp, ux;
+  tc_res r;
+  const char *keys[2] = {"tcp", "unix"};
+  hr_listener *tl;
+  char turl[64];
+
+  hr_store_config_default(&sc);
+  sc.shm_arena_bytes = 1u << 20;
+  sc.allow_put = 1;
+  tl_server_start(env, &ts, NULL, &sc);
+  arena = hr_store_arena(ts.store);
+  memset(&sp, 0, sizeof sp);
+  hr_store_provider(ts.store, &sp.inner);
+  assert_non_null(sp.inner.on_put_alloc);
+  memset(&prov, 0, sizeof prov);
+  prov.size = sizeof prov;
+  prov.user_data = &sp;
+  prov.on_get = spy_get;
+  prov.on_put_begin = spy_begin;
+  prov.on_put_commit = spy_commit;
+  prov.on_put_abort = spy_abort;
+  prov.on_put_alloc = spy_alloc;
+  assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
+  assert_int_equal(hr_engine_listen(ts.e, "127.0.0.1:0", &prov, &tl), 0);
+  snprintf(turl, sizeof turl, "127.0.0.1:%d", hr_listener_port(tl));
+  tc_open(env, ce, turl, &tcp);
+  tc_open(env, ce, f->url, &ux);
+
+  for (int i = 0; i < 2; i++) {
+    hr_tensor *t = heap_bytes(70000, (uint8_t)(i * 31)), *st;
+    tc_conn *c = i == 0 ? &tcp : &ux;
+    int commits = sp.commits;
+
+    assert_int_equal(tc_put(c, keys[i], 0, t, &r), 0);
+    tc_res_clear(&r);
+    hr_tensor_unref(t);
+    assert_int_equal(hr_store_get(ts.store, keys[i], strlen(keys[i]), &st),
+                     0);
+    assert_true(hr_shm_arena_owns(arena, st));
+    assert_true(bytes_are(st, 70000, (uint8_t)(i * 31)));
+    /* The stored tensor is the one the bytes landed in. */
+    assert_int_equal(sp.commits, commits + 1);
+    assert_ptr_equal(st, sp.committed);
+    hr_tensor_unref(st);
+    /* Served over SHM from the arena. */
+    assert_int_equal(tc_get_key(&ux, keys[i], &r), 0);
+    assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+    assert_true(bytes_are(r.t, 70000, (uint8_t)(i * 31)));
+    {
+      char name[128];
+      map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
+      assert_non_null(strstr(name, "memfd:hurray-arena"));
+    }
+    tc_res_clear(&r);
+  }
+  /* Two tensors live in the arena, no third (no copy was ever made). */
+  hr_shm_arena_stats_get(arena, &as);
+  assert_int_equal(as.live, 2);
+
+  /* Larger than the arena: lands and stays in ordinary memory. */
+  {
+    hr_tensor *big = heap_bytes(2u << 20, 7), *st;
+    assert_int_equal(tc_put(&ux, "big", 0, big, &r), 0);
+    tc_res_clear(&r);
+    hr_tensor_unref(big);
+    assert_int_equal(hr_store_get(ts.store, "big", 3, &st), 0);
+    assert_false(hr_shm_arena_owns(arena, st));
+    assert_true(bytes_are(st, 2u << 20, 7));
+    hr_tensor_unref(st);
+  }
+  tc_close(&tcp);
+  tc_close(&ux);
+  tl_engine_finish(env, ce);
+  tl_server_stop(env, &ts);
+  tl_free(env);
+}
+
+/* A provider's on_put_alloc that fails, or gives a tensor that does not
+ * fit the descriptor, refuses the PUT with RESOURCE_EXHAUSTED; one that
+ * declines (HR_ERR_NOT_FOUND) lets the session allocate. */
+typedef struct bad_alloc {
+  hr_store *store;
+  int mode; /* 0: fail, 1: too small, 2: decline */
+} bad_alloc;
+
+static int bad_put_begin(hr_session *s, const hr_put_info *info,
+                         uint32_t *wire_error, void *ud) {
+  (void)s;
+  (void)info;
+  (void)wire_error;
+  (void)ud;
+  return 0;
+}
+
+static int bad_put_commit(hr_session *s, const hr_put_info *info,
+                          hr_tensor *t, uint32_t *wire_error, void *ud) {
+  bad_alloc *b = ud;
+  (void)s;
+  if (hr_store_put(b->store, info->key, info->key_len, t, HR_PUT_REPLACE))
+    *wire_error = HR_WIRE_INTERNAL;
+  return 0;
+}
+
+static void bad_put_abort(hr_session *s, const hr_put_info *info, void *ud) {
+  (void)s;
+  (void)info;
+  (void)ud;
+}
+
+static int bad_get(hr_session *s, hr_srv_get *g, void *ud) {
+  (void)s;
+  (void)ud;
+  hr_get_fail(g, HR_WIRE_NOT_FOUND, "no");
+  return 0;
+}
+
+static int bad_put_alloc(hr_session *s, const hr_descriptor *d, unsigned a,
+                         hr_tensor **out, void *ud) {
+  bad_alloc *b = ud;
+  hr_descriptor small;
+  (void)s;
+  if (b->mode == 0)
+    return HR_ERR_NOMEM;
+  if (b->mode == 2)
+    return HR_ERR_NOT_FOUND;
+  small = *d;
+  small.shape[0] = 1;
+  small.buffers[0].size_bytes = 1;
+  return hr_tensor_alloc(out, &small, a, NULL);
+}
+
+static void test_put_alloc_refusals(void **state) {
+  fixture *f = *state;
+  tl_env *env = tl_new(TL_EPOLL);
+  hr_engine *se = tl_engine(env, NULL), *ce = tl_engine(env, NULL);
+  hr_store_config sc;
+  hr_provider prov;
+  bad_alloc b;
+  tc_conn c;
+  tc_res r;
+  hr_tensor *t = heap_bytes(5000, 3), *st;
+
+  hr_store_config_default(&sc);
+  assert_int_equal(hr_store_new(&b.store, &sc, NULL), 0);
+  memset(&prov, 0, sizeof prov);
+  prov.size = sizeof prov;
+  prov.user_data = &b;
+  prov.on_get = bad_get;
+  prov.on_put_begin = bad_put_begin;
+  prov.on_put_commit = bad_put_commit;
+  prov.on_put_abort = bad_put_abort;
+  prov.on_put_alloc = bad_put_alloc;
+  assert_int_equal(hr_engine_listen(se, f->url, &prov, NULL), 0);
+  tc_open(env, ce, f->url, &c);
+  for (b.mode = 0; b.mode < 2; b.mode++) {
+    assert_int_equal(tc_put(&c, "k", 0, t, &r), HR_ERR_REMOTE);
+    assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+    tc_res_clear(&r);
+  }
+  assert_int_equal(hr_store_get(b.store, "k", 1, &st), HR_ERR_NOT_FOUND);
+  b.mode = 2;
+  assert_int_equal(tc_put(&c, "k", 0, t, &r), 0);
+  tc_res_clear(&r);
+  assert_int_equal(hr_store_get(b.store, "k", 1, &st), 0);
+  assert_true(bytes_are(st, 5000, 3));
+  hr_tensor_unref(st);
+  /* The connection outlived the refusals. */
+  assert_int_equal(tc_ping(&c, &r), 0);
+  tc_close(&c);
+  tl_engine_finish(env, ce);
+  tl_engine_finish(env, se);
+  hr_store_del(b.store);
+  hr_tensor_unref(t);
+  tl_free(env);
 }
 
 /* A replaced tensor's region is reused only after the client released
@@ -451,7 +683,7 @@ static void test_arena_client_dies(void **state) {
   /* Serve until the child has its tensor. */
   fcntl(done[0], F_SETFL, O_NONBLOCK);
   int got = 0;
-  for (int i = 0; i < 500 && !got; i++) {
+  for (int i = 0; i < TL_WAIT_MS / 10 && !got; i++) {
     tl_spin(env, 10);
     got = read(done[0], &b, 1) == 1;
   }
@@ -502,7 +734,7 @@ static void test_arena_narrow_token(void **state) {
   set.auth_token = (const uint8_t *)"full";
   set.auth_token_len = 4;
   tc_connect(env, ce, f->url, &cf, &set);
-  assert_true(tc_wait_up(&cf, 5000));
+  assert_true(tc_wait_up(&cf, TL_WAIT_MS));
   assert_int_equal(tc_get_key(&cf, "pub/small", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
@@ -512,7 +744,7 @@ static void test_arena_narrow_token(void **state) {
   set.auth_token = (const uint8_t *)"narrow";
   set.auth_token_len = 6;
   tc_connect(env, ce, f->url, &cn, &set);
-  assert_true(tc_wait_up(&cn, 5000));
+  assert_true(tc_wait_up(&cn, TL_WAIT_MS));
   /* Small: a view with no segment, so frames. */
   assert_int_equal(tc_get_key(&cn, "pub/small", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
@@ -744,6 +976,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cache_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_segments, setup, teardown),
       cmocka_unit_test(test_cache_direct),
+      cmocka_unit_test_setup_teardown(test_arena_put_lands, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_alloc_refusals, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,7 +179,7 @@ static void test_peer_cred_auth(void **state) {
   /* Our uid is denied: UNAUTHORIZED before the session is up. */
   a.deny_uid = (uint32_t)getuid();
   tc_connect(env, ce, f->url, &c, NULL);
-  assert_int_equal(tc_wait_up(&c, 5000), 0);
+  assert_int_equal(tc_wait_up(&c, TL_WAIT_MS), 0);
   assert_int_equal(c.status, HR_ERR_REMOTE);
   assert_int_equal(c.wire_error, HR_WIRE_UNAUTHORIZED);
   assert_int_equal(a.calls, 2);
