@@ -6,25 +6,32 @@
  * For each N, --reps rounds, each of: a hurray GET of a 1 GiB FLOAT32
  * tensor with PARALLEL_OK and max_shards N over a session of N
  * connections, into the caller's buffer (touched once beforehand: page
- * faults are not the protocol's), with bulk I/O on the worker pools (the
- * default); the same GET with every byte on the loop threads (bulk
- * offload off on both ends, the path before it: the baseline); and
- * `iperf3 -c 127.0.0.1 -P N -t SECS` against `iperf3 -s -1`.  The three
- * are interleaved so that a noisy machine (a shared 2-core VM) disturbs
- * them alike; the median and the best of each are printed, with the
- * ratios of the medians.  During the offloaded GETs the CPU time of
- * every thread of both ends is read from /proc (utime + stime): the
- * busiest thread's share of its process's CPU time, and how many threads
- * did at least 5 % of it, show whether lanes
+ * faults are not the protocol's), with the engines' defaults (bulk I/O
+ * on the worker pools, as many jobs at once as bulk_offload_jobs allows:
+ * automatic, sized to the CPUs, or --offload-jobs); the same GET with
+ * every lane's bytes on the worker pools whatever the CPUs
+ * (bulk_offload_jobs 64, the default before it was sized to the CPUs);
+ * the same GET with every byte on the loop threads (bulk offload off on
+ * both ends: the baseline); and `iperf3 -c 127.0.0.1 -P N -t SECS`
+ * against `iperf3 -s -1`.  The four are interleaved so that a noisy
+ * machine (a shared 2-core VM) disturbs them alike; the median and the
+ * best of each are printed, with the ratios of the medians.  During the
+ * default GETs the CPU time of every thread of both ends is read from
+ * /proc (utime + stime): the busiest thread's share of its process's CPU
+ * time, and how many threads did at least 5 % of it, show whether lanes
  * spread over cores (1 lane: one thread does nearly all; N lanes: about
- * 1/N each).
+ * 1/N each).  A second table gives, for each of the three GETs, the CPU
+ * seconds and the context switches (voluntary + involuntary, all
+ * threads) of both ends per GiB: on a machine whose cores are all busy,
+ * throughput is the cores over the CPU seconds per GiB, so these show
+ * where the time of N lanes goes however loaded the machine is.
  *
  * The servers are forked processes on their own libevent loops (like
  * iperf3's), the client the blocking API; nothing is pinned and no core
  * count is assumed, so it runs unchanged on a machine of many cores.
  *
  *   lanes_bench [--mib N] [--reps N] [--iperf-secs N] [--lanes 1,2,4,8]
- *               [--offload-min BYTES] [--no-baseline]
+ *               [--offload-min BYTES] [--offload-jobs N] [--no-baseline]
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -49,6 +56,9 @@ static uint64_t g_bytes = 1ull << 30;
 static int g_reps = 5;
 static int g_iperf_secs = 2;
 static uint64_t g_offload_min = 0; /* 0: the engine's default */
+static int g_offload_jobs = 0;     /* 0: automatic (the engine's default) */
+/* bulk_offload_jobs of the "all offloaded" GETs: more than any lanes. */
+#define ALL_JOBS 64
 
 static double now_s(void) {
   struct timespec ts;
@@ -95,9 +105,9 @@ static void on_term(evutil_socket_t fd, short what, void *base) {
   event_base_loopexit(base, NULL);
 }
 
-/* Serves "w" on 127.0.0.1:0 with bulk I/O from `bulk_min` bytes and
- * writes the port to `ready`. */
-static int serve(int ready, uint64_t bulk_min) {
+/* Serves "w" on 127.0.0.1:0 with bulk I/O from `bulk_min` bytes, at most
+ * `jobs` at once (0: automatic), and writes the port to `ready`. */
+static int serve(int ready, uint64_t bulk_min, int jobs) {
   struct event_base *base = event_base_new();
   hr_store *store = NULL;
   hr_store_config sc;
@@ -116,6 +126,7 @@ static int serve(int ready, uint64_t bulk_min) {
   hr_store_provider(store, &prov);
   hr_engine_config_default(&ec);
   ec.bulk_offload_min = bulk_min;
+  ec.bulk_offload_jobs = jobs;
   if (hr_ev_attach(&e, base, &ec, NULL) ||
       hr_engine_listen(e, "127.0.0.1:0", &prov, &l))
     die("%s", "server listen");
@@ -137,7 +148,8 @@ static int serve(int ready, uint64_t bulk_min) {
 
 /* ---- hurray -------------------------------------------------------------- */
 
-static hr_client *hurray_connect(int port, unsigned lanes, uint64_t bulk_min) {
+static hr_client *hurray_connect(int port, unsigned lanes, uint64_t bulk_min,
+                                 int jobs) {
   hr_client_options o;
   hr_client *c;
   hr_client_error err;
@@ -147,6 +159,7 @@ static hr_client *hurray_connect(int port, unsigned lanes, uint64_t bulk_min) {
   o.lanes = lanes;
   o.timeout_ms = 120000;
   o.bulk_offload_min = bulk_min;
+  o.bulk_offload_jobs = jobs;
   snprintf(url, sizeof url, "hurray://127.0.0.1:%d", port);
   if (hr_client_connect(&c, url, &o, NULL, &err))
     die("connect: %s", err.message);
@@ -187,12 +200,32 @@ static double hurray_get(hr_client *c, unsigned lanes, void *dst,
 
 #define MAX_THREADS 256
 
-/* CPU ticks (utime + stime) of each thread of a process. */
+/* CPU ticks (utime + stime) and context switches of each thread of a
+ * process. */
 typedef struct cpu_snap {
   int n;
   int tid[MAX_THREADS];
   unsigned long long ticks[MAX_THREADS];
+  unsigned long long cs[MAX_THREADS];
 } cpu_snap;
+
+/* Voluntary + involuntary context switches of one thread (0: unknown). */
+static unsigned long long ctx_switches(pid_t pid, const char *tid) {
+  char path[320], line[256];
+  unsigned long long n = 0, v;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, tid);
+  f = fopen(path, "r");
+  if (!f)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+        sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+      n += v;
+  fclose(f);
+  return n;
+}
 
 static void cpu_read(pid_t pid, cpu_snap *cs) {
   char path[320], buf[1024];
@@ -223,24 +256,30 @@ static void cpu_read(pid_t pid, cpu_snap *cs) {
       continue;
     cs->tid[cs->n] = atoi(d->d_name);
     cs->ticks[cs->n] = ut + st;
+    cs->cs[cs->n] = ctx_switches(pid, d->d_name);
     cs->n++;
   }
   closedir(dir);
 }
 
-/* Per-thread CPU ticks accumulated over several intervals. */
+/* Per-thread CPU ticks accumulated over several intervals, and the
+ * context switches of all threads. */
 typedef struct cpu_acc {
   int n;
   int tid[MAX_THREADS];
   unsigned long long ticks[MAX_THREADS];
+  unsigned long long cs;
 } cpu_acc;
 
 static void cpu_add(cpu_acc *a, const cpu_snap *before, const cpu_snap *after) {
   for (int i = 0; i < after->n; i++) {
-    unsigned long long b = 0;
+    unsigned long long b = 0, bcs = 0;
     for (int k = 0; k < before->n; k++)
-      if (before->tid[k] == after->tid[i])
+      if (before->tid[k] == after->tid[i]) {
         b = before->ticks[k];
+        bcs = before->cs[k];
+      }
+    a->cs += after->cs[i] - bcs;
     int j;
     for (j = 0; j < a->n; j++)
       if (a->tid[j] == after->tid[i])
@@ -253,6 +292,14 @@ static void cpu_add(cpu_acc *a, const cpu_snap *before, const cpu_snap *after) {
     }
     a->ticks[j] += after->ticks[i] - b;
   }
+}
+
+/* CPU seconds of all threads. */
+static double cpu_secs(const cpu_acc *a) {
+  unsigned long long total = 0;
+  for (int i = 0; i < a->n; i++)
+    total += a->ticks[i];
+  return (double)total / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* "CPU s / busiest thread's % / threads with at least 5 %". */
@@ -305,6 +352,11 @@ static double iperf_run(unsigned streams) {
   srv = fork();
   if (srv == 0) {
     int devnull = open("/dev/null", O_WRONLY);
+    /* Not the client's pipe: a server that never saw its test (a client
+     * that gave up on a loaded machine) would keep it open, and the read
+     * below would wait for it for ever. */
+    close(out[0]);
+    close(out[1]);
     dup2(devnull, 1);
     dup2(devnull, 2);
     execlp("iperf3", "iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", p,
@@ -368,14 +420,14 @@ static void med_best(double *v, int n, double *med, double *best) {
   *best = ok ? v[ok - 1] : -1;
 }
 
-static pid_t start_server(uint64_t bulk_min, int *port) {
+static pid_t start_server(uint64_t bulk_min, int jobs, int *port) {
   int ready[2];
   if (pipe(ready))
     die("%s", "pipe");
   pid_t srv = fork();
   if (srv == 0) {
     close(ready[0]);
-    _exit(serve(ready[1], bulk_min));
+    _exit(serve(ready[1], bulk_min, jobs));
   }
   close(ready[1]);
   if (read(ready[0], port, sizeof *port) != sizeof *port)
@@ -383,6 +435,9 @@ static pid_t start_server(uint64_t bulk_min, int *port) {
   close(ready[0]);
   return srv;
 }
+
+/* The three hurray GETs of a round. */
+enum { V_AUTO, V_ALL, V_LOOP, NV };
 
 int main(int argc, char **argv) {
   unsigned lanes[16] = {1, 2, 4, 8}, nl = 4;
@@ -397,6 +452,8 @@ int main(int argc, char **argv) {
       g_iperf_secs = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--offload-min") && i + 1 < argc) {
       g_offload_min = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--offload-jobs") && i + 1 < argc) {
+      g_offload_jobs = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--no-baseline")) {
       baseline = 0;
     } else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) {
@@ -410,21 +467,27 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr, "usage: lanes_bench [--mib N] [--reps N] "
                       "[--iperf-secs N] [--lanes 1,2,4,8] "
-                      "[--offload-min BYTES] [--no-baseline]\n");
+                      "[--offload-min BYTES] [--offload-jobs N] "
+                      "[--no-baseline]\n");
       return 2;
     }
   }
   if (g_bytes < (16u << 20) || g_reps < 1 || g_reps > 64 ||
-      g_iperf_secs < 1 || g_offload_min == UINT64_MAX)
-    die("%s", "--mib at least 16, --reps 1 to 64, --iperf-secs at least 1");
+      g_iperf_secs < 1 || g_offload_min == UINT64_MAX || g_offload_jobs < 0)
+    die("%s", "--mib at least 16, --reps 1 to 64, --iperf-secs at least 1, "
+              "--offload-jobs at least 0");
   for (unsigned i = 0; i < nl; i++)
     if (lanes[i] < 1 || lanes[i] > HR_MAX_LANES)
       die("%s", "--lanes: 1 to 64 each");
   signal(SIGPIPE, SIG_IGN);
-  int port = 0, port_old = 0;
-  pid_t srv = start_server(g_offload_min, &port), srv_old = -1;
-  if (baseline)
-    srv_old = start_server(UINT64_MAX, &port_old);
+  /* Each GET's engines, on both ends: bulk_offload_min and _jobs. */
+  const uint64_t vmin[NV] = {g_offload_min, g_offload_min, UINT64_MAX};
+  const int vjobs[NV] = {g_offload_jobs, ALL_JOBS, 0};
+  const char *vname[NV] = {"default", "all-offl", "loop-only"};
+  int nv = baseline ? NV : 1, port[NV];
+  pid_t srv[NV];
+  for (int v = 0; v < nv; v++)
+    srv[v] = start_server(vmin[v], vjobs[v], &port[v]);
   void *dst = aligned_alloc(4096, g_bytes);
   if (!dst)
     die("%s", "out of memory for the destination");
@@ -437,83 +500,108 @@ int main(int argc, char **argv) {
          "rounds (median / best), iperf3 -t %d\n",
          (unsigned long long)(g_bytes >> 20), sysconf(_SC_NPROCESSORS_ONLN),
          g_reps, g_iperf_secs);
-  printf("  hurray: bulk I/O on the worker pools; loop-only: every byte on "
-         "the loop threads (before)\n");
-  printf("  cpu: CPU s of the offloaded GETs / busiest thread's share / "
+  printf("  hurray: the engines' defaults (bulk_offload_jobs %d%s); "
+         "all-offl: every lane's bytes on the worker pools (jobs %d, the "
+         "default before); loop-only: every byte on the loop threads\n",
+         g_offload_jobs, g_offload_jobs ? "" : ", automatic", ALL_JOBS);
+  printf("  cpu: CPU s of the default GETs / busiest thread's share / "
          "threads with >= 5%%\n");
-  printf("%5s %6s %13s %13s %13s %7s %7s %7s  %-16s %-16s\n", "lanes",
-         "shards", "hurray GB/s", "loop-only", "iperf3 GB/s", "h/ip3",
-         "h/h1", "h/loop", "client cpu", "server cpu");
+  printf("%5s %6s %13s %13s %13s %13s %6s %6s %6s %6s  %-16s %-16s\n",
+         "lanes", "shards", "hurray GB/s", "all-offl", "loop-only",
+         "iperf3 GB/s", "h/ip3", "h/h1", "h/all", "h/loop", "client cpu",
+         "server cpu");
   /* One GET first, unmeasured: the first touches of the servers' and the
    * client's memory are nobody's throughput. */
-  {
+  for (int v = 0; v < nv; v++) {
     uint32_t s0, u0;
-    hr_client *c = hurray_connect(port, lanes[0], g_offload_min);
+    hr_client *c = hurray_connect(port[v], lanes[0], vmin[v], vjobs[v]);
     hurray_get(c, lanes[0], dst, &s0, &u0);
     hr_client_close(c);
-    if (baseline) {
-      c = hurray_connect(port_old, lanes[0], UINT64_MAX);
-      hurray_get(c, lanes[0], dst, &s0, &u0);
-      hr_client_close(c);
-    }
   }
   double h1 = -1;
+  /* Per lane count and GET: CPU s and context switches (both ends) per
+   * GiB, for the second table. */
+  double eff_cpu[16][NV], eff_cs[16][NV];
   for (unsigned i = 0; i < nl; i++) {
     uint32_t shards = 0, used = 0, s2, u2;
-    double h[64], o[64], p[64];
-    cpu_acc cc, sc;
-    memset(&cc, 0, sizeof cc);
-    memset(&sc, 0, sizeof sc);
-    hr_client *c = hurray_connect(port, lanes[i], g_offload_min);
-    hr_client *c_old =
-        baseline ? hurray_connect(port_old, lanes[i], UINT64_MAX) : NULL;
+    double h[NV][64], p[64];
+    cpu_acc cc[NV], sc[NV];
+    hr_client *c[NV];
+    memset(cc, 0, sizeof cc);
+    memset(sc, 0, sizeof sc);
+    for (int v = 0; v < nv; v++)
+      c[v] = hurray_connect(port[v], lanes[i], vmin[v], vjobs[v]);
     for (int r = 0; r < g_reps; r++) {
-      cpu_snap cb, ca, sb, sa;
-      cpu_read(getpid(), &cb);
-      cpu_read(srv, &sb);
-      h[r] = hurray_get(c, lanes[i], dst, &shards, &used);
-      cpu_read(getpid(), &ca);
-      cpu_read(srv, &sa);
-      cpu_add(&cc, &cb, &ca);
-      cpu_add(&sc, &sb, &sa);
-      o[r] = c_old ? hurray_get(c_old, lanes[i], dst, &s2, &u2) : -1;
+      for (int v = 0; v < NV; v++) {
+        cpu_snap cb, ca, sb, sa;
+        if (v >= nv) {
+          h[v][r] = -1;
+          continue;
+        }
+        cpu_read(getpid(), &cb);
+        cpu_read(srv[v], &sb);
+        h[v][r] = hurray_get(c[v], lanes[i], dst, v ? &s2 : &shards,
+                             v ? &u2 : &used);
+        cpu_read(getpid(), &ca);
+        cpu_read(srv[v], &sa);
+        cpu_add(&cc[v], &cb, &ca);
+        cpu_add(&sc[v], &sb, &sa);
+      }
       p[r] = iperf_run(lanes[i]);
     }
-    hr_client_close(c);
-    if (c_old)
-      hr_client_close(c_old);
-    double hm, hb, om, ob, pm, pb;
-    char ccpu[32], scpu[32], ratio[3][16];
-    med_best(h, g_reps, &hm, &hb);
-    med_best(o, g_reps, &om, &ob);
+    for (int v = 0; v < nv; v++) {
+      double gib = (double)g_reps * (double)g_bytes / (double)(1u << 30);
+      hr_client_close(c[v]);
+      eff_cpu[i][v] = (cpu_secs(&cc[v]) + cpu_secs(&sc[v])) / gib;
+      eff_cs[i][v] = (double)(cc[v].cs + sc[v].cs) / gib;
+    }
+    double hm[NV], hb[NV], pm, pb;
+    char ccpu[32], scpu[32], ratio[4][16];
+    for (int v = 0; v < NV; v++)
+      med_best(h[v], g_reps, &hm[v], &hb[v]);
     med_best(p, g_reps, &pm, &pb);
     if (lanes[i] == 1)
-      h1 = hm;
-    cpu_fmt(&cc, ccpu, sizeof ccpu);
-    cpu_fmt(&sc, scpu, sizeof scpu);
-    snprintf(ratio[0], sizeof ratio[0], pm > 0 ? "%.2f" : "-", hm / pm);
-    snprintf(ratio[1], sizeof ratio[1], h1 > 0 ? "%.2f" : "-", hm / h1);
-    snprintf(ratio[2], sizeof ratio[2], om > 0 ? "%.2f" : "-", hm / om);
-    char hs[32], os[32], ps[32];
-    snprintf(hs, sizeof hs, "%5.2f /%5.2f", hm, hb);
-    if (om > 0)
-      snprintf(os, sizeof os, "%5.2f /%5.2f", om, ob);
-    else
-      snprintf(os, sizeof os, "-");
+      h1 = hm[V_AUTO];
+    cpu_fmt(&cc[V_AUTO], ccpu, sizeof ccpu);
+    cpu_fmt(&sc[V_AUTO], scpu, sizeof scpu);
+    snprintf(ratio[0], sizeof ratio[0], pm > 0 ? "%.2f" : "-",
+             hm[V_AUTO] / pm);
+    snprintf(ratio[1], sizeof ratio[1], h1 > 0 ? "%.2f" : "-",
+             hm[V_AUTO] / h1);
+    snprintf(ratio[2], sizeof ratio[2], hm[V_ALL] > 0 ? "%.2f" : "-",
+             hm[V_AUTO] / hm[V_ALL]);
+    snprintf(ratio[3], sizeof ratio[3], hm[V_LOOP] > 0 ? "%.2f" : "-",
+             hm[V_AUTO] / hm[V_LOOP]);
+    char hs[NV][32], ps[32];
+    for (int v = 0; v < NV; v++) {
+      if (hm[v] > 0)
+        snprintf(hs[v], sizeof hs[v], "%5.2f /%5.2f", hm[v], hb[v]);
+      else
+        snprintf(hs[v], sizeof hs[v], "-");
+    }
     if (pm > 0)
       snprintf(ps, sizeof ps, "%5.2f /%5.2f", pm, pb);
     else
       snprintf(ps, sizeof ps, "(failed)");
-    printf("%5u %6u %13s %13s %13s %7s %7s %7s  %-16s %-16s\n", used, shards,
-           hs, os, ps, ratio[0], ratio[1], ratio[2], ccpu, scpu);
+    printf("%5u %6u %13s %13s %13s %13s %6s %6s %6s %6s  %-16s %-16s\n", used,
+           shards, hs[V_AUTO], hs[V_ALL], hs[V_LOOP], ps, ratio[0], ratio[1],
+           ratio[2], ratio[3], ccpu, scpu);
     fflush(stdout);
   }
+  printf("both ends per GiB: CPU s / context switches\n%5s", "lanes");
+  for (int v = 0; v < nv; v++)
+    printf(" %18s", vname[v]);
+  printf("\n");
+  for (unsigned i = 0; i < nl; i++) {
+    printf("%5u", lanes[i]);
+    for (int v = 0; v < nv; v++)
+      printf(" %8.2f / %7.0f", eff_cpu[i][v], eff_cs[i][v]);
+    printf("\n");
+  }
   free(dst);
-  kill(srv, SIGTERM);
-  waitpid(srv, NULL, 0);
-  if (srv_old > 0) {
-    kill(srv_old, SIGTERM);
-    waitpid(srv_old, NULL, 0);
+  for (int v = 0; v < nv; v++) {
+    kill(srv[v], SIGTERM);
+    waitpid(srv[v], NULL, 0);
   }
   return 0;
 }

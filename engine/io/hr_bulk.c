@@ -2,11 +2,14 @@
 #include "hr_bulk.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,4 +176,77 @@ void hr__bulk_stop(hr__bulk *b) {
     }
   }
   pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- How many jobs at once -------------------------------------------- */
+
+unsigned hr__bulk_jobs_max(int setting, long cpus, int same_host) {
+  long mine;
+
+  if (setting > 0)
+    return (unsigned)setting;
+  mine = cpus < 1 ? 1 : cpus;
+  if (same_host)
+    mine /= 2;
+  return mine > 1 ? (unsigned)(mine - 1) : 0;
+}
+
+static int v4_loopback(uint32_t be) {
+  return (ntohl(be) >> 24) == 127;
+}
+
+int hr__bulk_same_host(const struct sockaddr *local,
+                       const struct sockaddr *peer) {
+  if (!local || !peer)
+    return 0;
+  if (peer->sa_family == AF_UNIX)
+    return 1;
+  if (peer->sa_family == AF_INET) {
+    const struct sockaddr_in *p = (const struct sockaddr_in *)peer;
+    const struct sockaddr_in *l = (const struct sockaddr_in *)local;
+    if (v4_loopback(p->sin_addr.s_addr))
+      return 1;
+    return local->sa_family == AF_INET &&
+           l->sin_addr.s_addr == p->sin_addr.s_addr;
+  }
+  if (peer->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *p = (const struct sockaddr_in6 *)peer;
+    const struct sockaddr_in6 *l = (const struct sockaddr_in6 *)local;
+    uint32_t v4;
+    if (IN6_IS_ADDR_LOOPBACK(&p->sin6_addr))
+      return 1;
+    if (IN6_IS_ADDR_V4MAPPED(&p->sin6_addr)) {
+      memcpy(&v4, &p->sin6_addr.s6_addr[12], sizeof v4);
+      if (v4_loopback(v4))
+        return 1;
+    }
+    return local->sa_family == AF_INET6 &&
+           memcmp(&l->sin6_addr, &p->sin6_addr, sizeof p->sin6_addr) == 0;
+  }
+  return 0;
+}
+
+int hr__bulk_fd_same_host(int fd) {
+  struct sockaddr_storage l, p;
+  socklen_t ll = sizeof l, pl = sizeof p;
+
+  if (getsockname(fd, (struct sockaddr *)&l, &ll) != 0 ||
+      getpeername(fd, (struct sockaddr *)&p, &pl) != 0)
+    return 0;
+  return hr__bulk_same_host((const struct sockaddr *)&l,
+                            (const struct sockaddr *)&p);
+}
+
+long hr__bulk_cpus(void) {
+  cpu_set_t set;
+  long n;
+
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    n = CPU_COUNT(&set);
+    if (n >= 1)
+      return n;
+  }
+  n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n >= 1 ? n : 1;
 }

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "hr_pool.h"
@@ -68,5 +69,30 @@ int hr__bulk_is(const hr__job *j);
  * the descriptor or the memory (a job not started yet never will).  The
  * job still comes back through the pool's completion list.  Idempotent. */
 void hr__bulk_stop(hr__bulk *b);
+
+/* ---- How many jobs at once (hr_engine_config.bulk_offload_jobs) ---- */
+
+/* The most bulk jobs an engine may have out at once for a connection.
+ * `setting` is hr_engine_config.bulk_offload_jobs (> 0: that many,
+ * whatever the machine; 0: automatic), `cpus` the CPUs this process may
+ * run on (hr__bulk_cpus), `same_host` whether the peer's threads run on
+ * those CPUs too.  Automatic: the loop thread moves bytes as well and
+ * keeps one CPU, so one job less than the CPUs this end has; a peer on
+ * the same host needs half of them for its own end.  0 means never:
+ * with one CPU per end, a job only adds handoffs and contention (on
+ * 2 cores, server and client of one host: every lane on the loops). */
+unsigned hr__bulk_jobs_max(int setting, long cpus, int same_host);
+/* Whether the socket addresses `local` and `peer` (of one connection)
+ * are on one host: a Unix socket, a loopback peer (127/8, ::1, IPv4
+ * mapped loopback), or a peer whose address is our own.  Unknown
+ * families and NULL: 0. */
+int hr__bulk_same_host(const struct sockaddr *local,
+                       const struct sockaddr *peer);
+/* hr__bulk_same_host() of a connected socket (0 when either address
+ * cannot be read). */
+int hr__bulk_fd_same_host(int fd);
+/* The CPUs this process may run on: its affinity mask, or the online
+ * CPUs when the mask cannot be read; at least 1. */
+long hr__bulk_cpus(void);
 
 #endif /* HR_BULK_H */

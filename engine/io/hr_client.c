@@ -241,6 +241,7 @@ int hr_client_connect(hr_client **out, const char *url,
   }
   cfg.bulk_offload_min = cl->o.bulk_offload_min;
   cfg.bulk_offload_lone = cl->o.bulk_offload_lone;
+  cfg.bulk_offload_jobs = cl->o.bulk_offload_jobs;
   cfg.fabric_provider = cl->o.fabric_provider;
   cfg.fabric_node = cl->o.fabric_node;
   cfg.fabric_caps = cl->o.fabric_caps;

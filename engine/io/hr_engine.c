@@ -168,6 +168,9 @@ struct hr_conn {
   hr__bulk *btx, *brx;
   int tx_out, rx_out;
   int tx_slow, rx_slow;
+  /* Whether the peer runs on this host's CPUs (hr__bulk_fd_same_host),
+   * read on the first bulk-sized transfer: 0 unknown, 1 no, 2 yes. */
+  int peer_host;
 };
 
 struct hr_listener {
@@ -245,6 +248,9 @@ struct hr_engine {
   hr__pool *pool;
   unsigned pool_threads;
   uint64_t bulk_min; /* cfg.bulk_offload_min, UINT64_MAX: never */
+  /* Bulk jobs out now, and the most at once (hr__bulk_jobs_max) for a
+   * peer elsewhere and a peer on this host. */
+  unsigned bulk_out, bulk_max_remote, bulk_max_local;
 
   hr_tstamp timer_at;      /* deadline the host's timer is armed for */
   hr_tstamp accept_resume; /* listeners paused (EMFILE) until then */
@@ -786,12 +792,22 @@ static int conn_fds(hr_conn *c, const int *fds, size_t nfds, ssize_t n,
  * large enough, a plain socket (an SSL object is used by one thread at a
  * time: TLS stays on the loop), not the engine's only connection (unless
  * bulk_offload_lone: one stream is bounded by one core, so a lone one
- * gains nothing from a worker and pays the handoffs), no job of that
- * direction out, and the last one did not stall on a slow peer. */
-static int bulk_wanted(const hr_conn *c, int dir, size_t len) {
-  if (c->tls || c->state != CS_OPEN || (uint64_t)len < c->e->bulk_min)
+ * gains nothing from a worker and pays the handoffs), fewer jobs out
+ * than bulk_offload_jobs allows, no job of that direction out, and the
+ * last one did not stall on a slow peer. */
+static int bulk_wanted(hr_conn *c, int dir, size_t len) {
+  hr_engine *e = c->e;
+
+  if (c->tls || c->state != CS_OPEN || (uint64_t)len < e->bulk_min)
     return 0;
-  if (c->e->nconns < 2 && !c->e->cfg.bulk_offload_lone)
+  if (e->nconns < 2 && !e->cfg.bulk_offload_lone)
+    return 0;
+  /* As many jobs at once as the CPUs allow (bulk_offload_jobs); the
+   * loop moves the rest itself. */
+  if (!c->peer_host)
+    c->peer_host = hr__bulk_fd_same_host(c->fd) ? 2 : 1;
+  if (e->bulk_out >=
+      (c->peer_host == 2 ? e->bulk_max_local : e->bulk_max_remote))
     return 0;
   return dir == HR_IO_TX ? !c->tx_out && !c->tx_slow
                          : !c->rx_out && !c->rx_slow;
@@ -838,6 +854,7 @@ static int bulk_submit(hr_conn *c, hr__bulk *b, int dir, hr_tstamp now) {
   else
     c->rx_out = 1;
   c->work_inflight++;
+  e->bulk_out++;
   return 1;
 }
 
@@ -1855,6 +1872,7 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
         hr__bulk *b = (hr__bulk *)j;
         c = b->owner;
         c->work_inflight--;
+        e->bulk_out--;
         bulk_done(c, b, now);
         if (c->state == CS_DEAD && c->work_inflight == 0) {
           list_remove(&e->dead, c);
@@ -2086,6 +2104,8 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     return HR_ERR_INVALID_ARGUMENT;
   if (cfg && cfg->version != HR_ENGINE_CONFIG_VERSION)
     return HR_ERR_INVALID_ARGUMENT;
+  if (cfg && cfg->bulk_offload_jobs < 0)
+    return HR_ERR_INVALID_ARGUMENT;
   if (!mem)
     mem = hr_mem_default();
   e = hr__mem_calloc(mem, 1, sizeof *e);
@@ -2119,6 +2139,11 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     goto fail;
   e->bulk_min = e->cfg.bulk_offload_min ? e->cfg.bulk_offload_min
                                          : (uint64_t)1 << 20;
+  {
+    long cpus = hr__bulk_cpus();
+    e->bulk_max_remote = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, cpus, 0);
+    e->bulk_max_local = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, cpus, 1);
+  }
   e->pool_threads = e->cfg.worker_threads;
   if (e->pool_threads == 0) {
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);

@@ -74,6 +74,9 @@ typedef struct hr_client_options {
   uint64_t bulk_offload_min;
   int bulk_offload_lone; /* hr_engine_config.bulk_offload_lone (0: a
                             single-lane client moves bytes itself) */
+  int bulk_offload_jobs; /* hr_engine_config.bulk_offload_jobs (0:
+                            automatic, sized to the CPUs; negative:
+                            connecting fails, HR_ERR_INVALID_ARGUMENT) */
 } hr_client_options;
 
 /* Why a call failed. */

@@ -221,6 +221,20 @@ typedef struct hr_engine_config {
    * answers HR_ERR_BUSY while a listener holds a name in it).  NULL (the
    * default): "inproc:" URLs fail with HR_ERR_UNSUPPORTED. */
   struct hr_inproc_hub *inproc_hub;
+  /* ---- appended: how many bulk jobs at once ---- */
+  /* The most bulk jobs (bulk_offload_min) the engine has out at once;
+   * a connection that finds them all out moves its bytes on the loop
+   * thread.  0 (the default): automatic, sized to the CPUs this process
+   * may run on (its affinity mask): one less than them, since the loop
+   * thread moves bytes too, and for a peer on the same host (loopback,
+   * a Unix socket, our own address) one less than half of them, since
+   * the peer's end needs the other half.  With one CPU per end that is
+   * none: on 2 CPUs with both ends on them, every byte stays on the loop
+   * threads (offloading only added handoffs: 2 to 8 lanes fell to 0.8 of
+   * one lane).  N > 0: at most N, whatever the machine.  Negative:
+   * hr_engine_new() fails with HR_ERR_INVALID_ARGUMENT.  See
+   * docs/internals/engine.md, "Bulk I/O on the worker pool". */
+  int bulk_offload_jobs;
 } hr_engine_config;
 
 /* hr_engine_config.on_conn events. */
@@ -236,7 +250,8 @@ HR_EXTERN void hr_engine_config_default(hr_engine_config *c);
  * (cfg may be NULL: defaults).  Creates the worker pool (its threads start
  * on first use) and watches its completion eventfd.  Returns 0,
  * HR_ERR_INVALID_ARGUMENT (ops without watch or timer, a bad version, a
- * TLS configuration that does not load: hr_tls_config_check() says why),
+ * negative bulk_offload_jobs, a TLS configuration that does not load:
+ * hr_tls_config_check() says why),
  * HR_ERR_NOMEM, HR_ERR_IO (eventfd), or the error of ops->watch.
  */
 HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,

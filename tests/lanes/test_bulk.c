@@ -9,6 +9,7 @@
  * server serving byte-exact afterwards; a peer that stops reading does
  * not keep the server's only worker from serving another.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include <hurray/engine.h>
+#include <hurray/hr_event.h>
 #include <hurray/session.h>
 #include <hurray/store.h>
 
@@ -47,6 +49,9 @@ static hr_engine_config cfg_with(uint64_t bulk_min) {
   hr_engine_config_default(&c);
   c.bulk_offload_min = bulk_min;
   c.bulk_offload_lone = 1; /* the 1-lane cases go through the pool too */
+  /* Every lane offloaded whatever the CPUs (automatic: none on 2 CPUs
+   * with both ends here). */
+  c.bulk_offload_jobs = 8;
   c.worker_threads = 8;
   /* Shards of a MB or more: every lane gets some of a test tensor. */
   c.session.shard_bytes = 1u << 20;
@@ -321,6 +326,64 @@ static void lone_on_the_loop(void **state) {
   tl_free(env);
 }
 
+/* bulk_offload_jobs automatic: with one CPU (this process pinned to one)
+ * no job is ever out, so a 2-lane GET starts no thread and is
+ * byte-exact all the same; a client allowed one job offloads again
+ * against that server.  A negative setting is refused. */
+static void sized_to_cpus(void **state) {
+  (void)state;
+  cpu_set_t all, one;
+
+  assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &all)) {
+      CPU_SET(i, &one);
+      break;
+    }
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  tl_env *env = tl_new(TL_EPOLL);
+  tl_server srv;
+  hr_engine_config scfg = cfg_with(SMALL_MIN);
+  scfg.bulk_offload_jobs = 0;
+  int before = threads_now();
+
+  tl_server_start(env, &srv, &scfg, NULL);
+  hr_tensor *t = tl_dense(HR_ELEM_FLOAT32, 2, (uint64_t[]){3072, 1024}, 26);
+  tl_put(&srv, "w", t);
+  for (int jobs = 0; jobs <= 1; jobs++) {
+    hr_engine_config ccfg = cfg_with(SMALL_MIN);
+    ccfg.bulk_offload_jobs = jobs;
+    hr_engine *ce = tl_engine(env, &ccfg);
+    cconn cc;
+    cconn_open(env, ce, srv.url, 2, &cc);
+    got g;
+    get_start(ce, &cc, "w", 2, 0, &g);
+    assert_true(tl_run(env, got_done, &g, 20000));
+    got_check(&g, t);
+    assert_int_equal(g.rec.lanes, 2);
+    if (before > 0 && jobs == 0)
+      assert_int_equal(threads_now(), before);
+    if (before > 0 && jobs == 1)
+      assert_true(threads_now() > before);
+    hr_conn_close(cc.c);
+    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    tl_engine_finish(env, ce);
+  }
+  hr_tensor_unref(t);
+  tl_server_stop(env, &srv);
+  tl_free(env);
+  assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+
+  struct event_base *base = event_base_new();
+  hr_engine *e = NULL;
+  hr_engine_config bad = cfg_with(SMALL_MIN);
+  bad.bulk_offload_jobs = -1;
+  assert_non_null(base);
+  assert_int_equal(hr_ev_attach(&e, base, &bad, NULL), HR_ERR_INVALID_ARGUMENT);
+  event_base_free(base);
+}
+
 /* ---- a cancel, and cut connections, while jobs are out ------------------- */
 
 /* The server's connections, as on_conn reports them. */
@@ -505,6 +568,7 @@ int main(void) {
       cmocka_unit_test(offloaded),
       cmocka_unit_test(on_the_loop),
       cmocka_unit_test(lone_on_the_loop),
+      cmocka_unit_test(sized_to_cpus),
       cmocka_unit_test(cancel_while_out),
       cmocka_unit_test(client_cut_while_out),
       cmocka_unit_test(server_cut_while_out),

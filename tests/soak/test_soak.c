@@ -336,6 +336,7 @@ static void *server_main(void *arg) {
    * (bulk I/O), racing the cancels and cuts. */
   ec.bulk_offload_min = 16 * 1024;
   ec.bulk_offload_lone = 1;
+  ec.bulk_offload_jobs = 2; /* on any machine (automatic: none on 2 CPUs) */
   if (hr_ev_attach(&s->e, s->base, &ec, &counting_mem) != 0)
     abort();
   hr_provider prov;
@@ -395,6 +396,7 @@ static int connect_client(client *cl) {
   o.timeout_ms = 60000;
   o.bulk_offload_min = 16 * 1024; /* like the server's */
   o.bulk_offload_lone = 1;        /* one lane: offloaded all the same */
+  o.bulk_offload_jobs = 2;        /* whatever the CPUs */
   hr_client_error err;
   int rv = hr_client_connect(&cl->c, cl->url, &o, NULL, &err);
   if (rv != 0) {

@@ -1,0 +1,159 @@
+/*
+ * How many bulk jobs an engine has out at once (hr__bulk_jobs_max,
+ * hr_engine_config.bulk_offload_jobs) and whether a peer shares our CPUs
+ * (hr__bulk_same_host): the pure functions, and the socket and CPU
+ * readers they are fed with.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/io/hr_bulk.h"
+
+/* Automatic: one job less than this end's CPUs; a same-host peer takes
+ * half of them.  A setting wins whatever the machine. */
+static void jobs_max(void **state) {
+  (void)state;
+  /* 2 CPUs, both ends on them: nothing offloaded (the lanes_bench case). */
+  assert_int_equal(hr__bulk_jobs_max(0, 2, 1), 0);
+  /* 2 CPUs, a remote peer: the loop and one worker. */
+  assert_int_equal(hr__bulk_jobs_max(0, 2, 0), 1);
+  /* 16 CPUs: 7 jobs for a local peer (4 lanes all offloaded), 15 remote. */
+  assert_int_equal(hr__bulk_jobs_max(0, 16, 1), 7);
+  assert_int_equal(hr__bulk_jobs_max(0, 16, 0), 15);
+  /* Odd counts round this end's share down. */
+  assert_int_equal(hr__bulk_jobs_max(0, 3, 1), 0);
+  assert_int_equal(hr__bulk_jobs_max(0, 5, 1), 1);
+  assert_int_equal(hr__bulk_jobs_max(0, 4, 1), 1);
+  /* One CPU, or an unreadable count: never. */
+  assert_int_equal(hr__bulk_jobs_max(0, 1, 0), 0);
+  assert_int_equal(hr__bulk_jobs_max(0, 1, 1), 0);
+  assert_int_equal(hr__bulk_jobs_max(0, 0, 0), 0);
+  assert_int_equal(hr__bulk_jobs_max(0, -1, 0), 0);
+  /* A setting: exactly that. */
+  assert_int_equal(hr__bulk_jobs_max(8, 2, 1), 8);
+  assert_int_equal(hr__bulk_jobs_max(1, 64, 0), 1);
+  assert_int_equal(hr__bulk_jobs_max(3, 1, 0), 3);
+}
+
+static struct sockaddr_in v4(const char *ip) {
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+  return a;
+}
+
+static struct sockaddr_in6 v6(const char *ip) {
+  struct sockaddr_in6 a;
+  memset(&a, 0, sizeof a);
+  a.sin6_family = AF_INET6;
+  assert_int_equal(inet_pton(AF_INET6, ip, &a.sin6_addr), 1);
+  return a;
+}
+
+#define SA(x) ((const struct sockaddr *)&(x))
+
+static void same_host(void **state) {
+  (void)state;
+  struct sockaddr_in lo = v4("127.0.0.1"), lo2 = v4("127.8.9.1");
+  struct sockaddr_in me = v4("10.0.0.5"), other = v4("10.0.0.6");
+  struct sockaddr_in mapped_me = v4("192.168.1.2");
+  struct sockaddr_in6 lo6 = v6("::1"), me6 = v6("fd00::5");
+  struct sockaddr_in6 other6 = v6("fd00::6");
+  struct sockaddr_in6 mapped_lo = v6("::ffff:127.0.0.1");
+  struct sockaddr_in6 mapped_far = v6("::ffff:192.168.1.2");
+  struct sockaddr_un un;
+
+  memset(&un, 0, sizeof un);
+  un.sun_family = AF_UNIX;
+  /* Loopback peers, whatever our address. */
+  assert_true(hr__bulk_same_host(SA(lo), SA(lo)));
+  assert_true(hr__bulk_same_host(SA(me), SA(lo2)));
+  assert_true(hr__bulk_same_host(SA(me6), SA(lo6)));
+  assert_true(hr__bulk_same_host(SA(me6), SA(mapped_lo)));
+  /* Our own address on both ends (through the loopback device too). */
+  assert_true(hr__bulk_same_host(SA(me), SA(me)));
+  assert_true(hr__bulk_same_host(SA(me6), SA(me6)));
+  /* Another host. */
+  assert_false(hr__bulk_same_host(SA(me), SA(other)));
+  assert_false(hr__bulk_same_host(SA(me6), SA(other6)));
+  assert_false(hr__bulk_same_host(SA(me6), SA(mapped_far)));
+  /* Mixed families compare no addresses. */
+  assert_false(hr__bulk_same_host(SA(me6), SA(mapped_me)));
+  assert_false(hr__bulk_same_host(SA(mapped_me), SA(mapped_far)));
+  /* A Unix socket is always this host. */
+  assert_true(hr__bulk_same_host(SA(un), SA(un)));
+  /* Nothing known. */
+  assert_false(hr__bulk_same_host(NULL, SA(lo)));
+  assert_false(hr__bulk_same_host(SA(lo), NULL));
+}
+
+/* The socket reader on real descriptors: a loopback TCP pair and a Unix
+ * pair are on this host; a descriptor that is no connected socket is
+ * not known to be. */
+static void fd_same_host(void **state) {
+  (void)state;
+  struct sockaddr_in a = v4("127.0.0.1");
+  socklen_t alen = sizeof a;
+  int l = socket(AF_INET, SOCK_STREAM, 0), c, s, sv[2];
+
+  assert_true(l >= 0);
+  assert_int_equal(bind(l, SA(a), sizeof a), 0);
+  assert_int_equal(listen(l, 1), 0);
+  assert_int_equal(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+  c = socket(AF_INET, SOCK_STREAM, 0);
+  assert_int_equal(connect(c, SA(a), sizeof a), 0);
+  s = accept(l, NULL, NULL);
+  assert_true(s >= 0);
+  assert_true(hr__bulk_fd_same_host(c));
+  assert_true(hr__bulk_fd_same_host(s));
+  /* A listening socket has no peer. */
+  assert_false(hr__bulk_fd_same_host(l));
+  assert_false(hr__bulk_fd_same_host(-1));
+  close(c);
+  close(s);
+  close(l);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_true(hr__bulk_fd_same_host(sv[0]));
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* The CPU count follows the affinity mask (what taskset sets). */
+static void cpus(void **state) {
+  (void)state;
+  cpu_set_t set, one;
+
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  assert_int_equal(hr__bulk_cpus(), CPU_COUNT(&set));
+  CPU_ZERO(&one);
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &set)) {
+      CPU_SET(i, &one);
+      break;
+    }
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  assert_int_equal(hr__bulk_cpus(), 1);
+  assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(jobs_max),
+      cmocka_unit_test(same_host),
+      cmocka_unit_test(fd_same_host),
+      cmocka_unit_test(cpus),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
