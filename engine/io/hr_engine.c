@@ -171,6 +171,12 @@ struct hr_conn {
   /* Whether the peer runs on this host's CPUs (hr__bulk_fd_same_host),
    * read on the first bulk-sized transfer: 0 unknown, 1 no, 2 yes. */
   int peer_host;
+  /* A client connection whose host name gave more than one address: the
+   * whole answer (owned, freed by conn_ais_free()) and the entry after
+   * the one being connected to, where the next attempt goes on when this
+   * connect fails (conn_next_addr()).  NULL when there is none left. */
+  struct addrinfo *ais;
+  const struct addrinfo *ai_rest;
 };
 
 struct hr_listener {
@@ -1213,12 +1219,21 @@ static int conn_events(hr_conn *c) {
   }
 }
 
+/* Frees the addresses a client connection still had to try. */
+static void conn_ais_free(hr_conn *c) {
+  if (c->ais)
+    freeaddrinfo(c->ais);
+  c->ais = NULL;
+  c->ai_rest = NULL;
+}
+
 static void conn_free(hr_conn *c) {
   hr_engine *e = c->e;
 
   /* A lookup still out is freed when it comes back (lookup_done). */
   if (c->lookup)
     c->lookup->j.c = NULL;
+  conn_ais_free(c);
   if (c->btx) {
     hr__bulk_fini(c->btx);
     hr__mem_free(&e->mem, c->btx);
@@ -1404,6 +1419,49 @@ static void conn_peer(hr_conn *c) {
     hr_session_set_peer_addr(c->s, &ss, sl);
 }
 
+static int conn_socket(hr_engine *e, const hr__addr *a,
+                       const struct addrinfo *ai, hr_conn *c);
+
+/* The connect of client connection `c` failed with `err` (reported by
+ * the socket's writability): it goes on with the next address its host
+ * name gave, or, with none left, fails with that last error, which names
+ * the address. */
+static void conn_next_addr(hr_conn *c, int err) {
+  hr_engine *e = c->e;
+  char name[HR_SOCK_PEER_MAX], what[HR_SOCK_PEER_MAX + 16];
+  int rv;
+
+  name[0] = 0;
+  if (c->lane_salen)
+    hr__sock_addr_name(&c->lane_sa, name, sizeof name);
+  snprintf(what, sizeof what, name[0] ? "connect to %s" : "connect", name);
+  if (!c->ai_rest) {
+    c->want_close = 1;
+    conn_note(c, HR_ERR_IO, what, err);
+    return;
+  }
+  /* The socket that failed goes; the connection stays CONNECTING, its
+   * session and its deadline untouched (the handshake timeout bounds all
+   * the attempts together). */
+  if (c->watching)
+    e->ops.watch(e->loop_data, c->fd, 0, &c->cookie);
+  c->watching = 0;
+  fdmap_set(e, c->fd, NULL);
+  hr__tls_del(c->tls);
+  c->tls = NULL;
+  close(c->fd);
+  c->fd = -1;
+  c->lane_salen = 0;
+  c->message[0] = 0;
+  rv = conn_socket(e, &c->addr, c->ai_rest, c);
+  if (rv) {
+    /* No address left took the connect() call: conn_socket() said why
+     * in c->message. */
+    c->want_close = 1;
+    conn_note(c, rv, what, err);
+  }
+}
+
 /* Readiness of a live connection. */
 static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
   int rv;
@@ -1411,10 +1469,10 @@ static int conn_io(hr_conn *c, int revents, hr_tstamp now) {
   if (c->state == CS_CONNECTING) {
     int err = hr__sock_connect_result(c->fd);
     if (err) {
-      c->want_close = 1;
-      conn_note(c, HR_ERR_IO, "connect", err);
+      conn_next_addr(c, err);
       return 0;
     }
+    conn_ais_free(c);
     c->state = CS_OPEN;
     hr__sock_tune(c->fd, c->e->cfg.socket_buffer);
     conn_peer(c);
@@ -2232,6 +2290,19 @@ int hr_engine_on_fd(hr_engine *e, int fd, int revents) {
   return hr_err_is_fatal(rv) ? rv : 0;
 }
 
+/* The handshake timeout ran out while `c` still connected: its message
+ * (the session's, "handshake timeout") names the address it was trying
+ * last. */
+static void conn_timeout_note(hr_conn *c) {
+  char name[HR_SOCK_PEER_MAX];
+  size_t n = strlen(c->message);
+
+  hr__sock_addr_name(&c->lane_sa, name, sizeof name);
+  if (name[0] && n < sizeof c->message)
+    snprintf(c->message + n, sizeof c->message - n, " (connecting to %s)",
+             name);
+}
+
 int hr_engine_on_timeout(hr_engine *e) {
   hr_tstamp now;
   hr_conn *c, *next;
@@ -2252,6 +2323,8 @@ int hr_engine_on_timeout(hr_engine *e) {
       if (hr_err_is_fatal(rv)) {
         c->want_close = 1;
         conn_note(c, rv, "session failed", 0);
+        if (c->state == CS_CONNECTING && c->fd >= 0 && c->lane_salen)
+          conn_timeout_note(c);
       }
     }
   }
@@ -2518,7 +2591,8 @@ static int conn_socket(hr_engine *e, const hr__addr *a,
                          : HR_ERR_UNSUPPORTED;
   else if (ai)
     fd = hr__sock_connect_ai(a, ai, &in_progress, &c->lane_sa,
-                             &c->lane_salen, c->message, sizeof c->message);
+                             &c->lane_salen, &c->ai_rest, c->message,
+                             sizeof c->message);
   else
     fd = hr__sock_connect(a, &in_progress, c->message, sizeof c->message);
   if (fd < 0)
@@ -2599,7 +2673,13 @@ static int conn_begin(hr_engine *e, hr_conn *c) {
   rv = hr__sock_resolve(&c->addr, 1, &res, c->message, sizeof c->message);
   if (rv == 0) {
     rv = conn_start(e, &c->addr, res, c);
-    freeaddrinfo(res);
+    /* More addresses to try when this connect fails: c keeps them. */
+    if (rv == 0 && c->ai_rest) {
+      c->ais = res;
+    } else {
+      c->ai_rest = NULL;
+      freeaddrinfo(res);
+    }
     return rv;
   }
   if (rv != HR_ERR_WOULDBLOCK)
@@ -2642,7 +2722,13 @@ static void lookup_done(hr_engine *e, lookup *lk) {
   if (c) {
     c->lookup = NULL;
     rv = lk->io.rv ? lk->io.rv : conn_socket(e, &c->addr, lk->io.res, c);
+    if (rv == 0 && c->ai_rest) {
+      /* More addresses to try when this connect fails: c keeps them. */
+      c->ais = lk->io.res;
+      lk->io.res = NULL;
+    }
     if (rv) {
+      c->ai_rest = NULL;
       c->want_close = 1;
       conn_note(c, rv, lk->io.rv && lk->io.why[0] ? lk->io.why : NULL, 0);
     }

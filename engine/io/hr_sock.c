@@ -261,12 +261,14 @@ fail:
 
 int hr__sock_connect_ai(const hr__addr *a, const struct addrinfo *res,
                         int *in_progress, struct sockaddr_storage *used,
-                        socklen_t *used_len, char *why, size_t why_len) {
+                        socklen_t *used_len, const struct addrinfo **rest,
+                        char *why, size_t why_len) {
   const struct addrinfo *ai;
   int fd = -1, err = 0;
 
-  /* Non-blocking connects report failure later; only the first address
-   * that accepts the connect() call is tried. */
+  /* Non-blocking connects report failure later: this stops at the first
+   * address that accepts the connect() call, and `rest` lets the caller
+   * go on from there when that connect fails after all. */
   for (ai = res; ai; ai = ai->ai_next) {
     fd = ai_socket(ai, &err);
     if (fd < 0)
@@ -289,6 +291,8 @@ int hr__sock_connect_ai(const hr__addr *a, const struct addrinfo *res,
     memcpy(used, ai->ai_addr, ai->ai_addrlen);
     *used_len = ai->ai_addrlen;
   }
+  if (rest)
+    *rest = ai->ai_next;
   return fd;
 }
 
@@ -302,7 +306,8 @@ int hr__sock_connect(const hr__addr *a, int *in_progress, char *why,
   fd = resolve(a, 0, &res, why, why_len);
   if (fd < 0)
     return fd;
-  fd = hr__sock_connect_ai(a, res, in_progress, NULL, NULL, why, why_len);
+  fd = hr__sock_connect_ai(a, res, in_progress, NULL, NULL, NULL, why,
+                          why_len);
   freeaddrinfo(res);
   return fd;
 }
@@ -350,10 +355,27 @@ void hr__sock_tune(int fd, int bufsize) {
   }
 }
 
+void hr__sock_addr_name(const struct sockaddr_storage *ss, char *buf,
+                        size_t cap) {
+  char host[INET6_ADDRSTRLEN];
+
+  if (!cap)
+    return;
+  buf[0] = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof host))
+      snprintf(buf, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host))
+      snprintf(buf, cap, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
+  }
+}
+
 void hr__sock_peer_name(int fd, char *buf, size_t cap) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
-  char host[INET6_ADDRSTRLEN];
   int32_t pid;
   uint32_t uid, gid;
 
@@ -362,19 +384,13 @@ void hr__sock_peer_name(int fd, char *buf, size_t cap) {
   buf[0] = 0;
   if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
     return;
-  if (ss.ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-    if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof host))
-      snprintf(buf, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
-  } else if (ss.ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-    if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host))
-      snprintf(buf, cap, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
-  } else if (ss.ss_family == AF_UNIX) {
+  if (ss.ss_family == AF_UNIX) {
     /* A Unix peer is usually unnamed: its process says more. */
     if (hr__sock_peer_cred(fd, &pid, &uid, &gid) == 0)
       snprintf(buf, cap, "unix:pid=%ld", (long)pid);
     else
       snprintf(buf, cap, "unix");
+  } else {
+    hr__sock_addr_name(&ss, buf, cap);
   }
 }

@@ -87,11 +87,14 @@ int hr__sock_resolve(const hr__addr *a, int numeric_only,
  * Starts a non-blocking connect to the first address of `res` that
  * accepts the connect() call (`a` names it in `why`).  Returns the fd and
  * sets *in_progress like hr__sock_connect(); `used` (may be NULL) receives
- * that address and *used_len its length.  Returns HR_ERR_IO on failure.
+ * that address and *used_len its length, `rest` (may be NULL) the entry
+ * after it in `res` (NULL: the last), where a caller whose connect then
+ * fails goes on.  Returns HR_ERR_IO on failure.
  */
 int hr__sock_connect_ai(const hr__addr *a, const struct addrinfo *res,
                         int *in_progress, struct sockaddr_storage *used,
-                        socklen_t *used_len, char *why, size_t why_len);
+                        socklen_t *used_len, const struct addrinfo **rest,
+                        char *why, size_t why_len);
 
 /* After writability of a connecting socket: 0, or the connect's errno. */
 int hr__sock_connect_result(int fd);
@@ -116,6 +119,11 @@ int hr__sock_peer_cred(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid);
 /* Writes the peer's address as text ("1.2.3.4:5", "[::1]:5", "unix:pid=N",
  * "unix", or "" when unknown) into buf (cap bytes, always terminated). */
 void hr__sock_peer_name(int fd, char *buf, size_t cap);
+
+/* "a.b.c.d:port" or "[v6 address]:port" for an IPv4 or IPv6 address into
+ * `buf` (room: HR_SOCK_PEER_MAX); "" for any other family. */
+void hr__sock_addr_name(const struct sockaddr_storage *ss, char *buf,
+                        size_t cap);
 
 /* Formats "what: strerror(err)" into why (when non-NULL). */
 void hr__why(char *why, size_t why_len, const char *what, int err);

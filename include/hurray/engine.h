@@ -386,7 +386,17 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
  * engine's worker pool (started on first use; config.worker_threads);
  * the connection stays connecting, without a socket, until the answer
  * comes back through the pool's eventfd, then connects to the first
- * address that takes the connect() call.  A name that does not resolve
+ * address that takes the connect() call.  When that connect fails later
+ * (the refusal or error comes with writability: "localhost" giving ::1
+ * first to a server on 127.0.0.1 only), the connection goes on with the
+ * next address of the answer, in getaddrinfo()'s order, one at a time
+ * (no "happy eyeballs" race); it fails only when none is left, with
+ * HR_ERR_IO and the last error, whose message names the address ("connect
+ * to 127.0.0.1:4567: Connection refused").  The handshake_timeout is one
+ * deadline for the lookup and all the attempts together, not one per
+ * address: it ends the connection (HR_ERR_TIMEOUT, the message naming
+ * the address being tried) whatever addresses are left.  The answer is
+ * the connection's until it is open or gone.  A name that does not resolve
  * is reported through `cb`, never by this call: status
  * HR_ERR_INVALID_ARGUMENT, hr_conn_error()'s message "cannot resolve
  * HOST: reason".  The session's handshake_timeout, running from this

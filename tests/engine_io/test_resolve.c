@@ -10,12 +10,17 @@
  * lookup is held.  A name under ".invalid" (RFC 6761: never resolves)
  * fails here with EAI_NONAME, as libc would say after asking the DNS:
  * a machine without a reachable name server (CI) may take longer than
- * the test waits for that answer.  Every other name goes to libc
+ * the test waits for that answer.  "twofold.test" resolves as two
+ * addresses, 127.0.0.1 on a port where nothing listens (dead_a) and then
+ * 127.0.0.1 on the port asked for; "alldead.test" as two dead ones
+ * (dead_a, dead_b): an address whose connect fails must give way to the
+ * next.  Every other name goes to libc
  * ("localhost", from /etc/hosts).  The test counts the full
  * (non-numeric) calls: a numeric address must need none, and the lanes
  * of a group none of their own.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -51,6 +56,41 @@ static atomic_int gated_done;   /* gate.test calls that returned */
 /* The answers of gate.test handed out, and how many were freed. */
 static struct addrinfo *_Atomic gated_res[64];
 static atomic_int gated_res_n, gated_freed;
+/* The dead ports of twofold.test and alldead.test, and their answers
+ * handed out and freed. */
+static atomic_int dead_a, dead_b;
+static atomic_int multi_given, multi_freed;
+static struct addrinfo *_Atomic multi_res[64];
+
+typedef void (*fai_fn)(struct addrinfo *);
+
+/* 127.0.0.1 on port1, then on service2, as one list that libc's
+ * freeaddrinfo() frees (it frees entry by entry). */
+static int two_addrs(gai_fn real, int port1, const char *service2,
+                     const struct addrinfo *hints, struct addrinfo **res) {
+  fai_fn real_free = (fai_fn)dlsym(RTLD_NEXT, "freeaddrinfo");
+  struct addrinfo *a, *b, *t;
+  char p1[16];
+  int rv, i;
+
+  snprintf(p1, sizeof p1, "%d", port1);
+  rv = real("127.0.0.1", p1, hints, &a);
+  if (rv)
+    return rv;
+  rv = real("127.0.0.1", service2, hints, &b);
+  if (rv) {
+    real_free(a);
+    return rv;
+  }
+  for (t = a; t->ai_next; t = t->ai_next)
+    ;
+  t->ai_next = b;
+  *res = a;
+  i = atomic_fetch_add(&multi_given, 1);
+  if (i < 64)
+    atomic_store(&multi_res[i], a);
+  return 0;
+}
 
 int getaddrinfo(const char *node, const char *service,
                 const struct addrinfo *hints, struct addrinfo **res) {
@@ -63,6 +103,15 @@ int getaddrinfo(const char *node, const char *service,
   if (node && strlen(node) > 8 &&
       strcmp(node + strlen(node) - 8, ".invalid") == 0)
     return EAI_NONAME;
+  if (node && (strcmp(node, "twofold.test") == 0 ||
+               strcmp(node, "alldead.test") == 0)) {
+    char p2[16];
+    if (numeric)
+      return EAI_NONAME;
+    snprintf(p2, sizeof p2, "%d", atomic_load(&dead_b));
+    return two_addrs(real, atomic_load(&dead_a),
+                     node[0] == 't' ? service : p2, hints, res);
+  }
   if (!node || strcmp(node, "gate.test") != 0)
     return real(node, service, hints, res);
   if (numeric)
@@ -82,8 +131,6 @@ int getaddrinfo(const char *node, const char *service,
   return rv;
 }
 
-typedef void (*fai_fn)(struct addrinfo *);
-
 /* Counts the frees of gate.test's answers: whoever holds one last (the
  * loop thread or an abandoned worker) must free it. */
 void freeaddrinfo(struct addrinfo *ai) {
@@ -94,6 +141,12 @@ void freeaddrinfo(struct addrinfo *ai) {
     if (ai && atomic_load(&gated_res[i]) == ai) {
       atomic_store(&gated_res[i], NULL);
       atomic_fetch_add(&gated_freed, 1);
+    }
+  n = atomic_load(&multi_given);
+  for (int i = 0; i < n && i < 64; i++)
+    if (ai && atomic_load(&multi_res[i]) == ai) {
+      atomic_store(&multi_res[i], NULL);
+      atomic_fetch_add(&multi_freed, 1);
     }
   real(ai);
 }
@@ -269,10 +322,9 @@ static void test_lookup_off_the_loop(void **state) {
 }
 
 /* The system's resolver: "localhost" connects.  The server listens on
- * "localhost" too: where /etc/hosts names ::1 as well (Debian's default),
- * the lookup may give ::1 first, and a connect tries only the first
- * address that takes the connect() call, which the listener on
- * 127.0.0.1 would not answer. */
+ * "localhost" too.  Where /etc/hosts names ::1 as well (Debian's default)
+ * the lookup may give ::1 first: an address that refuses gives way to the
+ * next (test_next_address). */
 static void test_localhost(void **state) {
   fx *f = *state;
   hr_provider prov;
@@ -445,6 +497,136 @@ static void test_free_with_answer_back(void **state) {
   f->cli = client(f);
 }
 
+/* ---- several addresses ----------------------------------------------- */
+
+typedef struct got {
+  int done, status;
+  uint64_t bytes;
+} got;
+
+static void get_cb(hr_session *s, uint32_t stream_id, hr_tensor *t,
+                   const hr_transfer_record *rec, void *user_data) {
+  got *g = user_data;
+
+  (void)s;
+  (void)stream_id;
+  g->status = rec->status;
+  g->bytes = t ? hr_tensor_bytes(t) : 0;
+  g->done = 1;
+  if (t)
+    hr_tensor_unref(t);
+}
+
+/* The first address refuses the connect, which a non-blocking connect
+ * reports only later (writability, SO_ERROR): the connection goes on to
+ * the second, which answers, and a GET works over it.  The answer is
+ * freed once, when the connection is open. */
+static void test_next_address(void **state) {
+  fx *f = *state;
+  uint64_t shape[2] = {4, 8};
+  hr_tensor *t = tl_dense(HR_ELEM_UINT8, 2, shape, 7);
+  int fa, pa, given = atomic_load(&multi_given);
+  int freed = atomic_load(&multi_freed);
+  hr_get_opts o;
+  got g = {0};
+  hr_conn *c;
+
+  fa = tl_raw_dead_port(&pa);
+  assert_true(fa >= 0);
+  atomic_store(&dead_a, pa);
+  assert_int_equal(hr_store_put(f->store, "k2", 2, t, HR_PUT_REPLACE), 0);
+  c = connect_to(f, "twofold.test");
+  assert_true(run_until(f, &f->calls, TL_WAIT_MS));
+  assert_int_equal(f->status, 0);
+  assert_int_equal(atomic_load(&multi_given), given + 1);
+  assert_int_equal(atomic_load(&multi_freed), freed + 1);
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"k2";
+  o.key_len = 2;
+  o.max_shards = 1;
+  assert_int_equal(hr_session_get(hr_conn_session(c), &o, get_cb, &g, NULL),
+                   0);
+  assert_int_equal(hr_engine_flush(f->cli), 0);
+  assert_true(run_until(f, &g.done, TL_WAIT_MS));
+  assert_int_equal(g.status, 0);
+  assert_int_equal(g.bytes, 32);
+  hr_conn_close(c);
+  spin(f, 20);
+  assert_int_equal(atomic_load(&multi_freed), freed + 1);
+  hr_tensor_unref(t);
+  close(fa);
+}
+
+/* Every address refuses: the connection fails with the last one's
+ * error, which names that address, and its answer is freed once. */
+static void test_all_addresses_dead(void **state) {
+  fx *f = *state;
+  int fa, fb, pa, pb, freed = atomic_load(&multi_freed);
+  char want[64];
+
+  fa = tl_raw_dead_port(&pa);
+  fb = tl_raw_dead_port(&pb);
+  assert_true(fa >= 0 && fb >= 0);
+  atomic_store(&dead_a, pa);
+  atomic_store(&dead_b, pb);
+  connect_to(f, "alldead.test");
+  assert_true(run_until(f, &f->calls, TL_WAIT_MS));
+  assert_int_equal(f->status, HR_ERR_IO);
+  snprintf(want, sizeof want, "connect to 127.0.0.1:%d: ", pb);
+  assert_non_null(strstr(f->message, want));
+  assert_non_null(strstr(f->message, strerror(ECONNREFUSED)));
+  spin(f, 20);
+  assert_int_equal(f->calls, 1);
+  assert_int_equal(atomic_load(&multi_freed), freed + 1);
+  close(fa);
+  close(fb);
+}
+
+/* Waits (up to 5 s) until every answer of twofold.test and alldead.test
+ * handed out was freed; returns whether they were. */
+static int all_freed(void) {
+  for (uint64_t end = now_ms() + 5000;
+       atomic_load(&multi_freed) != atomic_load(&multi_given) &&
+       now_ms() < end;)
+    usleep(1000);
+  return atomic_load(&multi_freed) == atomic_load(&multi_given);
+}
+
+/* The connection goes while it still has addresses to try (closed as
+ * soon as its answer is out, and by the engine's close): the answer is
+ * freed exactly once, by whichever path (interposed freeaddrinfo();
+ * ASan's leak and double-free checks). */
+static void test_close_while_connecting(void **state) {
+  fx *f = *state;
+  int fa, pa, given = atomic_load(&multi_given);
+  hr_conn *c;
+
+  fa = tl_raw_dead_port(&pa);
+  assert_true(fa >= 0);
+  atomic_store(&dead_a, pa);
+  atomic_store(&dead_b, pa);
+  c = connect_to(f, "twofold.test");
+  for (uint64_t end = now_ms() + TL_WAIT_MS;
+       atomic_load(&multi_given) == given && now_ms() < end;)
+    event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+  hr_conn_close(c);
+  assert_true(run_until(f, &f->calls, TL_WAIT_MS));
+  spin(f, 20);
+  assert_true(all_freed());
+  given = atomic_load(&multi_given);
+  connect_to(f, "alldead.test");
+  for (uint64_t end = now_ms() + TL_WAIT_MS;
+       atomic_load(&multi_given) == given && now_ms() < end;)
+    event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+  f->closed = 0;
+  assert_int_equal(hr_engine_close(f->cli, on_closed, f), 0);
+  assert_true(run_until(f, &f->closed, TL_WAIT_MS));
+  assert_int_equal(hr_engine_del(f->cli), 0);
+  f->cli = client(f);
+  assert_true(all_freed());
+  close(fa);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_lookup_off_the_loop, open_gate),
@@ -456,6 +638,9 @@ int main(void) {
       cmocka_unit_test_teardown(test_lookup_timeout, open_gate),
       cmocka_unit_test_teardown(test_free_while_resolving, open_gate),
       cmocka_unit_test_teardown(test_free_with_answer_back, open_gate),
+      cmocka_unit_test_teardown(test_next_address, open_gate),
+      cmocka_unit_test_teardown(test_all_addresses_dead, open_gate),
+      cmocka_unit_test_teardown(test_close_while_connecting, open_gate),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
