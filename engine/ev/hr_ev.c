@@ -75,9 +75,14 @@ static void on_tfd(evutil_socket_t fd, short what, void *arg) {
   uint64_t ticks;
 
   (void)what;
-  /* Clears the readiness; a timer re-armed meanwhile reads 0 (EAGAIN). */
-  if (read((int)fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks)
+  /* Clears the readiness.  A timer re-armed after it became readable
+   * reads nothing (EAGAIN) and waits for its new deadline: the event is
+   * not persistent, so it is added again. */
+  if (read((int)fd, &ticks, sizeof ticks) != (ssize_t)sizeof ticks) {
+    if (b->tfd_armed)
+      (void)event_add(b->tfd_ev, NULL);
     return;
+  }
   b->tfd_armed = 0;
   hr_engine_on_timeout(b->engine);
 }
@@ -90,6 +95,7 @@ static void tfd_disarm(ev_binding *b) {
     return;
   memset(&its, 0, sizeof its);
   (void)timerfd_settime(b->tfd, 0, &its, NULL);
+  (void)event_del(b->tfd_ev);
   b->tfd_armed = 0;
 }
 
@@ -102,11 +108,10 @@ static int tfd_arm(ev_binding *b, int64_t ns) {
     int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (fd < 0)
       return -1;
-    b->tfd_ev = event_new(b->base, fd, EV_READ | EV_PERSIST, on_tfd, b);
-    if (!b->tfd_ev || event_add(b->tfd_ev, NULL) != 0) {
-      if (b->tfd_ev)
-        event_free(b->tfd_ev);
-      b->tfd_ev = NULL;
+    /* Not persistent, and added only while armed: an idle binding must
+     * not keep event_base_dispatch() from returning. */
+    b->tfd_ev = event_new(b->base, fd, EV_READ, on_tfd, b);
+    if (!b->tfd_ev) {
       close(fd);
       return -1;
     }
@@ -116,6 +121,11 @@ static int tfd_arm(ev_binding *b, int64_t ns) {
   its.it_value.tv_nsec = (long)ns;
   if (timerfd_settime(b->tfd, 0, &its, NULL) != 0)
     return -1;
+  if (event_add(b->tfd_ev, NULL) != 0) {
+    memset(&its, 0, sizeof its);
+    (void)timerfd_settime(b->tfd, 0, &its, NULL);
+    return -1;
+  }
   b->tfd_armed = 1;
   return 0;
 }
