@@ -2459,6 +2459,38 @@ static hr__inproc_names *inproc_names(hr_engine *e) {
   return (hr__inproc_names *)(void *)e->cfg.inproc_hub;
 }
 
+/* A listener serving `provider`, not yet watched (listener_start()). */
+static hr_listener *listener_new(hr_engine *e, const hr_provider *provider) {
+  hr_listener *l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+
+  if (!l)
+    return NULL;
+  memcpy(&l->prov, provider,
+         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
+  l->prov.size = sizeof l->prov;
+  l->o.kind = OBJ_LISTENER;
+  l->e = e;
+  return l;
+}
+
+/* Watches listener `l` (its fd set) and links it into the engine; on
+ * failure frees it. */
+static int listener_start(hr_engine *e, hr_listener *l, hr_listener **out) {
+  int rv = fdmap_set(e, l->fd, &l->o);
+
+  if (rv == 0 && !e->accept_paused)
+    rv = watch(e, l->fd, HR_POLL_IN, &l->watching, &l->cookie);
+  if (rv) {
+    listener_free(e, l);
+    return rv;
+  }
+  l->next = e->listeners;
+  e->listeners = l;
+  if (out)
+    *out = l;
+  return 0;
+}
+
 /* hr_engine_listen("inproc:NAME"): a hand-over socket watched like a
  * listening one, its other end under NAME in the hub. */
 static int inproc_listen(hr_engine *e, const char *name,
@@ -2471,14 +2503,9 @@ static int inproc_listen(hr_engine *e, const char *name,
     return HR_ERR_UNSUPPORTED;
   if (!*name || strlen(name) > HR__INPROC_NAME_MAX)
     return HR_ERR_INVALID_ARGUMENT;
-  l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+  l = listener_new(e, provider);
   if (!l)
     return HR_ERR_NOMEM;
-  memcpy(&l->prov, provider,
-         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
-  l->prov.size = sizeof l->prov;
-  l->o.kind = OBJ_LISTENER;
-  l->e = e;
   l->port = -1;
   rv = hr__inproc_handover_pair(&rx, &tx);
   if (rv) {
@@ -2494,18 +2521,7 @@ static int inproc_listen(hr_engine *e, const char *name,
   l->fd = rx;
   l->inames = names;
   memcpy(l->iname, name, strlen(name) + 1);
-  rv = fdmap_set(e, rx, &l->o);
-  if (rv == 0 && !e->accept_paused)
-    rv = watch(e, rx, HR_POLL_IN, &l->watching, &l->cookie);
-  if (rv) {
-    listener_free(e, l);
-    return rv;
-  }
-  l->next = e->listeners;
-  e->listeners = l;
-  if (out)
-    *out = l;
-  return 0;
+  return listener_start(e, l, out);
 }
 
 int hr_engine_listen(hr_engine *e, const char *addr,
@@ -2523,35 +2539,19 @@ int hr_engine_listen(hr_engine *e, const char *addr,
   rv = hr__addr_parse(addr, 0, &a);
   if (rv)
     return rv;
-  l = hr__mem_calloc(&e->mem, 1, sizeof *l);
+  l = listener_new(e, provider);
   if (!l)
     return HR_ERR_NOMEM;
-  memcpy(&l->prov, provider,
-         provider->size < sizeof l->prov ? provider->size : sizeof l->prov);
-  l->prov.size = sizeof l->prov;
   fd = hr__sock_listen(&a, NULL, 0);
   if (fd < 0) {
     hr__mem_free(&e->mem, l);
     return fd;
   }
-  l->o.kind = OBJ_LISTENER;
-  l->e = e;
   l->fd = fd;
   l->port = hr__sock_local_port(fd);
   memcpy(l->path, a.path, sizeof l->path);
   l->tls = e->tls_srv && !a.path[0];
-  rv = fdmap_set(e, fd, &l->o);
-  if (rv == 0 && !e->accept_paused)
-    rv = watch(e, fd, HR_POLL_IN, &l->watching, &l->cookie);
-  if (rv) {
-    listener_free(e, l);
-    return rv;
-  }
-  l->next = e->listeners;
-  e->listeners = l;
-  if (out)
-    *out = l;
-  return 0;
+  return listener_start(e, l, out);
 }
 
 int hr_listener_port(const hr_listener *l) {

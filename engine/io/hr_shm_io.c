@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "hr_internal.h"
+#include "../core/hr_core.h"
 #include "hr_shm_io.h"
 
 
@@ -144,20 +145,9 @@ int hr_shm_tensor_alloc(hr_tensor **out, const hr_descriptor *desc,
     return HR_ERR_INVALID_ARGUMENT;
   const hr_mem *m = mem ? mem : hr_mem_default();
   /* § 7.1 placement from offset 0: the segment is the tensor. */
-  uint64_t off[HR_MAX_BUFFERS], pos = 0, align = 1;
-  for (unsigned k = 0; k < desc->buffer_count; k++) {
-    if (desc->buffers[k].alignment_log2 > HR_MAX_ALIGNMENT_LOG2)
-      return HR_ERR_INVALID_ARGUMENT;
-    uint64_t a = (uint64_t)1 << desc->buffers[k].alignment_log2;
-    if (a > align)
-      align = a;
-    if (!hr__add_u64(pos, a - 1, &pos))
-      return HR_ERR_INVALID_ARGUMENT;
-    pos &= ~(a - 1);
-    off[k] = pos;
-    if (!hr__add_u64(pos, desc->buffers[k].size_bytes, &pos))
-      return HR_ERR_INVALID_ARGUMENT;
-  }
+  uint64_t off[HR_MAX_BUFFERS], pos, align;
+  if (hr__tensor_placement(desc, 0, off, &pos, &align))
+    return HR_ERR_INVALID_ARGUMENT;
   seg *g = hr__mem_calloc(m, 1, sizeof *g);
   if (!g)
     return HR_ERR_NOMEM;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "hr_internal.h"
+#include "../core/hr_core.h"
 #include "../io/hr_shm_io.h"
 
 #define PAGE ((uint64_t)4096)
@@ -305,7 +306,7 @@ static void region_release(void *ctx) {
 
 int hr_shm_arena_alloc(hr_shm_arena *a, hr_tensor **out,
                        const hr_descriptor *desc) {
-  uint64_t off[HR_MAX_BUFFERS], pos = 0, align, len, at = 0;
+  uint64_t off[HR_MAX_BUFFERS], pos, align, len, at = 0;
   void *bufs[HR_MAX_BUFFERS];
   aseg *g;
   region *r;
@@ -315,21 +316,11 @@ int hr_shm_arena_alloc(hr_shm_arena *a, hr_tensor **out,
       desc->buffer_count > HR_MAX_BUFFERS)
     return HR_ERR_INVALID_ARGUMENT;
   *out = NULL;
-  align = (uint64_t)1 << a->cfg.granule_log2;
   /* § 7.1 placement from the region's start. */
-  for (unsigned k = 0; k < desc->buffer_count; k++) {
-    if (desc->buffers[k].alignment_log2 > HR_MAX_ALIGNMENT_LOG2)
-      return HR_ERR_INVALID_ARGUMENT;
-    uint64_t b = (uint64_t)1 << desc->buffers[k].alignment_log2;
-    if (b > align)
-      align = b;
-    if (!hr__add_u64(pos, b - 1, &pos))
-      return HR_ERR_INVALID_ARGUMENT;
-    pos &= ~(b - 1);
-    off[k] = pos;
-    if (!hr__add_u64(pos, desc->buffers[k].size_bytes, &pos))
-      return HR_ERR_INVALID_ARGUMENT;
-  }
+  if (hr__tensor_placement(desc, 0, off, &pos, &align))
+    return HR_ERR_INVALID_ARGUMENT;
+  if (align < (uint64_t)1 << a->cfg.granule_log2)
+    align = (uint64_t)1 << a->cfg.granule_log2;
   if (pos > a->cfg.max_bytes)
     return HR_ERR_LIMIT;
   /* Regions are whole granules, so every start stays granule-aligned. */

@@ -7,12 +7,12 @@
  * to the server).  Every test checks that no descriptor leaked.
  */
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/test_util.h"
 #include "engine_core/harness.h"
 
 enum { M_NORMAL = 0, M_DROP, M_TWO, M_STRAY };
@@ -24,19 +24,6 @@ typedef struct shm_pair {
   int fail_map;
   int maps, unmaps, closes;
 } shm_pair;
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
-}
 
 typedef struct tmap {
   shm_pair *sp;
@@ -191,7 +178,7 @@ static int get(shm_pair *sp, const char *key, result *r) {
 
 static void test_roundtrip_release(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -231,12 +218,12 @@ static void test_roundtrip_release(void **state) {
   assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[9], 27);
   sp_close(&sp);
   result_clear(&r);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_fallback_after_failed_map(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -261,12 +248,12 @@ static void test_fallback_after_failed_map(void **state) {
   result_clear(&r);
   sp_close(&sp);
   assert_true(atomic_load(&g.released));
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_no_fd(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -286,12 +273,12 @@ static void test_no_fd(void **state) {
   assert_true(atomic_load(&g.released));
   result_clear(&r);
   sp_close(&sp);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_two_fds(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -312,12 +299,12 @@ static void test_two_fds(void **state) {
   result_clear(&r);
   sp_close(&sp);
   assert_true(atomic_load(&g.released));
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_stray_fd(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   for (int client_shm = 0; client_shm < 2; client_shm++) {
     shm_pair sp;
     memset(&sp, 0, sizeof sp);
@@ -330,12 +317,12 @@ static void test_stray_fd(void **state) {
     assert_int_equal(sp.closes, 1);
     sp_close(&sp);
   }
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_fd_to_server(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   shm_pair sp;
   memset(&sp, 0, sizeof sp);
   sp_open(&sp, 1);
@@ -346,7 +333,7 @@ static void test_fd_to_server(void **state) {
   assert_int_equal(sp.p.last_err_s, HR_WIRE_PROTOCOL_VIOLATION);
   assert_int_equal(sp.closes, 1);
   sp_close(&sp);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* A server without SHM_DATA_PLANE from the client never sends an fd. */

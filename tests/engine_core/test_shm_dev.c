@@ -9,7 +9,6 @@
  * and no descriptor leaks.
  */
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -17,6 +16,7 @@
 
 #include <hurray/gpu.h>
 
+#include "common/test_util.h"
 #include "engine_core/harness.h"
 
 enum { M_NORMAL = 0, M_PIPE, M_SHORT, M_DROP };
@@ -29,19 +29,6 @@ typedef struct dev_pair {
   hr_gpu *g;
   uint8_t devs[2];
 } dev_pair;
-
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  if (!d)
-    return -1;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
-}
 
 static void t_close(hr_session *s, int fd, void *ud) {
   (void)s;
@@ -234,7 +221,7 @@ static void dp_close(dev_pair *dp, served *sv) {
 
 static void test_roundtrip_release(void **state) {
   (void)state;
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   dev_pair dp;
   served sv;
   result r;
@@ -263,13 +250,13 @@ static void test_roundtrip_release(void **state) {
   frun(&dp);
   assert_true(atomic_load(&sv.released));
   dp_close(&dp, &sv);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 /* A hostile server's descriptor: refused (DEVICE_UNAVAILABLE for one that
  * does not import, PROTOCOL_VIOLATION for none), then frames. */
 static void hostile(int mode, uint32_t wire) {
-  int fds0 = fd_count();
+  int fds0 = tu_fd_count();
   dev_pair dp;
   served sv;
   result r;
@@ -299,7 +286,7 @@ static void hostile(int mode, uint32_t wire) {
   frun(&dp);
   assert_true(atomic_load(&sv.released));
   dp_close(&dp, &sv);
-  assert_int_equal(fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_pipe(void **state) {
