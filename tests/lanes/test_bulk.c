@@ -26,6 +26,7 @@
 #include <hurray/store.h>
 
 #include "engine_io/tl.h"
+#include "lanes/lanes_conn.h"
 
 #define SMALL_MIN (64u * 1024u)
 
@@ -56,43 +57,6 @@ static hr_engine_config cfg_with(uint64_t bulk_min) {
   /* Shards of a MB or more: every lane gets some of a test tensor. */
   c.session.shard_bytes = 1u << 20;
   return c;
-}
-
-/* ---- a client connection ------------------------------------------------- */
-
-typedef struct cconn {
-  hr_conn *c;
-  int up, closed, status;
-} cconn;
-
-static void on_conn(hr_conn *c, int status, void *ud) {
-  cconn *cc = ud;
-  (void)c;
-  if (status == 0 && !cc->up) {
-    cc->up = 1;
-    return;
-  }
-  cc->closed = 1;
-  cc->status = status;
-}
-
-static int conn_settled(void *ud) {
-  cconn *cc = ud;
-  return cc->up || cc->closed;
-}
-
-static int conn_closed(void *ud) {
-  return ((cconn *)ud)->closed;
-}
-
-static void cconn_open(tl_env *env, hr_engine *e, const char *url,
-                       unsigned lanes, cconn *cc) {
-  memset(cc, 0, sizeof *cc);
-  assert_int_equal(
-      hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c), 0);
-  assert_true(tl_run(env, conn_settled, cc, TL_WAIT_MS));
-  assert_true(cc->up);
-  assert_int_equal(hr_conn_lanes(cc->c), lanes);
 }
 
 /* ---- GETs ---------------------------------------------------------------- */
@@ -242,7 +206,7 @@ static void transfers(uint64_t bulk_min) {
     got_check(&a, t);
     got_check(&b, t);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   }
   /* A PUT: the client's workers write, the server's read. */
   {
@@ -264,7 +228,7 @@ static void transfers(uint64_t bulk_min) {
     got_check(&g, u);
     hr_tensor_unref(u);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   }
   /* Offloading starts the pools' threads; without it no thread moves a
    * byte (the old path: nothing but the loop). */
@@ -318,7 +282,7 @@ static void lone_on_the_loop(void **state) {
     if (before > 0 && lanes == 2)
       assert_true(threads_now() > before);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   }
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
@@ -367,7 +331,7 @@ static void sized_to_cpus(void **state) {
     if (before > 0 && jobs == 1)
       assert_true(threads_now() > before);
     hr_conn_close(cc.c);
-    assert_true(tl_run(env, conn_closed, &cc, 10000));
+    assert_true(tl_run(env, cconn_closed, &cc, 10000));
     tl_engine_finish(env, ce);
   }
   hr_tensor_unref(t);
@@ -457,11 +421,11 @@ static void interrupted(int how, unsigned lanes) {
     hr_conn_close(cc.c);
   } else if (how == CUT_SERVER && lanes == 1) {
     /* Lane 0 went: the connection closed. */
-    assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   } else if (how == CUT_SERVER) {
     hr_conn_close(cc.c);
   }
-  assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+  assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   /* The server goes on: a new connection gets the tensor. */
   cconn_open(env, ce, srv.url, lanes, &cc);
   got h;
@@ -469,7 +433,7 @@ static void interrupted(int how, unsigned lanes) {
   assert_true(tl_run(env, got_done, &h, 20000));
   got_check(&h, t);
   hr_conn_close(cc.c);
-  assert_true(tl_run(env, conn_closed, &cc, TL_WAIT_MS));
+  assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
   tl_server_stop(env, &srv);
@@ -530,8 +494,8 @@ static void stalled_peer(void **state) {
   cconn ca, cb;
   memset(&ca, 0, sizeof ca);
   assert_int_equal(
-      hr_engine_connect_group(ea, srv.url, 1, NULL, on_conn, &ca, &ca.c), 0);
-  assert_true(pump(&w, conn_settled, &ca, TL_WAIT_MS));
+      hr_engine_connect_group(ea, srv.url, 1, NULL, cconn_on_conn, &ca, &ca.c), 0);
+  assert_true(pump(&w, cconn_settled, &ca, TL_WAIT_MS));
   assert_true(ca.up);
   cconn_open(w.a, eb, srv.url, 1, &cb);
   got ga;
@@ -552,9 +516,9 @@ static void stalled_peer(void **state) {
   assert_true(pump(&w, got_done, &ga, 20000));
   got_check(&ga, t);
   hr_conn_close(ca.c);
-  assert_true(pump(&w, conn_closed, &ca, TL_WAIT_MS));
+  assert_true(pump(&w, cconn_closed, &ca, TL_WAIT_MS));
   hr_conn_close(cb.c);
-  assert_true(tl_run(w.a, conn_closed, &cb, TL_WAIT_MS));
+  assert_true(tl_run(w.a, cconn_closed, &cb, TL_WAIT_MS));
   tl_engine_finish(w.b, ea);
   tl_engine_finish(w.a, eb);
   hr_tensor_unref(t);

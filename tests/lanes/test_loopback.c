@@ -23,6 +23,7 @@
 #include <hurray/store.h>
 
 #include "engine_io/tl.h"
+#include "lanes/lanes_conn.h"
 #include "lanes/lanes_get.h"
 
 /* Server settings that let tensors of a few MB take many shards. */
@@ -32,39 +33,6 @@ static hr_engine_config server_cfg(void) {
   c.session.shard_bytes = 16 * 1024;
   c.session.shards_per_lane = 64;
   return c;
-}
-
-/* ---- a client connection over lanes ------------------------------------- */
-
-typedef struct cconn {
-  hr_conn *c;
-  int up, closed, status;
-} cconn;
-
-static void on_conn(hr_conn *c, int status, void *ud) {
-  cconn *cc = ud;
-  (void)c;
-  if (status == 0 && !cc->up) {
-    cc->up = 1;
-    return;
-  }
-  cc->closed = 1;
-  cc->status = status;
-}
-
-static int conn_settled(void *ud) {
-  cconn *cc = ud;
-  return cc->up || cc->closed;
-}
-
-static void cconn_open(tl_env *env, hr_engine *e, const char *url,
-                       unsigned lanes, cconn *cc) {
-  memset(cc, 0, sizeof *cc);
-  assert_int_equal(
-      hr_engine_connect_group(e, url, lanes, NULL, on_conn, cc, &cc->c), 0);
-  assert_true(tl_run(env, conn_settled, cc, TL_WAIT_MS));
-  assert_true(cc->up);
-  assert_int_equal(hr_conn_lanes(cc->c), lanes);
 }
 
 static int got_done(void *ud) {
@@ -90,14 +58,6 @@ static void get_start(hr_engine *e, cconn *cc, const char *key, uint16_t k,
   assert_int_equal(lanes_get_start(e, cc->c, key, k, off, shape, rank, g), 0);
 }
 
-static int conn_closed(void *ud) {
-  return ((cconn *)ud)->closed;
-}
-
-static void cconn_close(tl_env *env, cconn *cc) {
-  hr_conn_close(cc->c);
-  assert_true(tl_run(env, conn_closed, cc, TL_WAIT_MS));
-}
 
 /* ---- parallel GETs ------------------------------------------------------- */
 
