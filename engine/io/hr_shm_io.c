@@ -32,10 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hr_internal.h"
 #include "../core/hr_core.h"
+#include "hr_internal.h"
 #include "hr_shm_io.h"
-
 
 #define PAGE ((uint64_t)4096)
 

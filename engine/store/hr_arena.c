@@ -28,9 +28,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "hr_internal.h"
 #include "../core/hr_core.h"
 #include "../io/hr_shm_io.h"
+#include "hr_internal.h"
 
 #define PAGE ((uint64_t)4096)
 #define SEG_ALIGN ((uint64_t)1 << 21)

@@ -29,7 +29,8 @@ void cconn_open(tl_env *env, hr_engine *e, const char *url, unsigned lanes,
                 cconn *cc) {
   memset(cc, 0, sizeof *cc);
   assert_int_equal(
-      hr_engine_connect_group(e, url, lanes, NULL, cconn_on_conn, cc, &cc->c), 0);
+      hr_engine_connect_group(e, url, lanes, NULL, cconn_on_conn, cc, &cc->c),
+      0);
   assert_true(tl_run(env, cconn_settled, cc, TL_WAIT_MS));
   assert_true(cc->up);
   assert_int_equal(hr_conn_lanes(cc->c), lanes);
