@@ -4,7 +4,9 @@
  * Device memory is host memory, but only worker threads touch it while
  * work is queued: each stream is one thread executing its queue of
  * operations in order, each copy or host function after a configurable
- * delay, copies optionally paced in 4 KiB pieces.  An event record is a
+ * delay, copies optionally paced in 4 KiB pieces; allocations may be made
+ * slow, and large device allocations fail (out of device memory), for
+ * the tests of the engine's allocation off its loop.  An event record is a
  * completion point ("point") that the stream's thread marks done when it
  * reaches it; a stream waiting on an event blocks its thread until that
  * point is done, so stream-wait-event really orders work.  A consumer
@@ -67,6 +69,8 @@ struct sim_dev {
   hr_mem mem;
   uint64_t op_delay_ns;
   uint64_t bytes_per_sec;
+  uint64_t alloc_delay_ns;
+  uint64_t max_device_alloc;
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -196,6 +200,8 @@ static int sim_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   d->mem = *mem;
   d->op_delay_ns = cfg->sim_op_delay_ns;
   d->bytes_per_sec = cfg->sim_bytes_per_sec;
+  d->alloc_delay_ns = cfg->sim_alloc_delay_ns;
+  d->max_device_alloc = cfg->sim_max_device_alloc;
   if (pthread_mutex_init(&d->mu, NULL) != 0)
     goto fail;
   if (pthread_cond_init(&d->cv, NULL) != 0) {
@@ -230,6 +236,12 @@ static int sim_mem_alloc(void *dev, int kind, uint64_t size,
                          hr_gpu_mem_info *out) {
   sim_dev *d = dev;
   if (size > SIZE_MAX)
+    return HR_ERR_NOMEM;
+  /* A slow driver, on whichever thread allocates. */
+  if (d->alloc_delay_ns)
+    hr__gpu_sleep_ns(d->alloc_delay_ns);
+  if (kind == HR_GPU_MEM_DEVICE && d->max_device_alloc &&
+      size > d->max_device_alloc)
     return HR_ERR_NOMEM;
   /* Zeroed so that a never-written buffer reads deterministically. */
   void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);

@@ -156,23 +156,23 @@ static int block_new(hr_session *s, hr_cpool *p, hr_gpu *g, uint64_t size,
   return 0;
 }
 
-int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
-                  hr_tensor **out, hr_gpu_buf **gbuf) {
-  hr_cpool *p = pool_of(s);
-  if (!p)
-    return HR_ERR_NOMEM;
-  hr_cblock *b = NULL, **pp;
-  for (pp = &p->idle; *pp; pp = &(*pp)->next)
+/* An idle block of (g, size), taken out of the pool, or NULL. */
+static hr_cblock *idle_take(hr_cpool *p, hr_gpu *g, uint64_t size) {
+  for (hr_cblock **pp = &p->idle; *pp; pp = &(*pp)->next)
     if ((*pp)->g == g && (*pp)->size == size) {
-      b = *pp;
+      hr_cblock *b = *pp;
       *pp = b->next;
       p->nidle--;
       p->reuses++;
-      break;
+      return b;
     }
-  int rv;
-  if (!b && (rv = block_new(s, p, g, size, &b)) != 0)
-    return rv;
+  return NULL;
+}
+
+/* Wraps block b (out of the pool) in a chunk tensor of len bytes that
+ * gives it back when its last reference goes. */
+static int block_wrap(hr_session *s, hr_cpool *p, hr_cblock *b, uint64_t len,
+                      hr_tensor **out, hr_gpu_buf **gbuf) {
   hr_descriptor d;
   memset(&d, 0, sizeof d);
   d.descriptor_version = 1;
@@ -184,7 +184,7 @@ int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
   d.buffers[0].size_bytes = len;
   void *ptr = b->ptr;
   p->refs++;
-  rv = hr_tensor_wrap(out, &d, &ptr, block_return, b, &s->mem);
+  int rv = hr_tensor_wrap(out, &d, &ptr, block_return, b, &s->mem);
   if (rv) {
     block_return(b);
     return rv;
@@ -192,6 +192,50 @@ int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
   if (gbuf)
     *gbuf = b->gbuf;
   return 0;
+}
+
+int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
+                  hr_tensor **out, hr_gpu_buf **gbuf) {
+  hr_cpool *p = pool_of(s);
+  if (!p)
+    return HR_ERR_NOMEM;
+  hr_cblock *b = idle_take(p, g, size);
+  int rv;
+  if (!b && (rv = block_new(s, p, g, size, &b)) != 0)
+    return rv;
+  return block_wrap(s, p, b, len, out, gbuf);
+}
+
+int hr__chunk_take(hr_session *s, hr_gpu *g, uint64_t size, hr_tensor **out,
+                   hr_gpu_buf **gbuf) {
+  hr_cpool *p = pool_of(s);
+  if (!p)
+    return HR_ERR_NOMEM;
+  hr_cblock *b = idle_take(p, g, size);
+  if (!b)
+    return HR_ERR_NOT_FOUND;
+  return block_wrap(s, p, b, size, out, gbuf);
+}
+
+int hr__chunk_adopt(hr_session *s, hr_gpu *g, hr_gpu_buf *pinned,
+                    hr_tensor **out, hr_gpu_buf **gbuf) {
+  hr_cpool *p = pool_of(s);
+  hr_cblock *b = p ? hr__mem_calloc(&s->mem, 1, sizeof *b) : NULL;
+  if (!b) {
+    hr_gpu_buf_del(pinned);
+    return HR_ERR_NOMEM;
+  }
+  b->pool = p;
+  b->g = g;
+  b->gbuf = pinned;
+  b->size = hr_gpu_buf_size(pinned);
+  b->ptr = hr_gpu_buf_host_ptr(pinned);
+  if (!b->ptr) {
+    block_free(p, b);
+    return HR_ERR_NOMEM;
+  }
+  p->allocs++;
+  return block_wrap(s, p, b, b->size, out, gbuf);
 }
 
 int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out) {

@@ -327,6 +327,11 @@ static int get_abandon(hr_session *s, hr_stream *st, uint32_t sid, int rc,
   return 0;
 }
 
+int hr__cli_get_abandon(hr_session *s, hr_stream *st, int rc, uint32_t code,
+                        const char *why) {
+  return get_abandon(s, st, st->id, rc, code, why);
+}
+
 static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid, int rc,
                           const hr_wire_status *ws) {
   if (rc == HR_ERR_PROTO)
@@ -752,6 +757,8 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
     hr__stream_end(s, st);
   } else if (!st->cg.cancelling) {
     st->cg.cancelling = 1;
+    if (st->rv.dev)
+      hr__devrx_cancel(s, &st->rv);
     hr__ready_remove(s, st);
     st->tx.failed = st->kind == HR_SK_CLI_PUT;
     rv = hr__cli_cancel_others(s, st, 0);

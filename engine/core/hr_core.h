@@ -56,6 +56,14 @@ typedef struct hr__tensor_watcher hr__tensor_watcher;
 typedef void (*hr__tensor_freed_fn)(void *a, void *b, hr_tensor *t);
 int hr__tensor_watch(hr_tensor *t, hr__tensor_freed_fn fn, void *a, void *b);
 
+/* A device tensor of `desc` with no memory yet (no buffer, host or
+ * device): what a GET into device memory lands in while its device
+ * buffers are being allocated off the loop thread (hr_devrx.c), whose
+ * bytes never go through the tensor.  Returns 0, HR_ERR_INVALID_ARGUMENT
+ * or HR_ERR_NOMEM. */
+int hr__tensor_shell(hr_tensor **out, const hr_descriptor *desc,
+                     const hr_mem *mem);
+
 /* Composite nesting depth of a tensor (0 for a plain tensor, 1 for a
  * composite whose members are all plain). */
 unsigned hr__tensor_depth(const hr_tensor *t);

@@ -54,6 +54,7 @@
 #define AT_COPIED (-2) /* copy enqueued, slot released to its work */
 
 typedef struct pwork pwork;
+typedef struct ajob ajob;
 
 typedef struct dslot {
   hr_tensor *blk;  /* pool chunk (pinned), NULL until first used */
@@ -103,6 +104,9 @@ struct hr_devrx {
   hr_descriptor desc; /* the tensor's, kept by finish */
   int err;            /* a copy or a slot could not be had */
   int busy, again;    /* progress() re-entrancy guard */
+  int plane_rdma;     /* the descriptor's data plane is RDMA */
+  ajob *alloc;        /* the device memory's allocation, in flight */
+  int dropping;       /* cancelled before the memory came: input dropped */
   /* What the transfer record reports (session clock). */
   uint32_t pauses0;     /* the session's rx_pauses when the GET began */
   uint64_t paused0;     /* ... and its rx_paused_ns */
@@ -128,6 +132,26 @@ struct pwork {
   unsigned nown;
   void (*complete)(hr_work *w, void *ctx);
   void *complete_ctx;
+  int rc;
+};
+
+/* The allocation of a GET's device memory, and of the pinned pieces the
+ * session's pool lacks, run on a worker: cudaMalloc and friends of a
+ * large tensor take milliseconds to tens of milliseconds, which on the
+ * loop thread would stall every connection of the loop.  The worker
+ * touches only this item and the device (whose objects are thread-safe);
+ * the GET takes the buffers when the item is back on the driving thread
+ * (alloc_done), or, when the GET went meanwhile, the item frees them. */
+struct ajob {
+  hr_work w;
+  hr_session *s;
+  hr_devrx *d; /* NULL once the GET is gone */
+  hr_gpu *g;
+  unsigned nbuf, npin;
+  uint64_t size[HR_MAX_BUFFERS];
+  uint64_t piece;
+  hr_gpu_buf *dev[HR_MAX_BUFFERS];
+  hr_gpu_buf *pin[DEVRX_SLOTS_MAX];
   int rc;
 };
 
@@ -282,12 +306,16 @@ static void enqueue(hr_devrx *d, uint64_t g) {
   piece_done(&x->w);
 }
 
+/* Whether something in flight will free a slot (or give the ring its
+ * memory): a piece's copy or the allocation. */
+static int pending(const hr_devrx *d) { return d->works || d->alloc; }
+
 /* The slot of piece g, given one if it has none and one is free (-1:
  * none now, or the piece is already copied). */
 static int slot_for(hr_devrx *d, uint64_t g) {
   if (d->at[g] >= 0)
     return d->at[g];
-  if (d->at[g] == AT_COPIED || d->err)
+  if (d->at[g] == AT_COPIED || d->err || d->alloc || d->dropping)
     return -1;
   for (unsigned k = 0; k < d->nslots; k++) {
     dslot *sl = &d->slot[k];
@@ -414,11 +442,13 @@ static void progress(hr_devrx *d, int from_work) {
     fill_from_src(d);
   } while (d->again);
   d->busy = 0;
+  if (d->alloc || d->dropping)
+    return; /* nothing can go on before the memory is there */
   if (!d->finished) {
     /* Frames still come: a failure or a spill nothing will ever place
      * (its piece is beyond the ring and no copy is left to free a slot)
      * ends the GET with an ERROR to the server. */
-    if (from_work && (d->err || (d->spill_head && !d->works))) {
+    if (from_work && (d->err || (d->spill_head && !pending(d)))) {
       hr_stream *st = stream_of(d);
       int rv =
           hr__stream_error(d->s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
@@ -429,7 +459,7 @@ static void progress(hr_devrx *d, int from_work) {
     }
     return;
   }
-  if (d->spill_head && !d->works && !d->err)
+  if (d->spill_head && !pending(d) && !d->err)
     d->err = HR_ERR_UNSUPPORTED;
   if (d->err ||
       (d->sync == HR_SYNC_EVENT ? d->enqueued : d->completed) == d->npieces)
@@ -464,6 +494,11 @@ void hr__devrx_free(hr_session *s, hr_devrx *d) {
 
 void hr__devrx_detach(hr_recv *rv) {
   hr_devrx *d = rv ? rv->dev : NULL;
+  if (d && d->alloc) {
+    /* The allocation frees what it got when it comes back. */
+    d->alloc->d = NULL;
+    d->alloc = NULL;
+  }
   if (!d || !d->works)
     return;
   /* Copies still write the device buffers: the newest work frees the
@@ -557,6 +592,166 @@ static void record_stats(hr_devrx *d) {
       d->landed_at && s->now > d->landed_at ? s->now - d->landed_at : 0;
 }
 
+/* ---- the allocation ------------------------------------------------------ */
+
+static void alloc_run(hr_work *w) {
+  ajob *x = (ajob *)w;
+  for (unsigned k = 0; k < x->nbuf && x->rc == 0; k++)
+    x->rc = hr_gpu_buf_alloc(x->g, HR_GPU_MEM_DEVICE,
+                             x->size[k] ? x->size[k] : 1, &x->dev[k]);
+  for (unsigned i = 0; i < x->npin && x->rc == 0; i++)
+    x->rc = hr_gpu_buf_alloc(x->g, HR_GPU_MEM_PINNED, x->piece, &x->pin[i]);
+}
+
+/* Frees what the item still holds. */
+static void alloc_drop(ajob *x) {
+  for (unsigned k = 0; k < x->nbuf; k++) {
+    hr_gpu_buf_del(x->dev[k]);
+    x->dev[k] = NULL;
+  }
+  for (unsigned i = 0; i < x->npin; i++) {
+    hr_gpu_buf_del(x->pin[i]);
+    x->pin[i] = NULL;
+  }
+}
+
+/* The GET takes the item's buffers: the device memory, and the pinned
+ * pieces into the slots that have none (as blocks of the session's
+ * pool).  0, or the allocation's error (nothing taken). */
+static int alloc_take(hr_devrx *d, ajob *x) {
+  int rc = x->rc;
+  if (rc == 0) {
+    for (unsigned k = 0; k < x->nbuf; k++) {
+      d->dev[k] = x->dev[k];
+      x->dev[k] = NULL;
+    }
+    unsigned i = 0;
+    for (unsigned k = 0; k < d->nslots && i < x->npin; k++) {
+      dslot *sl = &d->slot[k];
+      if (sl->blk)
+        continue;
+      hr_gpu_buf *b = x->pin[i];
+      x->pin[i++] = NULL;
+      int rv = hr__chunk_adopt(d->s, d->g, b, &sl->blk, &sl->pin);
+      if (rv) {
+        sl->blk = NULL;
+        rc = rv;
+        break;
+      }
+      sl->ptr = hr_tensor_buffer(sl->blk, 0);
+    }
+  }
+  alloc_drop(x);
+  return rc;
+}
+
+static void alloc_done(hr_work *w) {
+  ajob *x = (ajob *)w;
+  hr_session *s = x->s;
+  s->works_inflight--;
+  hr_devrx *d = x->d;
+  int rc = 0;
+  if (d) {
+    d->alloc = NULL;
+    rc = alloc_take(d, x);
+  } else {
+    alloc_drop(x); /* the GET went while the allocation ran */
+  }
+  hr__mem_free(&s->mem, x);
+  if (!d)
+    return;
+  if (rc == 0) {
+    progress(d, 1);
+    return;
+  }
+  /* This GET only: the connection and its other streams go on. */
+  hr_stream *st = stream_of(d);
+  const char *why = rc == HR_ERR_NOMEM ? "out of device memory"
+                                       : "device memory could not be allocated";
+  if (!d->finished) {
+    hr__cli_get_abandon(s, st, HR_ERR_LIMIT, HR_WIRE_RESOURCE_EXHAUSTED, why);
+    return;
+  }
+  /* Every byte arrived already: the server is done with the stream. */
+  record_stats(d);
+  hr__cli_stream_fail(s, st, HR_ERR_LIMIT, 0, 0, why);
+  hr__stream_end(s, st);
+}
+
+/* Allocates the GET's device memory and the pinned pieces its pool lacks:
+ * on the host's workers when it has them (the stream's input waits,
+ * hr__devrx_full), else (or for RDMA, whose registration needs the
+ * memory now) here.  0, or the allocation's error. */
+static int alloc_begin(hr_session *s, hr_devrx *d) {
+  ajob *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
+  if (!x)
+    return HR_ERR_NOMEM;
+  x->w.run = alloc_run;
+  x->w.done = alloc_done;
+  x->s = s;
+  x->g = d->g;
+  x->nbuf = d->nbuf;
+  for (unsigned k = 0; k < d->nbuf; k++)
+    x->size[k] = d->size[k];
+  x->piece = d->piece;
+  /* Idle blocks of the pool (a previous GET's) take the first slots;
+   * the job allocates the rest a GET of this size can use at once. */
+  uint64_t need = d->npieces < d->nslots ? d->npieces : d->nslots;
+  hr_gpu_caps caps;
+  int pinned = hr_gpu_query(d->g, &caps) == 0 &&
+               (caps.flags & HR_GPU_CAP_PINNED);
+  for (unsigned k = 0; k < need; k++) {
+    dslot *sl = &d->slot[k];
+    if (hr__chunk_take(s, d->g, d->piece, &sl->blk, &sl->pin) == 0)
+      sl->ptr = hr_tensor_buffer(sl->blk, 0);
+    else if (pinned)
+      x->npin++;
+  }
+  if (!d->plane_rdma && s->cbs.submit_work) {
+    s->works_inflight++;
+    d->alloc = x;
+    x->d = d;
+    hr__cb_enter(s);
+    int rv = s->cbs.submit_work(s, &x->w, s->ud);
+    hr__cb_leave(s);
+    if (rv == 0)
+      return 0;
+    s->works_inflight--;
+    d->alloc = NULL;
+    x->d = NULL;
+  }
+  x->w.run(&x->w);
+  int rc = alloc_take(d, x);
+  hr__mem_free(&s->mem, x);
+  return rc;
+}
+
+void hr__devrx_cancel(hr_session *s, hr_recv *rv) {
+  hr_devrx *d = rv->dev;
+  if (!d || !d->alloc)
+    return;
+  /* The input waits for the memory, and with it the answer to the
+   * CANCEL: drop this stream's bytes instead (the allocation frees what
+   * it got when it comes back), so that the answer is read at once. */
+  d->alloc->d = NULL;
+  d->alloc = NULL;
+  d->dropping = 1;
+  if (d->spill_head)
+    s->dev_spilling--;
+  while (d->spill_head) {
+    spill *sp = d->spill_head;
+    d->spill_head = sp->next;
+    hr__mem_free(&s->mem, sp);
+  }
+  d->spill_tail = NULL;
+  d->spilled = 0;
+}
+
+void hr__devrx_plane(hr_recv *rv, uint8_t data_plane) {
+  if (rv->dev)
+    rv->dev->plane_rdma = data_plane == HR_PLANE_RDMA;
+}
+
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
                    hr_tensor **out) {
   hr_devrx *d = rv->dev;
@@ -571,9 +766,6 @@ int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
     d->size[k] = desc->buffers[k].size_bytes;
     d->first[k] = pieces;
     pieces += (d->size[k] + d->piece - 1) / d->piece;
-    if (hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, d->size[k] ? d->size[k] : 1,
-                         &d->dev[k]))
-      return HR_ERR_LIMIT;
   }
   d->first[desc->buffer_count] = pieces;
   d->npieces = pieces;
@@ -582,9 +774,12 @@ int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
   if (!d->filled || !d->at)
     return HR_ERR_NOMEM;
   memset(d->at, AT_NONE, pieces ? pieces : 1);
-  /* The node's tensor stands for the device buffers; the bytes land in
-   * the ring (hr__recv_where asks hr__devrx_where). */
-  int rc = hr_tensor_wrap_device(out, desc, d->dev, NULL, NULL, NULL, &s->mem);
+  /* The node's tensor stands for the device buffers, which it does not
+   * hold (they may not exist yet); the bytes land in the ring
+   * (hr__recv_where asks hr__devrx_where). */
+  int rc = hr__tensor_shell(out, desc, &s->mem);
+  if (rc == 0)
+    rc = alloc_begin(s, d);
   if (rc)
     return rc == HR_ERR_NOMEM ? rc : HR_ERR_LIMIT;
   if (rv->shm_next) {
@@ -671,6 +866,11 @@ int hr__devrx_full(const hr_recv *rv, unsigned bi, uint64_t off) {
   const hr_devrx *d = rv->dev;
   if (!d || !d->have_dest || bi >= d->nbuf || off >= d->size[bi] || d->err)
     return 0;
+  /* The ring's memory is being allocated: nothing can land yet. */
+  if (d->alloc)
+    return 1;
+  if (d->dropping)
+    return 0;
   uint64_t g = d->first[bi] + off / d->piece;
   /* Only copies in flight free a slot: without one, reading on is what
    * finds a peer that outran the ring (hr__devrx_place fails it). */
@@ -683,6 +883,8 @@ int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
   if (!d || !d->have_dest || d->src || bi >= d->nbuf || off > d->size[bi] ||
       n > d->size[bi] - off)
     return HR_ERR_INVALID_ARGUMENT;
+  if (d->dropping)
+    return 0; /* cancelled: the bytes go nowhere */
   d->busy = 1;
   /* Behind spilled bytes, only more spill: order is kept per buffer. */
   uint64_t c = d->spill_head ? 0 : place_some(d, bi, off, p, n);
@@ -692,7 +894,7 @@ int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
     uint64_t g = d->first[bi] + (off + c) / d->piece;
     if (d->at[g] == AT_COPIED)
       rc = HR_ERR_INVALID_ARGUMENT; /* bytes for a piece already copied */
-    else if (!d->works)
+    else if (!pending(d))
       rc = HR_ERR_UNSUPPORTED; /* beyond the ring, and nothing frees it */
     else if (d->spilled + (n - c) > DEVRX_SPILL_MAX)
       rc = HR_ERR_LIMIT;
@@ -721,7 +923,7 @@ int hr__devrx_place(hr_recv *rv, unsigned bi, uint64_t off, const uint8_t *p,
     d->again = 0;
     progress(d, 0); /* not finished yet: cannot end the stream */
   }
-  if (!rc && d->spill_head && !d->works)
+  if (!rc && d->spill_head && !pending(d))
     rc = HR_ERR_UNSUPPORTED;
   return rc;
 }
@@ -793,6 +995,14 @@ int hr__devrx_finish(hr_session *s, hr_stream *st, hr_tensor *landed) {
   d->desc = *hr_tensor_descriptor(landed);
   d->landed_at = s->now;
   hr_tensor_unref(landed);
+  if (d->dropping) {
+    /* The answer raced the CANCEL, but its bytes were dropped. */
+    record_stats(d);
+    hr__cli_stream_fail(s, st, HR_ERR_CLOSED, HR_WIRE_CANCELLED, 1,
+                        "cancelled while its device memory was allocated");
+    hr__stream_end(s, st);
+    return 0;
+  }
   if (d->host) {
     /* The RDMA transfer into host memory completed: its pieces go to the
      * device through the ring like a mapped segment's. */

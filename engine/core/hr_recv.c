@@ -465,6 +465,8 @@ int hr__recv_msg(hr_session *s, hr_stream *st, hr_recv *rv, const hr_msg *m,
       if (!rv->shm_next && d->layout.tag != HR_LAYOUT_COMPOSITE)
         return HR_ERR_INTERNAL;
     }
+    if (rv->dev)
+      hr__devrx_plane(rv, xp->data_plane);
     if ((d->flags & HR_DESC_HAS_SHARD) && xp->total_shards > 1)
       rc = begin_shard(s, rv, d, xp, m->hdr.stream_id, ws);
     else

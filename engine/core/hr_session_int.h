@@ -246,6 +246,22 @@ hr_tensor *hr__devrx_rdma_device(hr_session *s, hr_recv *rv,
                                  const hr_descriptor *local);
 /* hr_client.c: calls the GET's completion with t (taken over). */
 void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
+/* hr_client.c: ends GET `st` for a local reason: ERROR `code` (`why`) to
+ * the server, the request failed with `rc`, what still comes for it
+ * dropped.  Ends the stream.  0, or a fatal error (the session failed). */
+int hr__cli_get_abandon(hr_session *s, hr_stream *st, int rc, uint32_t code,
+                        const char *why);
+/* The data plane of the descriptor about to arrive in rv (before its
+ * hr__devrx_dest): RDMA needs the device buffers at once (GPUDirect
+ * registers them), so they are allocated there on the driving thread;
+ * otherwise the allocation runs on the host's workers. */
+void hr__devrx_plane(hr_recv *rv, uint8_t data_plane);
+/* The application cancelled the GET (a CANCEL is on its way): while the
+ * device memory is still being allocated, the stream's bytes are dropped
+ * from now on instead of waiting for it, so the server's answer is read;
+ * an answer that completes the transfer anyway fails the GET as
+ * cancelled. */
+void hr__devrx_cancel(hr_session *s, hr_recv *rv);
 
 /* A server GET (base stream or shard stream). */
 typedef struct hr_srvget_state {
@@ -582,6 +598,15 @@ void hr__part_device(hr_part *p, hr_tensor *t, int whole, uint64_t start,
  * error. */
 int hr__chunk_get(hr_session *s, hr_gpu *g, uint64_t size, uint64_t len,
                   hr_tensor **out, hr_gpu_buf **gbuf);
+/* An idle pinned block of (g, size) as a chunk tensor of `size` bytes, or
+ * HR_ERR_NOT_FOUND when the pool has none (nothing is allocated). */
+int hr__chunk_take(hr_session *s, hr_gpu *g, uint64_t size, hr_tensor **out,
+                   hr_gpu_buf **gbuf);
+/* Makes `pinned` (a PINNED buffer of g allocated elsewhere, e.g. on a
+ * worker) a block of the pool, handed out at once as a chunk tensor of
+ * its size; takes ownership of `pinned` in every case. */
+int hr__chunk_adopt(hr_session *s, hr_gpu *g, hr_gpu_buf *pinned,
+                    hr_tensor **out, hr_gpu_buf **gbuf);
 /* The session's staging stream on device g (created on first use). */
 int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
 /* Blocks allocated / reused so far (tests, metrics). */

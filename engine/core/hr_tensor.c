@@ -201,6 +201,24 @@ int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
   return 0;
 }
 
+int hr__tensor_shell(hr_tensor **out, const hr_descriptor *desc,
+                     const hr_mem *mem) {
+  uint64_t bytes;
+  if (!out || !desc || !plain_args_ok(desc) || sum_sizes(desc, &bytes))
+    return HR_ERR_INVALID_ARGUMENT;
+  hr_tensor *t = tensor_new(mem);
+  if (!t)
+    return HR_ERR_NOMEM;
+  if (copy_descriptor(t, desc)) {
+    tensor_free(t);
+    return HR_ERR_NOMEM;
+  }
+  t->on_device = 1;
+  t->bytes = bytes;
+  *out = t;
+  return 0;
+}
+
 hr_gpu_buf *hr_tensor_gpu_buf(const hr_tensor *t, unsigned k) {
   return t && t->on_device && k < t->desc.buffer_count ? t->gbuf[k] : NULL;
 }

@@ -144,6 +144,13 @@ typedef struct hr_gpu_config {
    * not wait can see half-written data. */
   uint64_t sim_op_delay_ns;
   uint64_t sim_bytes_per_sec;
+  /* Simulated device only, appended in 0.3: every allocation of device or
+   * pinned memory first sleeps `sim_alloc_delay_ns` on the calling thread
+   * (as cudaMalloc/cudaHostAlloc of a large buffer may take milliseconds),
+   * and one of device memory larger than `sim_max_device_alloc` bytes
+   * fails with HR_ERR_NOMEM, as an exhausted device would (0: no limit). */
+  uint64_t sim_alloc_delay_ns;
+  uint64_t sim_max_device_alloc;
 } hr_gpu_config;
 
 /* Fills `cfg` with the defaults (backend "sim", ordinal 0, no delays). */

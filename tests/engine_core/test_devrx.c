@@ -11,7 +11,9 @@
  *  - a host that ignores the pause past the spill's bound fails that GET
  *    (RESOURCE_EXHAUSTED to the server), and the session goes on;
  *  - the pinned memory in use never exceeds the ring (live pinned blocks of
- *    the device are counted through a wrapper of its ops).
+ *    the device are counted through a wrapper of its ops);
+ *  - the device memory is allocated by a work item: input waits for it,
+ *    with no deadline meanwhile.
  */
 #include <stdatomic.h>
 
@@ -253,6 +255,13 @@ static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
   o.device = g;
   o.device_sync = HR_SYNC_PRODUCER_SYNCED;
   assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, NULL), 0);
+  while (pump_honouring(p, w))
+    ;
+  /* First the device memory is allocated (a work item, off the driving
+   * thread): input waits, and nothing is due meanwhile. */
+  assert_true(hr_session_recv_paused(p->c));
+  assert_int_equal(hr_session_get_expiry(p->c), HR_TSTAMP_NEVER);
+  assert_int_equal(run_work(p), 1);
   while (pump_honouring(p, w))
     ;
   assert_true(hr_session_recv_paused(p->c));
