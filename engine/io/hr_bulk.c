@@ -236,17 +236,3 @@ int hr__bulk_fd_same_host(int fd) {
   return hr__bulk_same_host((const struct sockaddr *)&l,
                             (const struct sockaddr *)&p);
 }
-
-long hr__bulk_cpus(void) {
-  cpu_set_t set;
-  long n;
-
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    n = CPU_COUNT(&set);
-    if (n >= 1)
-      return n;
-  }
-  n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n >= 1 ? n : 1;
-}

@@ -91,8 +91,23 @@ int hr__bulk_same_host(const struct sockaddr *local,
 /* hr__bulk_same_host() of a connected socket (0 when either address
  * cannot be read). */
 int hr__bulk_fd_same_host(int fd);
-/* The CPUs this process may run on: its affinity mask, or the online
- * CPUs when the mask cannot be read; at least 1. */
+/* The CPUs this process may use (hr_cpus.c): the CPUs of its affinity
+ * mask (the online CPUs when the mask cannot be read), capped by
+ * ceil(quota / period) of its cgroup's CPU quota (hr__cgroup_cpu_quota);
+ * at least 1.  Reads /proc and /sys each call: an engine calls it once,
+ * in hr_engine_new(). */
 long hr__bulk_cpus(void);
+/* The same with every file read under `root` (a directory standing for
+ * "/", for tests; NULL: the real files). */
+long hr__bulk_cpus_at(const char *root);
+/* The CPU quota of this process's cgroup, in CPUs rounded up: the
+ * tightest of the limits from its cgroup (named by root/proc/self/cgroup)
+ * up to the hierarchy's root, read from root/sys/fs/cgroup/PATH/cpu.max
+ * on cgroup v2 ("QUOTA PERIOD"; "max": none) or, where a v1 hierarchy has
+ * the cpu controller, cpu.cfs_quota_us ("-1": none) over
+ * cpu.cfs_period_us under root/sys/fs/cgroup/cpu,cpuacct (or .../cpu).
+ * 0 when there is no limit, or nothing readable and well-formed says one
+ * (missing files, garbage, a zero period). */
+long hr__cgroup_cpu_quota(const char *root);
 
 #endif /* HR_BULK_H */

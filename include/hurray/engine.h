@@ -225,8 +225,12 @@ typedef struct hr_engine_config {
   /* The most bulk jobs (bulk_offload_min) the engine has out at once;
    * a connection that finds them all out moves its bytes on the loop
    * thread.  0 (the default): automatic, sized to the CPUs this process
-   * may run on (its affinity mask): one less than them, since the loop
-   * thread moves bytes too, and for a peer on the same host (loopback,
+   * may run on (its affinity mask, capped by its cgroup's CPU quota
+   * rounded up: cgroup v2 cpu.max, or v1 cpu.cfs_quota_us over
+   * cpu.cfs_period_us, the tightest from its cgroup up; read once, in
+   * hr_engine_new(); files that are absent or malformed set no cap): one
+   * less than them, since the loop thread moves bytes too, and for a
+   * peer on the same host (loopback,
    * a Unix socket, our own address) one less than half of them, since
    * the peer's end needs the other half.  With one CPU per end that is
    * none: on 2 CPUs with both ends on them, every byte stays on the loop

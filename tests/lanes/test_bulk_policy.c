@@ -2,7 +2,8 @@
  * How many bulk jobs an engine has out at once (hr__bulk_jobs_max,
  * hr_engine_config.bulk_offload_jobs) and whether a peer shares our CPUs
  * (hr__bulk_same_host): the pure functions, and the socket and CPU
- * readers they are fed with.
+ * readers they are fed with, the cgroup CPU quota (v2 and v1) read from
+ * fake files.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,6 +12,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -130,13 +133,149 @@ static void fd_same_host(void **state) {
   close(sv[1]);
 }
 
-/* The CPU count follows the affinity mask (what taskset sets). */
+/* A directory standing for "/" with the given files (path, contents;
+ * contents NULL: a directory), removed by fake_free(). */
+typedef struct fake {
+  char root[64];
+} fake;
+
+static void fake_file(fake *f, const char *path, const char *text) {
+  char full[512], cmd[600];
+  snprintf(full, sizeof full, "%s%s", f->root, path);
+  /* The parent directories. */
+  char *slash = strrchr(full, '/');
+  *slash = '\0';
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", full);
+  assert_int_equal(system(cmd), 0);
+  *slash = '/';
+  FILE *fp = fopen(full, "w");
+  assert_non_null(fp);
+  assert_int_equal(fputs(text, fp) >= 0, 1);
+  assert_int_equal(fclose(fp), 0);
+}
+
+static void fake_new(fake *f) {
+  strcpy(f->root, "/tmp/hr_cgroup_XXXXXX");
+  assert_non_null(mkdtemp(f->root));
+}
+
+static void fake_free(fake *f) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->root);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* cgroup v2: the quota of the process's cgroup or of an ancestor. */
+static long v2(const char *self, const char *path, const char *cpu_max) {
+  fake f;
+  fake_new(&f);
+  fake_file(&f, "/proc/self/cgroup", self);
+  char p[256];
+  snprintf(p, sizeof p, "/sys/fs/cgroup%s/cpu.max", path);
+  if (cpu_max)
+    fake_file(&f, p, cpu_max);
+  long q = hr__cgroup_cpu_quota(f.root);
+  fake_free(&f);
+  return q;
+}
+
+static void cgroup_v2(void **state) {
+  (void)state;
+  const char *self = "0::/kubepods/pod1/ctr\n";
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "max 100000\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "200000 100000\n"), 2);
+  /* Rounded up: 1.5 CPUs of quota keep two threads busy part-time. */
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "150000 100000"), 2);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "50000 100000\n"), 1);
+  /* Set on an ancestor (the pod), or at the mount's root (a container
+   * whose cgroup path is the host's, its own cgroup mounted as root). */
+  assert_int_equal(v2(self, "/kubepods/pod1", "300000 100000\n"), 3);
+  assert_int_equal(v2(self, "", "400000 100000\n"), 4);
+  /* Malformed or missing: no limit. */
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "garbage\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "200000\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "200000 0\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "-5 100000\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "200000 100000 x\n"), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", ""), 0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", "99999999999999999999999 1"),
+                   0);
+  assert_int_equal(v2(self, "/kubepods/pod1/ctr", NULL), 0);
+  assert_int_equal(v2("nonsense", "/kubepods/pod1/ctr", "200000 100000"), 0);
+  assert_int_equal(v2("", "", "200000 100000"), 0);
+  /* The tightest on the way up wins. */
+  fake f;
+  fake_new(&f);
+  fake_file(&f, "/proc/self/cgroup", self);
+  fake_file(&f, "/sys/fs/cgroup/kubepods/pod1/ctr/cpu.max", "800000 100000");
+  fake_file(&f, "/sys/fs/cgroup/kubepods/pod1/cpu.max", "300000 100000");
+  fake_file(&f, "/sys/fs/cgroup/kubepods/cpu.max", "max 100000");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 3);
+  /* No /proc/self/cgroup at all. */
+  fake_free(&f);
+  fake_new(&f);
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 0);
+  fake_free(&f);
+}
+
+static void cgroup_v1(void **state) {
+  (void)state;
+  fake f;
+  fake_new(&f);
+  fake_file(&f, "/proc/self/cgroup",
+            "12:memory:/docker/abc\n"
+            "4:cpu,cpuacct:/docker/abc\n"
+            "0::/system.slice/x\n");
+  const char *d = "/sys/fs/cgroup/cpu,cpuacct/docker/abc";
+  char p[256];
+  snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", d);
+  fake_file(&f, p, "250000\n");
+  snprintf(p, sizeof p, "%s/cpu.cfs_period_us", d);
+  fake_file(&f, p, "100000\n");
+  /* The v1 cpu controller wins over the v2 line of a hybrid host. */
+  fake_file(&f, "/sys/fs/cgroup/system.slice/x/cpu.max", "100000 100000");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 3);
+  snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", d);
+  fake_file(&f, p, "-1\n");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 0);
+  fake_file(&f, p, "x\n");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 0);
+  fake_file(&f, p, "100000\n");
+  snprintf(p, sizeof p, "%s/cpu.cfs_period_us", d);
+  fake_file(&f, p, "0\n");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 0);
+  fake_free(&f);
+  /* The controller mounted alone as .../cpu. */
+  fake_new(&f);
+  fake_file(&f, "/proc/self/cgroup", "3:cpu:/\n");
+  fake_file(&f, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "100000");
+  fake_file(&f, "/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000");
+  assert_int_equal(hr__cgroup_cpu_quota(f.root), 1);
+  fake_free(&f);
+}
+
+/* The CPU count follows the affinity mask (what taskset sets), capped by
+ * the cgroup's quota. */
 static void cpus(void **state) {
   (void)state;
   cpu_set_t set, one;
+  fake f;
+  fake_new(&f); /* no cgroup files: the mask alone */
 
   assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
-  assert_int_equal(hr__bulk_cpus(), CPU_COUNT(&set));
+  long mask = CPU_COUNT(&set);
+  assert_int_equal(hr__bulk_cpus_at(f.root), mask);
+  /* The real files may only lower it. */
+  long q = hr__cgroup_cpu_quota(NULL);
+  assert_int_equal(hr__bulk_cpus(), q > 0 && q < mask ? q : mask);
+  /* A quota of one CPU, below the mask; one above it changes nothing. */
+  fake_file(&f, "/proc/self/cgroup", "0::/\n");
+  fake_file(&f, "/sys/fs/cgroup/cpu.max", "100000 100000\n");
+  assert_int_equal(hr__bulk_cpus_at(f.root), 1);
+  fake_file(&f, "/sys/fs/cgroup/cpu.max", "100000000 100000\n");
+  assert_int_equal(hr__bulk_cpus_at(f.root), mask);
+  fake_free(&f);
+  fake_new(&f);
   CPU_ZERO(&one);
   for (int i = 0; i < CPU_SETSIZE; i++)
     if (CPU_ISSET(i, &set)) {
@@ -144,8 +283,9 @@ static void cpus(void **state) {
       break;
     }
   assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
-  assert_int_equal(hr__bulk_cpus(), 1);
+  assert_int_equal(hr__bulk_cpus_at(f.root), 1);
   assert_int_equal(sched_setaffinity(0, sizeof set, &set), 0);
+  fake_free(&f);
 }
 
 int main(void) {
@@ -153,6 +293,8 @@ int main(void) {
       cmocka_unit_test(jobs_max),
       cmocka_unit_test(same_host),
       cmocka_unit_test(fd_same_host),
+      cmocka_unit_test(cgroup_v2),
+      cmocka_unit_test(cgroup_v1),
       cmocka_unit_test(cpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
