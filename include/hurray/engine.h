@@ -230,9 +230,8 @@ typedef struct hr_engine_config {
    * cpu.cfs_period_us, the tightest from its cgroup up; read once, in
    * hr_engine_new(); files that are absent or malformed set no cap): one
    * less than them, since the loop thread moves bytes too, and for a
-   * peer on the same host (loopback,
-   * a Unix socket, our own address) one less than half of them, since
-   * the peer's end needs the other half.  With one CPU per end that is
+   * peer on the same host (loopback, a Unix socket, our own address) one
+   * less than half of them, since the peer's end needs the other half.  With one CPU per end that is
    * none: on 2 CPUs with both ends on them, every byte stays on the loop
    * threads (offloading only added handoffs: 2 to 8 lanes fell to 0.8 of
    * one lane).  N > 0: at most N, whatever the machine.  Negative:
