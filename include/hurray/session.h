@@ -446,8 +446,13 @@ typedef struct hr_get_opts {
    *     (hr_gpu_stream_wait_event) on every stream that touches it.
    * Any placement the server chose (the device's tag or CPU) lands on the
    * device.  Not with `dest` or PARALLEL_OK (HR_ERR_INVALID_ARGUMENT); a
-   * composite answer fails with HR_ERR_UNSUPPORTED.  `device` must
-   * outlive the session. */
+   * composite answer fails with HR_ERR_UNSUPPORTED.  The device memory
+   * (and the ring's pinned pieces not yet in the session's pool) is
+   * allocated by a work item (callbacks.submit_work; inline without it,
+   * and for the RDMA data plane), input waiting meanwhile as for a full
+   * ring; a failed allocation (out of device memory) fails the GET with
+   * HR_ERR_LIMIT and RESOURCE_EXHAUSTED sent to the server, the session
+   * goes on.  `device` must outlive the session. */
   struct hr_gpu *device;
   uint8_t device_sync;
 } hr_get_opts;
@@ -497,7 +502,10 @@ HR_EXTERN int hr_session_ping(hr_session *s, hr_ping_cb cb, void *user_data);
  * completion then reports HR_ERR_REMOTE with CANCELLED (the first ERROR
  * on any of its streams ends it; later ones are dropped) or the result if
  * it raced.  A request not yet sent (before the handshake) completes at
- * once with HR_ERR_CLOSED and wire_error CANCELLED.  May be called from
+ * once with HR_ERR_CLOSED and wire_error CANCELLED.  A GET into device
+ * memory cancelled while that memory is being allocated drops its bytes
+ * from then on and never delivers: an answer that raced the CANCEL ends
+ * it with HR_ERR_CLOSED and CANCELLED.  May be called from
  * callbacks.  Returns 0, HR_ERR_NOT_FOUND (no such GET/PUT, or already
  * complete), HR_ERR_NOMEM. */
 HR_EXTERN int hr_session_cancel(hr_session *s, uint32_t stream_id);
