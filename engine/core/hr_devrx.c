@@ -681,7 +681,8 @@ static void alloc_done(hr_work *w) {
 /* Allocates the GET's device memory and the pinned pieces its pool lacks:
  * on the host's workers when it has them (the stream's input waits,
  * hr__devrx_full), else (or for RDMA, whose registration needs the
- * memory now) here.  0, or the allocation's error. */
+ * memory now) here.  0, HR_ERR_LIMIT (the allocation failed here) or
+ * HR_ERR_NOMEM (no memory for the work item). */
 static int alloc_begin(hr_session *s, hr_devrx *d) {
   ajob *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
   if (!x)
@@ -723,7 +724,8 @@ static int alloc_begin(hr_session *s, hr_devrx *d) {
   x->w.run(&x->w);
   int rc = alloc_take(d, x);
   hr__mem_free(&s->mem, x);
-  return rc;
+  /* Out of device memory refuses this transfer, as on a worker. */
+  return rc ? HR_ERR_LIMIT : 0;
 }
 
 void hr__devrx_cancel(hr_session *s, hr_recv *rv) {

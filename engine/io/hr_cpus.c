@@ -88,8 +88,8 @@ static long ceil_div(uint64_t quota, uint64_t period) {
 static long v2_limit(const char *root, const char *dir) {
   char path[PATH_MAX], buf[128];
   int n = snprintf(path, sizeof path, "%s/cpu.max", dir);
-  if (n < 0 || (size_t)n >= sizeof path || read_small(root, path, buf,
-                                                      sizeof buf) <= 0)
+  if (n < 0 || (size_t)n >= sizeof path ||
+      read_small(root, path, buf, sizeof buf) <= 0)
     return 0;
   const char *p = buf;
   uint64_t quota = parse_pos(&p);
@@ -128,8 +128,7 @@ static long v1_limit(const char *root, const char *dir) {
  * ancestor binds its descendants too, and in a container whose cgroup
  * namespace is not its own the process's path does not exist under the
  * mount, whose root is then the container's cgroup. */
-static long walk_up(const char *root, const char *mnt, const char *cg,
-                    int v1) {
+static long walk_up(const char *root, const char *mnt, const char *cg, int v1) {
   char dir[PATH_MAX];
   int n = snprintf(dir, sizeof dir, "%s%s", mnt, cg);
   if (n < 0 || (size_t)n >= sizeof dir)
@@ -217,4 +216,6 @@ long hr__bulk_cpus_at(const char *root) {
   return q > 0 && q < n ? q : n;
 }
 
-long hr__bulk_cpus(void) { return hr__bulk_cpus_at(NULL); }
+long hr__bulk_cpus(void) {
+  return hr__bulk_cpus_at(NULL);
+}

@@ -231,11 +231,12 @@ typedef struct hr_engine_config {
    * hr_engine_new(); files that are absent or malformed set no cap): one
    * less than them, since the loop thread moves bytes too, and for a
    * peer on the same host (loopback, a Unix socket, our own address) one
-   * less than half of them, since the peer's end needs the other half.  With one CPU per end that is
-   * none: on 2 CPUs with both ends on them, every byte stays on the loop
-   * threads (offloading only added handoffs: 2 to 8 lanes fell to 0.8 of
-   * one lane).  N > 0: at most N, whatever the machine.  Negative:
-   * hr_engine_new() fails with HR_ERR_INVALID_ARGUMENT.  See
+   * less than half of them, since the peer's end needs the other half.
+   * With one CPU per end that is none: on 2 CPUs with both ends on
+   * them, every byte stays on the loop threads (offloading only added
+   * handoffs: 2 to 8 lanes fell to 0.8 of one lane).  N > 0: at most
+   * N, whatever the machine.  Negative: hr_engine_new() fails with
+   * HR_ERR_INVALID_ARGUMENT.  See
    * docs/internals/engine.md, "Bulk I/O on the worker pool". */
   int bulk_offload_jobs;
 } hr_engine_config;

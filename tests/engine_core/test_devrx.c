@@ -27,9 +27,14 @@
 static const hr_gpu_ops *base_ops;
 static hr_gpu_ops cnt_ops;
 static uint64_t pinned_live, pinned_peak;
+static uint64_t device_live, device_allocs; /* device buffers alive, made */
 
 static int cnt_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
   int rv = base_ops->mem_alloc(dev, kind, size, out);
+  if (rv == 0 && kind == HR_GPU_MEM_DEVICE) {
+    device_live++;
+    device_allocs++;
+  }
   if (rv == 0 && kind == HR_GPU_MEM_PINNED) {
     pinned_live += size;
     if (pinned_live > pinned_peak)
@@ -39,16 +44,21 @@ static int cnt_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
 }
 
 static void cnt_free(void *dev, const hr_gpu_mem_info *m) {
+  if (m->kind == HR_GPU_MEM_DEVICE)
+    device_live--;
   if (m->kind == HR_GPU_MEM_PINNED)
     pinned_live -= m->size;
   base_ops->mem_free(dev, m);
 }
 
-static hr_gpu *open_sim(void) {
+/* The simulated device, device allocations above `max` bytes failing
+ * (0: none). */
+static hr_gpu *open_sim_max(uint64_t max) {
   hr_gpu_config cfg;
   hr_gpu *g;
   hr_gpu_config_default(&cfg);
   cfg.backend = "sim";
+  cfg.sim_max_device_alloc = max;
   assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
   base_ops = hr_gpu_get_ops(g);
   cnt_ops = *base_ops;
@@ -58,7 +68,12 @@ static hr_gpu *open_sim(void) {
   cfg.ops = &cnt_ops;
   assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
   pinned_live = pinned_peak = 0;
+  device_live = device_allocs = 0;
   return g;
+}
+
+static hr_gpu *open_sim(void) {
+  return open_sim_max(0);
 }
 
 /* The device tensor's bytes, copied back to the host. */
@@ -345,6 +360,149 @@ static void stall_after_resume_times_out(void **state) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+/* ---- the device memory's allocation (decisions 73, 74) ------------------ */
+
+/* Out of device memory, inline (a host without submit_work) and as a
+ * work item: that GET fails with HR_ERR_LIMIT and RESOURCE_EXHAUSTED
+ * sent; the session goes on, nothing is left allocated. */
+static void alloc_fails(int async) {
+  pair p;
+  memset(&p, 0, sizeof p);
+  p.async_work = async;
+  hr_gpu *g = open_sim_max(1000);
+  assert_int_equal(pair_open(&p, NULL, NULL), 0);
+  uint64_t shape[1] = {5000};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 3);
+  store_put(&p.st, "k", t);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  assert_int_equal(run(&p), 0);
+  assert_int_equal(r.calls, 1);
+  assert_int_equal(r.status, HR_ERR_LIMIT);
+  /* Inline, the descriptor's arrival fails it (ERROR to the server); the
+   * held-back item fails it once every byte arrived (no ERROR then). */
+  if (!async)
+    assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(r.rec.message, async ? "out of device memory"
+                                              : "destination too small"));
+  assert_null(r.t);
+  assert_int_equal(device_live, 0);
+  result pr;
+  memset(&pr, 0, sizeof pr);
+  assert_int_equal(hr_session_ping(p.c, on_ping_done, &pr), 0);
+  assert_int_equal(run(&p), 0);
+  assert_int_equal(pr.status, 0);
+  assert_int_equal(p.errors_c, 0);
+  hr_tensor_unref(t);
+  pair_close(&p);
+  assert_int_equal(device_live, 0);
+  assert_int_equal(pinned_live, 0);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+static void alloc_fails_inline(void **state) {
+  (void)state;
+  alloc_fails(0);
+}
+
+static void alloc_fails_work(void **state) {
+  (void)state;
+  alloc_fails(1);
+}
+
+/* A cancel while the allocation is held back: the GET ends once the
+ * server's answer is read (input is not paused for it any more), before
+ * the allocation returns; the allocation frees its buffer when it does. */
+static void cancel_while_allocating(void **state) {
+  (void)state;
+  pair p;
+  wire w;
+  result r;
+  memset(&p, 0, sizeof p);
+  memset(&w, 0, sizeof w);
+  memset(&r, 0, sizeof r);
+  p.async_work = 1;
+  hr_gpu *g = open_sim();
+  assert_int_equal(pair_open(&p, NULL, NULL), 0);
+  uint64_t shape[1] = {100000};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 5);
+  store_put(&p.st, "k", t);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  uint32_t sid;
+  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, &sid), 0);
+  while (pump_honouring(&p, &w))
+    ;
+  assert_true(hr_session_recv_paused(p.c));
+  assert_int_equal(p.wq.n, 1); /* the allocation */
+  assert_int_equal(hr_session_cancel(p.c, sid), 0);
+  assert_false(hr_session_recv_paused(p.c));
+  while (pump_honouring(&p, &w))
+    ;
+  assert_int_equal(r.calls, 1);
+  assert_int_not_equal(r.status, 0);
+  assert_null(r.t);
+  assert_int_equal(p.wq.n, 1); /* still out */
+  /* It comes back with its buffer, which is freed. */
+  assert_int_equal(device_allocs, 0);
+  assert_int_equal(run_work(&p), 1);
+  assert_int_equal(device_allocs, 1);
+  assert_int_equal(device_live, 0);
+  assert_int_equal(p.errors_c, 0);
+  result pr;
+  memset(&pr, 0, sizeof pr);
+  assert_int_equal(hr_session_ping(p.c, on_ping_done, &pr), 0);
+  assert_int_equal(run(&p), 0);
+  assert_int_equal(pr.status, 0);
+  hr_tensor_unref(t);
+  free(w.b);
+  pair_close(&p);
+  assert_int_equal(device_live, 0);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+/* The session deleted while the allocation is out: the item comes back
+ * to a deleted session and frees what it got. */
+static void delete_while_allocating(void **state) {
+  (void)state;
+  pair p;
+  memset(&p, 0, sizeof p);
+  p.async_work = 1;
+  hr_gpu *g = open_sim();
+  assert_int_equal(pair_open(&p, NULL, NULL), 0);
+  uint64_t shape[1] = {100000};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 6);
+  store_put(&p.st, "k", t);
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  while (pump_only(&p))
+    ;
+  assert_int_equal(p.wq.n, 1);
+  hr_tensor_unref(t);
+  pair_close(&p);
+  assert_int_equal(r.calls, 1);
+  /* The deleted client waits for its item, which frees its buffer. */
+  assert_int_equal(device_allocs, 0);
+  assert_int_equal(run_work(&p), 1);
+  assert_int_equal(device_allocs, 1);
+  assert_int_not_equal(r.status, 0);
+  assert_int_equal(device_live, 0);
+  assert_int_equal(pinned_live, 0);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(spill_copying_p1),
@@ -352,6 +510,10 @@ int main(void) {
       cmocka_unit_test(spill_bound),
       cmocka_unit_test(paused_time_not_counted),
       cmocka_unit_test(stall_after_resume_times_out),
+      cmocka_unit_test(alloc_fails_inline),
+      cmocka_unit_test(alloc_fails_work),
+      cmocka_unit_test(cancel_while_allocating),
+      cmocka_unit_test(delete_while_allocating),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

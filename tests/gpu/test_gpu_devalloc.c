@@ -37,7 +37,9 @@
 
 #define MiB (1ull << 20)
 
-static int is_sim(void) { return strcmp(gt_backend, "sim") == 0; }
+static int is_sim(void) {
+  return strcmp(gt_backend, "sim") == 0;
+}
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -51,13 +53,12 @@ static uint64_t now_ns(void) {
 static const hr_gpu_ops *w_base;
 static hr_gpu_ops w_ops;
 static pthread_t w_loop_thread;
-static _Atomic int w_on_loop;           /* device allocations on the loop */
+static _Atomic int w_on_loop;              /* device allocations on the loop */
 static _Atomic uint64_t w_allocs, w_frees; /* device memory */
 static _Atomic uint64_t w_delay_ns, w_max;
 
 static int w_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
-  if (kind == HR_GPU_MEM_DEVICE &&
-      pthread_equal(pthread_self(), w_loop_thread))
+  if (kind == HR_GPU_MEM_DEVICE && pthread_equal(pthread_self(), w_loop_thread))
     atomic_store(&w_on_loop, 1);
   if (!is_sim()) {
     if (atomic_load(&w_delay_ns))
@@ -171,8 +172,7 @@ static void device_opts(fx *f, hr_get_opts *o, const char *key) {
 }
 
 /* Whether device tensor t's buffer 0 equals want[0..n). */
-static int device_equals(fx *f, hr_tensor *t, const uint8_t *want,
-                         uint64_t n) {
+static int device_equals(fx *f, hr_tensor *t, const uint8_t *want, uint64_t n) {
   hr_gpu_buf *out = NULL;
   assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_PINNED, n, &out), 0);
   memset(hr_gpu_buf_host_ptr(out), 0, n);
@@ -234,8 +234,8 @@ static void alloc_off_loop(void **state) {
   assert_false(g.done);
   assert_true(tc_wait(&f->a, &g, 20000));
   if (g.status)
-    printf("GET: %s, wire 0x%x: %s\n", hr_strerror(g.status),
-           g.rec.wire_error, g.rec.message);
+    printf("GET: %s, wire 0x%x: %s\n", hr_strerror(g.status), g.rec.wire_error,
+           g.rec.message);
   assert_int_equal(g.status, 0);
   assert_true(now_ns() - t0 >= delay);
   assert_true(hr_tensor_on_device(g.t));

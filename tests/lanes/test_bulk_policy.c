@@ -290,12 +290,9 @@ static void cpus(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(jobs_max),
-      cmocka_unit_test(same_host),
-      cmocka_unit_test(fd_same_host),
-      cmocka_unit_test(cgroup_v2),
-      cmocka_unit_test(cgroup_v1),
-      cmocka_unit_test(cpus),
+      cmocka_unit_test(jobs_max),     cmocka_unit_test(same_host),
+      cmocka_unit_test(fd_same_host), cmocka_unit_test(cgroup_v2),
+      cmocka_unit_test(cgroup_v1),    cmocka_unit_test(cpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
