@@ -6,6 +6,13 @@
  * them; blocks of the session's chunk pool, so a later GET reuses them
  * without pinning again), never through a tensor-sized landing block:
  *
+ *  - when the descriptor arrives, the device buffers and the pinned
+ *    pieces the pool lacks are allocated by a work item on the host's
+ *    workers (a driver's allocation of a large tensor takes milliseconds,
+ *    which would stall the loop); the frames wait for it as for a full
+ *    ring (hr__devrx_full), and its completion (alloc_done) hands the
+ *    buffers over, or fails this GET only (out of device memory).  A GET
+ *    that ends meanwhile leaves them to the item, which frees them;
  *  - a piece of the tensor (a device_piece-sized slice of one buffer) is
  *    given a free slot when its first byte arrives; frames land there,
  *    zero-copy as usual (hr__recv_where points the socket's recv() at the

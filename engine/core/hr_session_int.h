@@ -203,8 +203,11 @@ typedef struct hr_devrx hr_devrx;
 /* Makes rv land into device g's memory (sync: P1 or P2). */
 int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync);
 void hr__devrx_free(hr_session *s, hr_devrx *d);
-/* The landing tensor for `desc` (pinned).  HR_ERR_LIMIT, HR_ERR_NOMEM,
- * HR_ERR_UNSUPPORTED (a composite, a second tensor). */
+/* The landing tensor for `desc`: a shell standing for the device
+ * buffers, which are allocated by a work item (or inline, see
+ * hr__devrx_plane); the frames wait for them.  HR_ERR_LIMIT (an inline
+ * allocation failed), HR_ERR_NOMEM, HR_ERR_UNSUPPORTED (a composite, a
+ * second tensor). */
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
                    hr_tensor **out);
 /* Bytes [off, off + n) of buffer bi landed (where hr__devrx_where said). */
