@@ -6,6 +6,8 @@
  * fake files.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -133,21 +136,21 @@ static void fd_same_host(void **state) {
   close(sv[1]);
 }
 
-/* A directory standing for "/" with the given files (path, contents;
- * contents NULL: a directory), removed by fake_free(). */
+/* A directory standing for "/" with the given files (fake_file: path,
+ * contents), removed by fake_free(). */
 typedef struct fake {
   char root[64];
 } fake;
 
 static void fake_file(fake *f, const char *path, const char *text) {
-  char full[512], cmd[600];
+  char full[512];
   snprintf(full, sizeof full, "%s%s", f->root, path);
-  /* The parent directories. */
-  char *slash = strrchr(full, '/');
-  *slash = '\0';
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", full);
-  assert_int_equal(system(cmd), 0);
-  *slash = '/';
+  /* The parent directories, one at a time below the root. */
+  for (char *p = full + strlen(f->root) + 1; (p = strchr(p, '/')); p++) {
+    *p = '\0';
+    assert_true(mkdir(full, 0700) == 0 || errno == EEXIST);
+    *p = '/';
+  }
   FILE *fp = fopen(full, "w");
   assert_non_null(fp);
   assert_int_equal(fputs(text, fp) >= 0, 1);
@@ -159,10 +162,16 @@ static void fake_new(fake *f) {
   assert_non_null(mkdtemp(f->root));
 }
 
+static int rm_one(const char *path, const struct stat *st, int flag,
+                  struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
 static void fake_free(fake *f) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->root);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(nftw(f->root, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 /* cgroup v2: the quota of the process's cgroup or of an ancestor. */
