@@ -484,8 +484,8 @@ static xfer *xfer_find(hr_rdma_glue *g, const hr_stream *st, uint32_t sid) {
  * bufs: host memory, or the device's for a GPUDirect source), which
  * registers the source.  Returns 1, 0 when the fabric refused (the record
  * says why, after `what` when not NULL: frames), or HR_ERR_NOMEM. */
-static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st,
-                      hr_part *p, const hr_descriptor *desc, void **bufs,
+static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
+                      const hr_descriptor *desc, void **bufs,
                       const char *what) {
   char why[160] = "";
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
@@ -623,7 +623,7 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
 }
 
 int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
-                              const hr_part *p) {
+                             const hr_part *p) {
   hr_rdma_glue *g = s->rdma;
   return g && g->conn && p->xmode == HR_XM_STAGE && !p->shm && !p->dipc &&
          st->tx.nparts == 1 && hr_rdma_conn_gpudirect(g->conn, NULL);
@@ -897,7 +897,7 @@ int hr__rdma_tx_start(hr_session *s, hr_stream *st) {
   return HR_ERR_INTERNAL;
 }
 int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
-                              const hr_part *p) {
+                             const hr_part *p) {
   (void)s;
   (void)st;
   (void)p;

@@ -38,8 +38,7 @@ int hr__rdma_src_region(const hr_part *p, hr_descriptor *local, void **bufs,
       return HR_ERR_UNSUPPORTED;
     }
     uint64_t end;
-    if (!hr__add_u64(p->doff[k], p->len[k], &end) ||
-        end > hr_gpu_buf_size(b)) {
+    if (!hr__add_u64(p->doff[k], p->len[k], &end) || end > hr_gpu_buf_size(b)) {
       *why = "the device part lies outside its buffer";
       return HR_ERR_UNSUPPORTED;
     }

@@ -855,7 +855,7 @@ int hr__rdma_tx_start(hr_session *s, hr_stream *st);
 /* 1 when device part `p` may go over RDMA straight from device memory:
  * its staging must not start before its descriptor's choice. */
 int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
-                              const hr_part *p);
+                             const hr_part *p);
 /* A device part's memory as an RDMA source region (hr_rdma_src.c): fills
  * `local` (p->desc with the device's tag and index) and bufs[] (device
  * addresses).  Returns 0, or HR_ERR_UNSUPPORTED with *why (static text). */

@@ -350,8 +350,8 @@ static void test_device_source_refused(void **state) {
   hr_gpu_event *ev;
   assert_int_equal(hr_gpu_stream_new(g, &p), 0);
   assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev), 0);
-  assert_int_equal(
-      hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host),
+                   0);
   assert_int_equal(hr_gpu_event_new(g, 0, &ev), 0);
   assert_int_equal(hr_gpu_launch_host_fn(p, slow_gate, NULL), 0);
   assert_int_equal(hr_gpu_copy_async(p, dev, 0, host, 0, n), 0);

@@ -149,8 +149,8 @@ static void produce(dev *d, produced *pr, int with_event) {
   desc.buffers[0].device_tag = d->caps.device_tag;
   desc.buffers[0].device_index = d->caps.device_index;
   assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->devb,
-                                         with_event ? pr->ev : NULL, NULL,
-                                         NULL, NULL),
+                                         with_event ? pr->ev : NULL, NULL, NULL,
+                                         NULL),
                    0);
 }
 
