@@ -625,8 +625,10 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
 int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
                              const hr_part *p) {
   hr_rdma_glue *g = s->rdma;
+  uint64_t min = g && g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
   return g && g->conn && p->xmode == HR_XM_STAGE && !p->shm && !p->dipc &&
-         st->tx.nparts == 1 && hr_rdma_conn_gpudirect(g->conn, NULL);
+         st->tx.nparts == 1 && p->xp.total_data_bytes >= min &&
+         hr_rdma_conn_gpudirect(g->conn, NULL);
 }
 
 int hr__rdma_tx_start(hr_session *s, hr_stream *st) {

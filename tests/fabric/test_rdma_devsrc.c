@@ -326,6 +326,7 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
   hr_settings sc, ss;
   settings_for(&sc, w->ec, w->ext_c, caps, dest);
   settings_for(&ss, w->es, w->ext_s, caps, dest);
+  ss.shard_bytes = SIZE / 4;
   hr_provider prov;
   memset(&prov, 0, sizeof prov);
   prov.size = sizeof prov;
@@ -484,9 +485,12 @@ static void gpudirect_get(int dest) {
   /* Network descriptors are producer-synced. */
   assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
-  /* The wait went through the device (start), never inline. */
+  /* The wait went through the device (start), never inline; with
+   * GPUDirect it was the only work: nothing was staged. */
   assert_true(w->started > 0);
   assert_int_equal(w->ran_inline, 0);
+  if (is_sim())
+    assert_int_equal(w->started, 1);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   if (is_sim()) {
@@ -517,6 +521,47 @@ static void test_get_tagged(void **state) {
 static void test_get_destination(void **state) {
   (void)state;
   gpudirect_get(1);
+}
+
+/* A parallel GET: each shard's region is its range of the device buffer,
+ * each shard waits for the producer's event on its own. */
+static void test_get_parallel(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.flags = HR_REQ_PARALLEL_OK;
+  o.max_shards = 4;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->rec.shards, 4);
+  assert_int_equal(w->srv_recs, 4);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  if (is_sim()) {
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(st.regs, 4);
+    assert_int_equal(st.writes, 4);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(w->started, 4); /* one wait per shard, no staging */
+  } else {
+    assert_int_equal(st.bytes, 0);
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
 }
 
 /* The same producer declared without its event (a lying P1 producer):
@@ -702,6 +747,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_tagged),
       cmocka_unit_test(test_get_destination),
+      cmocka_unit_test(test_get_parallel),
       cmocka_unit_test(test_skipped_event_is_caught),
       cmocka_unit_test(test_registration_refused),
       cmocka_unit_test(test_no_hmem),
