@@ -571,8 +571,8 @@ static int device_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
 
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   hr_rdma_glue *g = s->rdma;
-  if (!g || !g->conn)
-    return 0;
+  if (!g || !g->conn || p->shm)
+    return 0; /* an SHM part's bytes are in its segment already */
   const char *u = NULL;
   uint64_t total = p->xp.total_data_bytes;
   uint64_t min = g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
@@ -585,7 +585,7 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   }
   if (total < min)
     return 0; /* small tensors go as frames by design */
-  int dev = p->xmode == HR_XM_STAGE && !p->shm;
+  int dev = p->xmode == HR_XM_STAGE;
   if (st->tx.nparts != 1 || (p->xmode != HR_XM_DIRECT && !dev) ||
       p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
     note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
