@@ -1,6 +1,6 @@
 /*
  * Small helpers several test programs share (tests/unix, tests/gpu,
- * tests/metrics): counting this process's descriptors to prove nothing
+ * tests/metrics, tests/fabric, tests/inproc): counting this process's descriptors to prove nothing
  * leaked, the descriptor of a plain byte tensor, and reading one sample
  * from a Prometheus exposition text.
  * Link with LIBS hr_test_util.
