@@ -98,12 +98,12 @@ HR_EXTERN void hr_client_options_default(hr_client_options *o);
  * `err` (may be NULL) says why it failed.  On success *out receives the
  * client, owned by the caller until hr_client_close(); on failure *out is
  * not written.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or url, an
- * unknown opts->version, a bad URL, a TLS configuration that does not load: the message says why),
- * HR_ERR_IO (refused, unreachable, the TLS handshake failed: the message
- * says what failed, e.g. "certificate verify failed"), HR_ERR_REMOTE (the
- * server answered ERROR, e.g. RESOURCE_EXHAUSTED at its connection cap),
- * HR_ERR_PROTO (the server broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED,
- * HR_ERR_NOMEM.
+ * unknown opts->version, a bad URL, a TLS configuration that does not
+ * load: the message says why), HR_ERR_IO (refused, unreachable, the TLS
+ * handshake failed: the message says what failed, e.g. "certificate
+ * verify failed"), HR_ERR_REMOTE (the server answered ERROR, e.g.
+ * RESOURCE_EXHAUSTED at its connection cap), HR_ERR_PROTO (the server
+ * broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED, HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_client_connect(hr_client **out, const char *url,
                                 const hr_client_options *opts,
