@@ -31,8 +31,13 @@
  * 1 and 4 are interleaved: both raw variants and the engine stay set up,
  * and each pass runs every raw variant and one GET, alternating which goes
  * first, so that load that comes and goes meets both alike; the ratio is
- * taken pass by pass (against that pass's better raw variant) and its
- * median printed.  Idle raw targets block on their control socket.
+ * taken pass by pass (against that pass's better raw variant, and against
+ * each variant) and its median printed, with the CPU seconds per GiB of
+ * both processes of each (the load of a shared machine stretches wall
+ * time, not CPU time).  Idle raw targets block on their control socket;
+ * the engine's server must use no CPU while raw runs (printed).  No
+ * process shares the source copy-on-write with the raw initiator: shm's
+ * process_vm_readv would pay for it.
  *
  * In 2 and 3 the control messages go over a socketpair, which the output
  * says.  The destination registration is
