@@ -334,8 +334,8 @@ typedef struct raw_init {
   struct fid_mr *mr;
   void *desc;
   slot *slots;
-  pid_t target;   /* the target's process */
-  double cpu[2];  /* the last pass's CPU seconds: initiator, target */
+  pid_t target;  /* the target's process */
+  double cpu[2]; /* the last pass's CPU seconds: initiator, target */
 } raw_init;
 
 static void raw_init_open(raw_init *ri, int ctl, const char *prov, int wait,
