@@ -346,8 +346,16 @@ static void tensor_freed(void *a, void *b, hr_tensor *t) {
   const hr_descriptor *d = hr_tensor_descriptor(t);
   for (unsigned k = 0; k < d->buffer_count; k++) {
     const void *p = hr_tensor_buffer(t, k);
-    if (p && d->buffers[k].size_bytes)
-      ops->tracker_invalidate(b, p, d->buffers[k].size_bytes);
+    uint64_t n = d->buffers[k].size_bytes;
+    hr_gpu_buf *gb = p ? NULL : hr_tensor_gpu_buf(t, k);
+    if (gb) {
+      /* A device tensor (a GPUDirect source or landing): its device
+       * memory, all of it (a shard's region lies inside). */
+      p = hr_gpu_buf_device_ptr(gb);
+      n = hr_gpu_buf_size(gb);
+    }
+    if (p && n)
+      ops->tracker_invalidate(b, p, n);
   }
   ops->tracker_unref(b);
 }
@@ -472,40 +480,14 @@ static xfer *xfer_find(hr_rdma_glue *g, const hr_stream *st, uint32_t sid) {
 
 /* ---- sender -------------------------------------------------------------- */
 
-int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
-  hr_rdma_glue *g = s->rdma;
-  if (!g || !g->conn)
-    return 0;
-  const char *u = NULL;
-  uint64_t total = p->xp.total_data_bytes;
-  uint64_t min = g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
-  if (!hr_rdma_conn_usable(g->conn, &u)) {
-    /* Not negotiated is no fallback; a peer address refused is. */
-    if ((s->our_caps & s->peer.capability_flags & HR_CAP_RDMA_DATA_PLANE) &&
-        total >= min)
-      note_fallback(st, u);
-    return 0;
-  }
-  if (total < min)
-    return 0; /* small tensors go as frames by design */
-  if (st->tx.nparts != 1 || p->xmode != HR_XM_DIRECT ||
-      p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
-    /* Device memory is not registered as a source (it would have to wait
-     * for the producer's event first): it is staged and framed. */
-    note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
-                      : p->dsrc[0]       ? "a device tensor is staged to host "
-                                           "memory and goes as frames"
-                                         : "transcoded output goes as frames");
-    return 0;
-  }
+/* Creates the sender's handshake of part `p` over `region` (desc and
+ * bufs: host memory, or the device's for a GPUDirect source), which
+ * registers the source.  Returns 1, 0 when the fabric refused (the record
+ * says why, after `what` when not NULL: frames), or HR_ERR_NOMEM. */
+static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
+                      const hr_descriptor *desc, void **bufs,
+                      const char *what) {
   char why[160] = "";
-  if (!hr_rdma_conn_can_source(g->conn, &p->desc, total, why, sizeof why)) {
-    note_fallback(st, why);
-    return 0;
-  }
-  void *bufs[HR_MAX_BUFFERS];
-  for (unsigned k = 0; k < HR_MAX_BUFFERS; k++)
-    bufs[k] = (void *)p->src[k];
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
   hold *h = hold_new(s, p->hold);
   if (!xf || !h) {
@@ -519,8 +501,8 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   rc.side = HR_RDMA_SENDER;
   rc.direction = s->role == HR_ROLE_SERVER ? HR_RDMA_GET : HR_RDMA_PUT;
   rc.stream_id = st->id;
-  rc.desc = &p->desc;
-  rc.total_data_bytes = total;
+  rc.desc = desc;
+  rc.total_data_bytes = p->xp.total_data_bytes;
   rc.buffers = bufs;
   rc.release = hold_release;
   rc.release_ctx = h;
@@ -535,14 +517,118 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
     hr__mem_free(&s->mem, xf);
     if (rv == HR_ERR_NOMEM)
       return rv;
-    note_fallback(st, why[0] ? why : hr_strerror(rv));
+    char fb[256];
+    snprintf(fb, sizeof fb, "%s%s%s", what ? what : "", what ? ": " : "",
+             why[0] ? why : hr_strerror(rv));
+    note_fallback(st, fb);
     return 0;
   }
   xf->next = g->xs;
   g->xs = xf;
+  return 1;
+}
+
+/* A device part (decision 70): with GPUDirect negotiated and the device's
+ * memory registered by the fabric as the source region, the data plane
+ * reads it straight from the device.  The producer's event comes first
+ * (ADR-018: the network declares SYNC_PRODUCER_SYNCED): the handshake is
+ * made (the registration reads no byte), then hr_send.c waits for the
+ * event on the device without blocking this thread, and calls here again
+ * with p->dipc HR_DIPC_SYNCED to send the descriptor.  Returns 1,
+ * HR_RDMA_TX_WAIT, 0 (staged and framed, the record says why) or fatal. */
+static int device_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
+                         hr_part *p) {
+  if (p->dipc == HR_DIPC_SYNCED && xfer_find(g, st, st->id))
+    return 1; /* the event completed: the descriptor may go */
+  /* Short: the record's fallback has 127 characters for it and why. */
+  static const char staged[] = "device tensor staged and framed";
+  const char *gd = NULL;
+  hr_descriptor local;
+  void *bufs[HR_MAX_BUFFERS] = {0};
+  int rv = 0;
+  if (hr_rdma_conn_gpudirect(g->conn, &gd) &&
+      hr__rdma_src_region(p, &local, bufs, &gd) == 0) {
+    rv = sender_new(s, g, st, p, &local, bufs, staged);
+    if (rv < 0)
+      return rv;
+  } else {
+    char fb[256];
+    snprintf(fb, sizeof fb, "%s: %s", staged, gd);
+    note_fallback(st, fb);
+  }
+  if (rv == 0) {
+    /* Staged after all (a refused registration, after an earlier wait):
+     * the staging copies wait for the event themselves. */
+    p->dipc = HR_DIPC_NONE;
+    return 0;
+  }
+  if (p->dready && p->dipc != HR_DIPC_SYNCED) {
+    p->dipc = HR_DIPC_WAIT;
+    return HR_RDMA_TX_WAIT;
+  }
+  return 1;
+}
+
+int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
+  hr_rdma_glue *g = s->rdma;
+  if (!g || !g->conn || p->shm)
+    return 0; /* an SHM part's bytes are in its segment already */
+  const char *u = NULL;
+  uint64_t total = p->xp.total_data_bytes;
+  uint64_t min = g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
+  if (!hr_rdma_conn_usable(g->conn, &u)) {
+    /* Not negotiated is no fallback; a peer address refused is. */
+    if ((s->our_caps & s->peer.capability_flags & HR_CAP_RDMA_DATA_PLANE) &&
+        total >= min)
+      note_fallback(st, u);
+    return 0;
+  }
+  if (total < min)
+    return 0; /* small tensors go as frames by design */
+  int dev = p->xmode == HR_XM_STAGE;
+  if (st->tx.nparts != 1 || (p->xmode != HR_XM_DIRECT && !dev) ||
+      p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
+    note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
+                                         : "transcoded output goes as frames");
+    return 0;
+  }
+  char why[160] = "";
+  if (!hr_rdma_conn_can_source(g->conn, &p->desc, total, why, sizeof why)) {
+    note_fallback(st, why);
+    if (dev) {
+      /* The connection fell back while the producer's event was awaited:
+       * the handshake made for it goes unused, and the staging copies
+       * wait for the event themselves. */
+      xfer *xf = xfer_find(g, st, st->id);
+      if (xf)
+        xfer_drop(g, xf);
+      p->dipc = HR_DIPC_NONE;
+    }
+    return 0;
+  }
+  int rv;
+  if (dev) {
+    rv = device_source(s, g, st, p);
+  } else {
+    void *bufs[HR_MAX_BUFFERS];
+    for (unsigned k = 0; k < HR_MAX_BUFFERS; k++)
+      bufs[k] = (void *)p->src[k];
+    rv = sender_new(s, g, st, p, &p->desc, bufs, NULL);
+  }
+  if (rv != 1)
+    return rv;
   p->xp.data_plane = HR_PLANE_RDMA;
   st->rec.data_plane = HR_PLANE_RDMA;
   return 1;
+}
+
+int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
+                             const hr_part *p) {
+  hr_rdma_glue *g = s->rdma;
+  uint64_t min = g && g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
+  return g && g->conn && p->xmode == HR_XM_STAGE && !p->shm && !p->dipc &&
+         st->tx.nparts == 1 && p->xp.total_data_bytes >= min &&
+         hr_rdma_conn_gpudirect(g->conn, NULL);
 }
 
 int hr__rdma_tx_start(hr_session *s, hr_stream *st) {
@@ -811,6 +897,13 @@ int hr__rdma_tx_start(hr_session *s, hr_stream *st) {
   (void)s;
   (void)st;
   return HR_ERR_INTERNAL;
+}
+int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
+                             const hr_part *p) {
+  (void)s;
+  (void)st;
+  (void)p;
+  return 0;
 }
 int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
                       const hr_descriptor *d, const hr_transport_fields *xp) {

@@ -366,10 +366,11 @@ static int pump_stage(hr_session *s, hr_stream *st, hr_part *p,
   return 0;
 }
 
-/* Exported device memory (hr_shm_dev.c) is producer-synced before its
- * descriptor goes: one zero-byte staging item waits, on the device, for
- * the producer's event and completes through the device's host function,
- * so the loop never waits. */
+/* Exported device memory (hr_shm_dev.c) and a GPUDirect source
+ * (hr_rdma_glue.c) are producer-synced before their descriptor goes: one
+ * zero-byte staging item waits, on the device, for the producer's event
+ * and completes through the device's host function, so the loop never
+ * waits. */
 static int pump_dipc(hr_session *s, hr_stream *st, hr_part *p) {
   hr_tx *tx = &st->tx;
   if (p->dipc != HR_DIPC_WAIT || tx->win_count)
@@ -413,6 +414,9 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
   uint64_t chunk = s->set.transcode_chunk ? s->set.transcode_chunk : 1;
   if (p->xmode == HR_XM_STAGE && p->dipc)
     return pump_dipc(s, st, p);
+  if (p->xmode == HR_XM_STAGE && tx->phase == HR_TXP_DESC &&
+      hr__rdma_tx_device_first(s, st, p))
+    return 0; /* the data plane may read the device itself */
   if (p->xmode == HR_XM_STAGE)
     return pump_stage(s, st, p, chunk);
   if (p->xj->grain > 1 && chunk > p->xj->grain)
@@ -517,10 +521,12 @@ int hr__tx_ready(const hr_stream *st) {
 }
 
 /* Queues the part's descriptor.  Returns 1 when the RDMA data plane
- * carries the part (its handshake started), 0 for frames, or fatal. */
+ * carries the part (its handshake started), 0 for frames,
+ * HR_RDMA_TX_WAIT when nothing went (a GPUDirect source waits for its
+ * producer's event: pump it), or fatal. */
 static int send_desc(hr_session *s, hr_stream *st, hr_part *p) {
   int rdma = hr__rdma_tx_prepare(s, st, p);
-  if (rdma < 0)
+  if (rdma < 0 || rdma == HR_RDMA_TX_WAIT)
     return rdma;
   hr_msg m;
   memset(&m, 0, sizeof m);
@@ -558,6 +564,8 @@ int hr__tx_send_head(hr_session *s, hr_stream *st) {
   int rv = send_desc(s, st, &tx->parts[tx->cur]);
   if (rv < 0)
     return rv;
+  if (rv == HR_RDMA_TX_WAIT)
+    return hr__tx_pump(s, st);
   if (rv == 1) {
     tx->phase = HR_TXP_RDMA;
     return 0;
@@ -589,6 +597,8 @@ int hr__tx_turn(hr_session *s, hr_stream *st, int *more, int *budget_hit) {
         return hr__tx_pump(s, st); /* sent when the device says so */
       if ((rv = send_desc(s, st, p)) < 0)
         return rv;
+      if (rv == HR_RDMA_TX_WAIT)
+        return hr__tx_pump(s, st);
       msgs++;
       if (rv == 1) {
         tx->phase = HR_TXP_RDMA;

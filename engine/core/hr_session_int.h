@@ -81,8 +81,9 @@ typedef struct hr_part {
   int dipc;        /* HR_DIPC_*: exported device memory (hr_shm_dev.c) */
 } hr_part;
 
-/* hr_part.dipc: the descriptor of exported device memory waits until the
- * producer's event completed (P1 over IPC). */
+/* hr_part.dipc: the descriptor of exported device memory (P1 over IPC),
+ * or of a GPUDirect source (hr_rdma_glue.c), waits until the producer's
+ * event completed. */
 enum { HR_DIPC_NONE = 0, HR_DIPC_WAIT, HR_DIPC_SYNCED };
 
 /* One chunk of transcoded output in the stream's window. */
@@ -847,6 +848,19 @@ void hr__rdma_stream_end(hr_session *s, hr_stream *st);
  * record), or fatal.  hr__rdma_tx_start() after the descriptor. */
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p);
 int hr__rdma_tx_start(hr_session *s, hr_stream *st);
+/* hr__rdma_tx_prepare()'s third answer: the part goes over RDMA from
+ * device memory (GPUDirect source), but its producer's event comes first:
+ * p->dipc is HR_DIPC_WAIT and the descriptor waits for hr__tx_pump(). */
+#define HR_RDMA_TX_WAIT 2
+/* 1 when device part `p` may go over RDMA straight from device memory:
+ * its staging must not start before its descriptor's choice. */
+int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
+                             const hr_part *p);
+/* A device part's memory as an RDMA source region (hr_rdma_src.c): fills
+ * `local` (p->desc with the device's tag and index) and bufs[] (device
+ * addresses).  Returns 0, or HR_ERR_UNSUPPORTED with *why (static text). */
+int hr__rdma_src_region(const hr_part *p, hr_descriptor *local, void **bufs,
+                        const char **why);
 /* Receiver: a descriptor with data_plane RDMA began a tensor on `sid`.
  * Returns 0 or fatal. */
 int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include <hurray/fabric.h>
+#include <hurray/gpu.h>
 
 #include "../engine_io/tc.h"
 #include "../engine_io/tl.h"
@@ -317,6 +319,66 @@ static void test_client_other_provider(void **state) {
   close_pair(&f);
 }
 
+static void slow_gate(void *arg) {
+  (void)arg;
+  struct timespec ts = {0, 100000000}; /* 100 ms */
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/*
+ * A device tensor served with GPUDirect advertised (both HELLOs), but this
+ * provider cannot register device memory (the simulated device's, here):
+ * the registration is refused by libfabric's side of the backend, and the
+ * tensor is staged after its producer's event and framed; the server's
+ * record says why; the bytes are the producer's (written after the GET was
+ * answered).
+ */
+static void test_device_source_refused(void **state) {
+  (void)state;
+  hr_gpu_config gc;
+  hr_gpu_config_default(&gc);
+  gc.backend = "sim";
+  hr_gpu *g;
+  assert_int_equal(hr_gpu_open(&g, &gc, NULL, NULL), 0);
+  hr_gpu_caps caps;
+  assert_int_equal(hr_gpu_query(g, &caps), 0);
+  uint64_t n = 8u << 20;
+  hr_tensor *want = tensor(64, 128 << 10, 13);
+  hr_gpu_stream *p;
+  hr_gpu_buf *dev, *host;
+  hr_gpu_event *ev;
+  assert_int_equal(hr_gpu_stream_new(g, &p), 0);
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host),
+                   0);
+  assert_int_equal(hr_gpu_event_new(g, 0, &ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(p, slow_gate, NULL), 0);
+  assert_int_equal(hr_gpu_copy_async(p, dev, 0, host, 0, n), 0);
+  assert_int_equal(hr_gpu_event_record(ev, p), 0);
+  hr_descriptor d = *hr_tensor_descriptor(want);
+  d.buffers[0].device_tag = caps.device_tag;
+  hr_tensor *t;
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &dev, ev, NULL, NULL, NULL),
+                   0);
+  fixture f;
+  open_pair(&f, provider(), 1);
+  tl_put(&f.srv, "t", t);
+  hr_tensor_unref(t);
+  get_check(&f, want, 1, HR_PLANE_FRAMES);
+  if (!strstr(f.log.last.fallback, "device tensor staged and framed: ") ||
+      !strstr(f.log.last.fallback, "registering the source failed"))
+    fail_msg("fallback \"%s\"", f.log.last.fallback);
+  close_pair(&f);
+  assert_int_equal(hr_gpu_stream_sync(p), 0);
+  hr_gpu_event_del(ev);
+  hr_gpu_buf_del(host);
+  hr_gpu_buf_del(dev);
+  hr_gpu_stream_del(p);
+  hr_tensor_unref(want);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(void) {
   hr_fabric *probe = NULL;
   hr_fabric_config fc;
@@ -339,6 +401,7 @@ int main(void) {
       cmocka_unit_test(test_client_without_fabric),
       cmocka_unit_test(test_client_other_provider),
       cmocka_unit_test(test_registration_lifetime),
+      cmocka_unit_test(test_device_source_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

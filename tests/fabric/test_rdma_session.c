@@ -375,9 +375,9 @@ static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
 
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
 
-/* Serving a device tensor: it is staged to host memory and framed, even
- * with GPUDirect negotiated and a fabric that reaches the device; both
- * records say so. */
+/* Serving a device tensor with GPUDirect negotiated and a fabric that
+ * reaches the device: the data plane reads it from the device (the
+ * GPUDirect source; test_rdma_devsrc.c has its cases). */
 static void test_device_served(void **state) {
   (void)state;
   hr_gpu_config cfg;
@@ -410,8 +410,11 @@ static void test_device_served(void **state) {
   get(w, NULL);
   assert_int_equal(w->status, 0);
   assert_true(same(w->got, host));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
-  assert_non_null(strstr(w->srv_rec.fallback, "a device tensor is staged"));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_string_equal(w->srv_rec.fallback, "");
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
   world_close(w);
   hr_tensor_unref(host);
   hr_gpu_buf_del(b);

@@ -1,0 +1,761 @@
+/*
+ * A device tensor as the RDMA source (GPUDirect source, docs/protocol.md
+ * § 25.1 decision 70), through the sans-IO sessions and the fake fabric.
+ *
+ * The served tensor is written by a slow producer on the device
+ * (a gate, then the copy of NEW over OLD) whose end is the tensor's event
+ * (ADR-018 P2).  The host runs the session's work through hr_work.start,
+ * as the engine does, so the wait for the event happens on the device and
+ * the test thread never blocks in it.
+ *
+ *  - GPUDirect GETs, tagged and RMA-written: the source registration
+ *    is the device's memory, the bytes are exactly NEW, both records say
+ *    RDMA without a fallback, the descriptor is producer-synced.
+ *  - The same producer declared without its event (skipping the wait) is
+ *    shown to deliver OLD: the wait is what makes the cases above right.
+ *  - Failures: the source registration refused, a fabric without FI_HMEM,
+ *    no RDMA_GPUDIRECT in the HELLOs (staged, framed, the record says why);
+ *    the producer's event failing on the device (the GET fails, nothing
+ *    stays registered); the peer gone in the middle of the write (the
+ *    client retries with frames); a cancel while the event is awaited.
+ *
+ * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
+ * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
+ * memory, so each must take the staged fallback and still be byte-exact.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <hurray/fabric.h>
+#include <hurray/gpu.h>
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+
+#include "../gpu/gpu_testutil.h"
+#include "fabric/hr_fab_fake.h"
+
+#define SIZE ((uint64_t)1 << 20)
+#define GATE_NS 150000000ull /* the producer's gate: 150 ms */
+#define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
+
+static int is_sim(void) {
+  return strcmp(gt_backend, "sim") == 0;
+}
+
+/* ---- the device, optionally with a failing stream-wait ------------------ */
+
+static const hr_gpu_ops *base_ops;
+static hr_gpu_ops fail_ops;
+static atomic_int wait_fails; /* stream_wait_event answers HR_ERR_IO */
+
+static int failing_wait(void *dev, void *s, void *e) {
+  if (atomic_load(&wait_fails))
+    return HR_ERR_IO;
+  return base_ops->stream_wait_event(dev, s, e);
+}
+
+typedef struct dev {
+  hr_gpu *g;
+  hr_gpu_caps caps;
+  hr_gpu_stream *P; /* the producer's stream */
+} dev;
+
+static void dev_open(dev *d) {
+  assert_int_equal(gt_open(&d->g, 0, 0), 0);
+  /* Reopened through a table whose stream-wait can be made to fail. */
+  base_ops = hr_gpu_get_ops(d->g);
+  fail_ops = *base_ops;
+  fail_ops.stream_wait_event = failing_wait;
+  assert_int_equal(hr_gpu_del(d->g), 0);
+  hr_gpu_config cfg;
+  hr_gpu_config_default(&cfg);
+  cfg.ops = &fail_ops;
+  assert_int_equal(hr_gpu_open(&d->g, &cfg, NULL, NULL), 0);
+  assert_int_equal(hr_gpu_query(d->g, &d->caps), 0);
+  assert_int_equal(hr_gpu_stream_new(d->g, &d->P), 0);
+  atomic_store(&wait_fails, 0);
+}
+
+static void dev_close(dev *d) {
+  assert_int_equal(hr_gpu_stream_sync(d->P), 0);
+  hr_gpu_stream_del(d->P);
+  assert_int_equal(hr_gpu_del(d->g), 0);
+}
+
+static hr_gpu_buf *host_buf(dev *d, uint64_t n) {
+  hr_gpu_buf *b = NULL;
+  if (d->caps.flags & HR_GPU_CAP_PINNED) {
+    assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_PINNED, n, &b), 0);
+  } else {
+    void *p = malloc(n);
+    assert_non_null(p);
+    assert_int_equal(hr_gpu_buf_wrap_host(d->g, p, n, &b), 0);
+  }
+  return b;
+}
+
+static void host_buf_del(dev *d, hr_gpu_buf *b) {
+  void *p = hr_gpu_buf_host_ptr(b);
+  hr_gpu_buf_del(b);
+  if (!(d->caps.flags & HR_GPU_CAP_PINNED))
+    free(p);
+}
+
+static void sleep_gate(void *arg) {
+  (void)arg;
+  hr__test_sleep(GATE_NS);
+}
+
+/* A device tensor of SIZE bytes holding OLD, then written NEW by a slow
+ * producer on P whose end is `ev` (the tensor's event when with_event). */
+typedef struct produced {
+  hr_gpu_buf *devb, *oldb, *newb;
+  hr_gpu_event *ev;
+  hr_tensor *t;
+} produced;
+
+static void produce(dev *d, produced *pr, int with_event) {
+  memset(pr, 0, sizeof *pr);
+  pr->oldb = host_buf(d, SIZE);
+  pr->newb = host_buf(d, SIZE);
+  gt_fill(hr_gpu_buf_host_ptr(pr->oldb), SIZE, 1);
+  gt_fill(hr_gpu_buf_host_ptr(pr->newb), SIZE, 2);
+  assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, SIZE, &pr->devb),
+                   0);
+  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->oldb, 0, SIZE), 0);
+  assert_int_equal(hr_gpu_stream_sync(d->P), 0);
+  assert_int_equal(hr_gpu_event_new(d->g, 0, &pr->ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(d->P, sleep_gate, NULL), 0);
+  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->newb, 0, SIZE), 0);
+  assert_int_equal(hr_gpu_event_record(pr->ev, d->P), 0);
+  hr_descriptor desc;
+  memset(&desc, 0, sizeof desc);
+  desc.descriptor_version = 1;
+  desc.element_type = HR_ELEM_UINT8;
+  desc.rank = 1;
+  desc.shape[0] = SIZE;
+  desc.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  desc.buffer_count = 1;
+  desc.buffers[0].size_bytes = SIZE;
+  desc.buffers[0].device_tag = d->caps.device_tag;
+  desc.buffers[0].device_index = d->caps.device_index;
+  assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->devb,
+                                         with_event ? pr->ev : NULL, NULL, NULL,
+                                         NULL),
+                   0);
+}
+
+static void produced_free(dev *d, produced *pr) {
+  assert_int_equal(hr_gpu_stream_sync(d->P), 0);
+  hr_tensor_unref(pr->t);
+  hr_gpu_event_del(pr->ev);
+  hr_gpu_buf_del(pr->devb);
+  host_buf_del(d, pr->oldb);
+  host_buf_del(d, pr->newb);
+}
+
+static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
+  return t && hr_tensor_bytes(t) == SIZE &&
+         memcmp(hr_tensor_buffer(t, 0), hr_gpu_buf_host_ptr(want), SIZE) == 0;
+}
+
+/* ---- two sessions over the fake fabric ---------------------------------- */
+
+typedef struct pipe_ {
+  uint8_t *buf;
+  size_t len, cap;
+} pipe_;
+
+#define MAXW 64
+
+typedef struct world {
+  hr__fake_world *fw;
+  hr__fake_ep *ec, *es;
+  uint8_t ext_c[600], ext_s[600];
+  hr_session *c, *s;
+  hr_tstamp now;
+  pipe_ c2s, s2c;
+  hr_tensor *served, *committed;
+  hr_transfer_record srv_rec;
+  int srv_recs;
+  int done, status;
+  uint32_t sid;
+  hr_tensor *got;
+  hr_transfer_record rec;
+  /* Work the sessions submitted: started on the device, completed from
+   * its thread; reported done on this thread by pump(). */
+  pthread_mutex_t mu;
+  struct {
+    hr_work *w;
+    hr_session *s;
+    int finished;
+  } works[MAXW];
+  int nworks;
+  int started, ran_inline;
+} world;
+
+static void work_complete(hr_work *w, void *ctx) {
+  world *wd = ctx;
+  pthread_mutex_lock(&wd->mu);
+  for (int i = 0; i < wd->nworks; i++)
+    if (wd->works[i].w == w)
+      wd->works[i].finished = 1;
+  pthread_mutex_unlock(&wd->mu);
+}
+
+static int submit_work(hr_session *s, hr_work *w, void *ud) {
+  world *wd = ud;
+  pthread_mutex_lock(&wd->mu);
+  assert_true(wd->nworks < MAXW);
+  int i = wd->nworks++;
+  wd->works[i].w = w;
+  wd->works[i].s = s;
+  wd->works[i].finished = 0;
+  pthread_mutex_unlock(&wd->mu);
+  if (w->start && w->start(w, work_complete, wd) == 0) {
+    wd->started++;
+    return 0;
+  }
+  /* Not started: the host runs it (here, inline) and reports it. */
+  wd->ran_inline++;
+  w->run(w);
+  work_complete(w, wd);
+  return 0;
+}
+
+/* Reports finished work; returns how many are still out (*reported: how
+ * many were reported now, when not NULL). */
+static int works_drain_n(world *w, int *reported) {
+  for (;;) {
+    hr_work *done = NULL;
+    hr_session *s = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->nworks; i++)
+      if (w->works[i].finished) {
+        done = w->works[i].w;
+        s = w->works[i].s;
+        w->works[i] = w->works[--w->nworks];
+        break;
+      }
+    int left = w->nworks;
+    pthread_mutex_unlock(&w->mu);
+    if (!done)
+      return left;
+    hr_session_work_done(s, done, w->now);
+    if (reported)
+      ++*reported;
+  }
+}
+
+static int works_drain(world *w) {
+  return works_drain_n(w, NULL);
+}
+
+static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
+  world *w = ud;
+  (void)s;
+  return hr_get_answer(g, w->served);
+}
+static int p_put_begin(hr_session *s, const hr_put_info *i, uint32_t *wire,
+                       void *ud) {
+  (void)s;
+  (void)i;
+  (void)wire;
+  (void)ud;
+  return 0;
+}
+static int p_put_commit(hr_session *s, const hr_put_info *i, hr_tensor *t,
+                        uint32_t *wire, void *ud) {
+  world *w = ud;
+  (void)s;
+  (void)i;
+  (void)wire;
+  hr_tensor_unref(w->committed);
+  w->committed = hr_tensor_ref(t);
+  return 0;
+}
+static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
+  world *w = ud;
+  if (s == w->s) {
+    w->srv_rec = *r;
+    w->srv_recs++;
+  }
+}
+
+static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
+                         uint32_t caps, int dest) {
+  uint8_t addr[400];
+  int64_t n = hr__fake_address(ep, addr, sizeof addr);
+  assert_true(n > 0);
+  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
+  assert_true(e > 0);
+  hr_settings_default(st);
+  st->fabric_ops = hr__fake_ops();
+  st->fabric_ctx = ep;
+  st->fabric_caps = caps;
+  st->hello_ext = ext;
+  st->hello_ext_len = (uint16_t)e;
+  st->hello_ext_count = 1;
+  st->rdma_destination = dest;
+}
+
+static void pump(world *w);
+
+/* `hmem`: both fake endpoints reach the simulated device's memory (only
+ * the simulated device's: the fake copies with memcpy). */
+static world *world_open(uint32_t caps, int dest, int hmem) {
+  world *w = calloc(1, sizeof *w);
+  assert_non_null(w);
+  pthread_mutex_init(&w->mu, NULL);
+  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
+  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
+  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  if (hmem && is_sim()) {
+    hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
+    hr__fake_set_hmem(w->es, HR_GPU_DEV_SIM);
+  }
+  hr_settings sc, ss;
+  settings_for(&sc, w->ec, w->ext_c, caps, dest);
+  settings_for(&ss, w->es, w->ext_s, caps, dest);
+  ss.shard_bytes = SIZE / 4;
+  hr_provider prov;
+  memset(&prov, 0, sizeof prov);
+  prov.size = sizeof prov;
+  prov.user_data = w;
+  prov.on_get = p_get;
+  prov.on_put_begin = p_put_begin;
+  prov.on_put_commit = p_put_commit;
+  hr_session_callbacks cbs;
+  memset(&cbs, 0, sizeof cbs);
+  cbs.size = sizeof cbs;
+  cbs.submit_work = submit_work;
+  cbs.on_transfer = on_transfer;
+  w->now = 1000;
+  assert_int_equal(
+      hr_session_new(&w->c, HR_ROLE_CLIENT, &sc, &cbs, NULL, w, w->now, NULL),
+      0);
+  assert_int_equal(
+      hr_session_new(&w->s, HR_ROLE_SERVER, &ss, &cbs, &prov, w, w->now, NULL),
+      0);
+  pump(w);
+  assert_non_null(hr_session_peer_hello(w->c));
+  return w;
+}
+
+static void world_close(world *w) {
+  /* Work still out finishes first (its device copies end). */
+  for (int i = 0; i < 2000 && works_drain(w); i++)
+    hr__test_sleep(1000000);
+  assert_int_equal(works_drain(w), 0);
+  hr_session_del(w->c);
+  hr_session_del(w->s);
+  for (int i = 0; i < 100; i++) {
+    hr__fake_progress(w->ec);
+    hr__fake_progress(w->es);
+  }
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_ep_del(w->ec);
+  hr__fake_ep_del(w->es);
+  hr__fake_world_del(w->fw);
+  hr_tensor_unref(w->served);
+  hr_tensor_unref(w->committed);
+  hr_tensor_unref(w->got);
+  free(w->c2s.buf);
+  free(w->s2c.buf);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+static int move(world *w, hr_session *from, hr_session *to, pipe_ *p) {
+  hr_iov iov[16];
+  int moved = 0, n;
+  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+      if (p->len + iov[i].len > p->cap) {
+        p->cap = (p->len + iov[i].len) * 2;
+        p->buf = realloc(p->buf, p->cap);
+        assert_non_null(p->buf);
+      }
+      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
+      p->len += iov[i].len;
+      total += iov[i].len;
+    }
+    hr_session_consumed(from, total, w->now);
+    moved = 1;
+  }
+  size_t off = 0;
+  while (p->len - off >= HR_HEADER_SIZE) {
+    hr_msg_header h;
+    hr_wire_parse_header(p->buf + off, &h);
+    size_t whole = HR_HEADER_SIZE + h.payload_length;
+    if (p->len - off < whole)
+      break;
+    assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
+    off += whole;
+    moved = 1;
+  }
+  memmove(p->buf, p->buf + off, p->len - off);
+  p->len -= off;
+  return moved;
+}
+
+/* Runs both sessions and both endpoints until nothing moves and no work
+ * is out (the device's completions arrive on its threads). */
+static void pump_until(world *w, const int *stop) {
+  for (int idle = 0, i = 0; i < 200000; i++) {
+    w->now += 1000;
+    int a = move(w, w->c, w->s, &w->c2s);
+    int b = move(w, w->s, w->c, &w->s2c);
+    int c = hr__fake_progress(w->ec) > 0;
+    int d = hr__fake_progress(w->es) > 0;
+    int e = 0, out = works_drain_n(w, &e);
+    if (stop && *stop)
+      return;
+    idle = a || b || c || d || e ? 0 : idle + 1;
+    if (idle >= 3 && !out)
+      return;
+    if (idle >= 3)
+      hr__test_sleep(200000);
+  }
+}
+
+static void pump(world *w) {
+  pump_until(w, NULL);
+}
+
+static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
+                   const hr_transfer_record *rec, void *ud) {
+  world *w = ud;
+  (void)s;
+  w->done = 1;
+  w->sid = sid;
+  hr_tensor_unref(w->got);
+  w->got = t;
+  w->rec = *rec;
+  w->status = rec->status;
+}
+
+static void get(world *w, uint32_t *sid) {
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.preferred_device = HR_DEV_CPU;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  pump(w);
+}
+
+static void want_fallback(const hr_transfer_record *r, const char *what) {
+  if (!strstr(r->fallback, what))
+    fail_msg("fallback \"%s\" lacks \"%s\"", r->fallback, what);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+/* A GET of a device tensor whose producer is still running: GPUDirect
+ * (on the simulated device) reads exactly NEW, after the event. */
+static void gpudirect_get(int dest) {
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, dest, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  if (is_sim())
+    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  get(w, NULL);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  /* Network descriptors are producer-synced. */
+  assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode,
+                   HR_SYNC_PRODUCER_SYNCED);
+  /* The wait went through the device (start), never inline; with
+   * GPUDirect it was the only work: nothing was staged. */
+  assert_true(w->started > 0);
+  assert_int_equal(w->ran_inline, 0);
+  if (is_sim())
+    assert_int_equal(w->started, 1);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  if (is_sim()) {
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_string_equal(w->srv_rec.fallback, "");
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    /* The source registration was the device's memory, and the bytes
+     * left from it (RMA writes into the destination, or tagged sends). */
+    assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(dest ? st.writes : st.sends, 1);
+  } else {
+    /* The fake cannot read this device's memory: staged and framed. */
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "device tensor staged and framed");
+    assert_int_equal(st.bytes, 0);
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_get_tagged(void **state) {
+  (void)state;
+  gpudirect_get(0);
+}
+
+static void test_get_destination(void **state) {
+  (void)state;
+  gpudirect_get(1);
+}
+
+/* A parallel GET: each shard's region is its range of the device buffer,
+ * each shard waits for the producer's event on its own. */
+static void test_get_parallel(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.flags = HR_REQ_PARALLEL_OK;
+  o.max_shards = 4;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->rec.shards, 4);
+  assert_int_equal(w->srv_recs, 4);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  if (is_sim()) {
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(st.regs, 4);
+    assert_int_equal(st.writes, 4);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(w->started, 4); /* one wait per shard, no staging */
+  } else {
+    assert_int_equal(st.bytes, 0);
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The same producer declared without its event (a lying P1 producer):
+ * the data plane reads the device at once and the client gets OLD.  The
+ * cases above would fail the same way if the engine skipped the event. */
+static void test_skipped_event_is_caught(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip(); /* only the simulated device's gate is slow for sure */
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 0);
+  w->served = hr_tensor_ref(pr.t);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_false(bytes_are(w->got, pr.newb));
+  assert_true(bytes_are(w->got, pr.oldb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* Cases where GPUDirect cannot be the source: the tensor is staged and
+ * framed (after its event: NEW), the server's record says why. */
+static void staged_case(uint32_t caps, int hmem, int reg_fault,
+                        const char *why) {
+  dev d;
+  dev_open(&d);
+  world *w = world_open(caps, 0, hmem);
+  hr__fake_faults_of(w->es)->reg_source = reg_fault;
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  want_fallback(&w->srv_rec, "device tensor staged and framed: ");
+  if (is_sim())
+    want_fallback(&w->srv_rec, why);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_registration_refused(void **state) {
+  (void)state;
+  staged_case(GD, 1, 1, "registering the source failed: injected");
+}
+
+static void test_no_hmem(void **state) {
+  (void)state;
+  staged_case(GD, 0, 0, "needs FI_HMEM");
+}
+
+static void test_no_gpudirect(void **state) {
+  (void)state;
+  staged_case(HR_CAP_RDMA_DATA_PLANE, 1, 0,
+              "RDMA_GPUDIRECT is not in both HELLOs");
+}
+
+/* The producer's event fails on the device: the GET fails with the
+ * staging error, and the registration made for it is gone. */
+static void test_event_fails(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  atomic_store(&wait_fails, 1);
+  get(w, NULL);
+  atomic_store(&wait_fails, 0);
+  assert_true(w->done);
+  assert_int_not_equal(w->status, 0);
+  assert_null(w->got);
+  assert_int_equal(w->rec.wire_error, HR_WIRE_INTERNAL);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(st.bytes, 0);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The peer goes away in the middle of the transfer from device memory:
+ * the stream fails, the client retries once with frames (staged), and
+ * gets exactly NEW. */
+static void peer_gone(int dest) {
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, dest, 1);
+  hr__fake_faults_of(w->es)->peer_gone_after = 4096;
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  uint32_t sid = 0;
+  get(w, &sid);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  if (is_sim()) {
+    assert_true(w->sid != sid); /* completed as the retry */
+    want_fallback(&w->rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
+                                : "transfer failed");
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "frames since");
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_peer_gone_tagged(void **state) {
+  (void)state;
+  peer_gone(0);
+}
+
+static void test_peer_gone_write(void **state) {
+  (void)state;
+  peer_gone(1);
+}
+
+/* The client cancels while the server waits for the producer's event:
+ * the stream ends, the registration made for it goes, and the wait's late
+ * completion touches nothing. */
+static void test_cancel_while_waiting(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  uint32_t sid = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  /* Until the server holds the registration and waits. */
+  hr__fake_stats st;
+  for (int i = 0; i < 100; i++) {
+    w->now += 1000;
+    move(w, w->c, w->s, &w->c2s);
+    move(w, w->s, w->c, &w->s2c);
+    hr__fake_get_stats(w->es, &st);
+    if (st.live_regs)
+      break;
+  }
+  assert_int_equal(st.live_regs, 1);
+  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_not_equal(w->status, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(st.bytes, 0);
+  /* The connection is fine afterwards. */
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+int main(int argc, char **argv) {
+  int rv = gt_main_prologue(argc, argv);
+  if (rv)
+    return rv;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_get_tagged),
+      cmocka_unit_test(test_get_destination),
+      cmocka_unit_test(test_get_parallel),
+      cmocka_unit_test(test_skipped_event_is_caught),
+      cmocka_unit_test(test_registration_refused),
+      cmocka_unit_test(test_no_hmem),
+      cmocka_unit_test(test_no_gpudirect),
+      cmocka_unit_test(test_event_fails),
+      cmocka_unit_test(test_peer_gone_tagged),
+      cmocka_unit_test(test_peer_gone_write),
+      cmocka_unit_test(test_cancel_while_waiting),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
