@@ -337,8 +337,11 @@ static int get_local_fail(hr_session *s, hr_stream *st, uint32_t sid, int rc,
   if (rc == HR_ERR_PROTO)
     return hr__stream_error(s, sid, ws->code, ws->reason);
   if (rc == HR_ERR_LIMIT)
+    /* The landing could not be had: say which one. */
     return get_abandon(s, st, sid, rc, HR_WIRE_RESOURCE_EXHAUSTED,
-                       "destination too small");
+                       st->rv.dev   ? "device memory could not be allocated"
+                       : st->rv.app ? "destination too small"
+                                    : "no memory for the tensor");
   if (rc == HR_ERR_UNSUPPORTED)
     return get_abandon(s, st, sid, rc, HR_WIRE_INTERNAL,
                        "cannot assemble shards of this layout");

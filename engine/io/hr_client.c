@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hr_bulk.h"
 #include "hr_internal.h"
 #include "hr_ploop.h"
 
@@ -240,7 +241,7 @@ int hr_client_connect(hr_client **out, const char *url,
    * cores; more threads than cores would only take turns (a job that
    * would wait yields to queued ones, so fewer threads serve all lanes). */
   {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long ncpu = hr__bulk_cpus(); /* affinity, capped by the cgroup quota */
     unsigned lanes = cl->o.lanes > 1 ? cl->o.lanes : 1;
     cfg.worker_threads =
         ncpu >= 1 && (unsigned long)ncpu < lanes ? (unsigned)ncpu : lanes;

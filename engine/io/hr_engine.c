@@ -2197,16 +2197,14 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     goto fail;
   e->bulk_min = e->cfg.bulk_offload_min ? e->cfg.bulk_offload_min
                                          : (uint64_t)1 << 20;
-  {
-    long cpus = hr__bulk_cpus();
-    e->bulk_max_remote = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, cpus, 0);
-    e->bulk_max_local = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, cpus, 1);
-  }
+  /* The CPUs this process may use: its affinity mask capped by its
+   * cgroup's CPU quota, for the bulk jobs and the pool alike. */
+  ncpu = hr__bulk_cpus();
+  e->bulk_max_remote = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 0);
+  e->bulk_max_local = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 1);
   e->pool_threads = e->cfg.worker_threads;
-  if (e->pool_threads == 0) {
-    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (e->pool_threads == 0)
     e->pool_threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (unsigned)ncpu;
-  }
   e->timer_at = HR_TSTAMP_NEVER;
   e->staging = hr__mem_malloc(&e->mem, STAGING_SIZE);
   if (!e->staging) {

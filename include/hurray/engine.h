@@ -114,8 +114,10 @@ typedef struct hr_engine_config {
   int version;                 /* HR_ENGINE_CONFIG_VERSION */
   hr_settings session;         /* defaults for every session (pointers inside
                                   are deep-copied) */
-  unsigned worker_threads;     /* pool size (0: number of CPUs, at most 8);
-                                  threads start on the first work item */
+  unsigned worker_threads;     /* pool size (0: the CPUs this process may
+                                  use, its affinity mask capped by its
+                                  cgroup's CPU quota, at most 8); threads
+                                  start on the first work item */
   uint32_t max_connections;    /* server: accepted connections (1024); one
                                 over the cap gets ERROR RESOURCE_EXHAUSTED on
                                 stream 0 and is closed */

@@ -388,8 +388,9 @@ static void alloc_fails(int async) {
    * held-back item fails it once every byte arrived (no ERROR then). */
   if (!async)
     assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_non_null(strstr(r.rec.message, async ? "out of device memory"
-                                              : "destination too small"));
+  assert_non_null(strstr(r.rec.message,
+                         async ? "out of device memory"
+                               : "device memory could not be allocated"));
   assert_null(r.t);
   assert_int_equal(device_live, 0);
   result pr;
