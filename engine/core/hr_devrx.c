@@ -667,6 +667,14 @@ static void alloc_done(hr_work *w) {
   hr__mem_free(&s->mem, x);
   if (!d)
     return;
+  if (rc == 0 && d->plane_rdma) {
+    /* The RDMA receive waited for the memory (its registration needs
+     * it): set it up now.  It may end the stream, and `d` with it. */
+    int rv = hr__rdma_rx_resume(s, stream_of(d));
+    if (rv < 0)
+      hr__fatal(s, rv);
+    return;
+  }
   if (rc == 0) {
     progress(d, 1);
     return;
@@ -687,8 +695,8 @@ static void alloc_done(hr_work *w) {
 
 /* Allocates the GET's device memory and the pinned pieces its pool lacks:
  * on the host's workers when it has them (the stream's input waits,
- * hr__devrx_full), else (or for RDMA, whose registration needs the
- * memory now) here.  0, HR_ERR_LIMIT (the allocation failed here) or
+ * hr__devrx_full; over RDMA the receive's setup waits, hr_rdma_glue.c),
+ * else here.  0, HR_ERR_LIMIT (the allocation failed here) or
  * HR_ERR_NOMEM (no memory for the work item). */
 static int alloc_begin(hr_session *s, hr_devrx *d) {
   ajob *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
@@ -715,7 +723,7 @@ static int alloc_begin(hr_session *s, hr_devrx *d) {
     else if (pinned)
       x->npin++;
   }
-  if (!d->plane_rdma && s->cbs.submit_work) {
+  if (s->cbs.submit_work) {
     s->works_inflight++;
     d->alloc = x;
     x->d = d;
@@ -754,6 +762,10 @@ void hr__devrx_cancel(hr_session *s, hr_recv *rv) {
   }
   d->spill_tail = NULL;
   d->spilled = 0;
+}
+
+int hr__devrx_allocating(const hr_recv *rv) {
+  return rv && rv->dev && rv->dev->alloc;
 }
 
 void hr__devrx_plane(hr_recv *rv, uint8_t data_plane) {

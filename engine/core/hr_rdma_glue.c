@@ -69,6 +69,24 @@ typedef struct keep {
   uint64_t rshape[HR_MAX_RANK];
 } keep;
 
+/* A device GET's RDMA receive waiting for its device memory, which a
+ * work item allocates (hr_devrx.c): the registration and the receives
+ * need it, so the setup waits (hr__rdma_rx_resume), and what the sender
+ * sends meanwhile (its RDMA_REGISTER SOURCE; TENSOR_DATA_END of an empty
+ * tensor) is kept for the handshake.  The sender waits for our answer
+ * anyway: nothing changes on the wire but its timing. */
+#define PEND_MSGS 2u
+typedef struct pend {
+  struct pend *next;
+  hr_stream *st;
+  uint32_t sid;
+  hr_descriptor desc; /* params_raw cleared: the handshake needs none */
+  hr_transport_fields xp;
+  unsigned nmsg;
+  hr_msg msg[PEND_MSGS];
+  uint8_t *raw[PEND_MSGS]; /* msg[i]'s raw key, copied */
+} pend;
+
 typedef struct hr_rdma_glue hr_rdma_glue;
 struct hr_rdma_glue {
   const hr_fabric_ops *ops;
@@ -83,6 +101,7 @@ struct hr_rdma_glue {
   hr_rdma_conn *conn; /* once established */
   xfer *xs;
   keep *keeps;
+  pend *pends;
 };
 
 int hr__rdma_session_init(hr_session *s, const hr_settings *in) {
@@ -120,10 +139,39 @@ static void xfer_drop(hr_rdma_glue *g, xfer *xf) {
   hr__mem_free(&mem, xf);
 }
 
+static void pend_free(hr_session *s, pend *p) {
+  for (unsigned i = 0; i < p->nmsg; i++)
+    hr__mem_free(&s->mem, p->raw[i]);
+  hr__mem_free(&s->mem, p);
+}
+
+/* Unlinks and returns st's waiting receive, or NULL. */
+static pend *pend_take(hr_rdma_glue *g, const hr_stream *st) {
+  for (pend **pp = &g->pends; *pp; pp = &(*pp)->next)
+    if ((*pp)->st == st) {
+      pend *p = *pp;
+      *pp = p->next;
+      return p;
+    }
+  return NULL;
+}
+
+static pend *pend_find(hr_rdma_glue *g, const hr_stream *st, uint32_t sid) {
+  for (pend *p = g->pends; p; p = p->next)
+    if (p->st == st && p->sid == sid)
+      return p;
+  return NULL;
+}
+
 void hr__rdma_session_free(hr_session *s) {
   hr_rdma_glue *g = s->rdma;
   if (!g)
     return;
+  while (g->pends) {
+    pend *p = g->pends;
+    g->pends = p->next;
+    pend_free(s, p);
+  }
   while (g->xs)
     xfer_drop(g, g->xs);
   while (g->keeps) {
@@ -701,6 +749,22 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
     return hr__stream_error(s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                             "data_plane RDMA was not negotiated");
   hr_recv *rv = &st->rv;
+  if (rv->dev && hr__devrx_allocating(rv)) {
+    /* The device memory is being allocated on a worker: the setup waits
+     * for it (hr__rdma_rx_resume). */
+    pend *p = hr__mem_calloc(&s->mem, 1, sizeof *p);
+    if (!p)
+      return HR_ERR_NOMEM;
+    p->st = st;
+    p->sid = sid;
+    p->desc = *d;
+    p->desc.params_raw = NULL;
+    p->desc.params_len = 0;
+    p->xp = *xp;
+    p->next = g->pends;
+    g->pends = p;
+    return 0;
+  }
   hr_tensor *land = rv->assembled ? rv->assembled : rv->cur ? rv->cur->t : NULL;
   void *bufs[HR_MAX_BUFFERS] = {0};
   const char *refuse = land ? NULL : "no landing tensor";
@@ -801,18 +865,61 @@ int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
 
 /* ---- messages ------------------------------------------------------------ */
 
+static int xfer_msg(hr_session *s, xfer *xf, hr_stream *st, const hr_msg *m);
+
+/* A message for a receive that waits for its device memory: the
+ * handshake's own (RDMA_REGISTER, RDMA_READY, TENSOR_DATA_END) is kept
+ * for it, a copy with its raw key; ERROR and CANCEL are the session's as
+ * before the handshake.  1, 0, or fatal. */
+static int pend_msg(hr_session *s, pend *p, const hr_msg *m) {
+  uint32_t t = m->hdr.type;
+  if (t != HR_MSG_RDMA_REGISTER && t != HR_MSG_RDMA_READY &&
+      t != HR_MSG_TENSOR_DATA_END)
+    return 0;
+  if (p->nmsg == PEND_MSGS) {
+    /* The sender waits for our answer after its REGISTER (SOURCE). */
+    int rv = hr__stream_error(s, p->sid, HR_WIRE_PROTOCOL_VIOLATION,
+                              "RDMA handshake messages before our answer "
+                              "to RDMA_REGISTER (SOURCE)");
+    return rv ? rv : 1;
+  }
+  hr_msg *c = &p->msg[p->nmsg];
+  *c = *m;
+  p->raw[p->nmsg] = NULL;
+  if (t == HR_MSG_RDMA_REGISTER && m->u.rdma.raw_key_len) {
+    uint8_t *raw = hr__mem_malloc(&s->mem, m->u.rdma.raw_key_len);
+    if (!raw)
+      return HR_ERR_NOMEM;
+    memcpy(raw, m->u.rdma.raw_key, m->u.rdma.raw_key_len);
+    c->u.rdma.raw_key = raw;
+    p->raw[p->nmsg] = raw;
+  }
+  p->nmsg++;
+  return 1;
+}
+
 int hr__rdma_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   hr_rdma_glue *g = s->rdma;
-  if (!g || !g->xs)
+  if (!g || (!g->xs && !g->pends))
     return 0;
   uint32_t t = m->hdr.type;
   if (t != HR_MSG_RDMA_REGISTER && t != HR_MSG_RDMA_READY &&
       t != HR_MSG_TENSOR_DATA_END && t != HR_MSG_TENSOR_PUT_ACK &&
       t != HR_MSG_ERROR && t != HR_MSG_CANCEL)
     return 0;
+  pend *p = g->pends ? pend_find(g, st, m->hdr.stream_id) : NULL;
+  if (p)
+    return pend_msg(s, p, m);
   xfer *xf = xfer_find(g, st, m->hdr.stream_id);
   if (!xf)
     return 0;
+  return xfer_msg(s, xf, st, m);
+}
+
+/* A message of the handshake `xf` on stream st: 1 (taken), 0 (the
+ * session's), or fatal. */
+static int xfer_msg(hr_session *s, xfer *xf, hr_stream *st, const hr_msg *m) {
+  uint32_t t = m->hdr.type;
   int rv;
   if (t == HR_MSG_CANCEL) {
     /* The peer cancelled: ERROR CANCELLED through the handshake, whose
@@ -839,10 +946,30 @@ int hr__rdma_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   return 1;
 }
 
+int hr__rdma_rx_resume(hr_session *s, hr_stream *st) {
+  hr_rdma_glue *g = s->rdma;
+  pend *p = g ? pend_take(g, st) : NULL;
+  if (!p)
+    return 0;
+  int rv = hr__rdma_rx_begin(s, st, p->sid, &p->desc, &p->xp);
+  for (unsigned i = 0; i < p->nmsg && rv >= 0 && !st->ended; i++) {
+    xfer *xf = xfer_find(g, st, p->sid);
+    if (!xf)
+      break; /* refused: the stream ended with RDMA_SETUP_FAILED */
+    rv = xfer_msg(s, xf, st, &p->msg[i]);
+    if (rv == 0)
+      rv = hr__cli_on_stream_msg(s, st, &p->msg[i]);
+  }
+  pend_free(s, p);
+  return rv < 0 && hr_err_is_fatal(rv) ? rv : 0;
+}
+
 void hr__rdma_stream_end(hr_session *s, hr_stream *st) {
   hr_rdma_glue *g = s->rdma;
   if (!g)
     return;
+  for (pend *p; (p = pend_take(g, st));)
+    pend_free(s, p);
   for (xfer *xf = g->xs, *next; xf; xf = next) {
     next = xf->next;
     if (xf->st == st)
@@ -911,6 +1038,11 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
   (void)xp;
   return hr__stream_error(st->s, sid, HR_WIRE_PROTOCOL_VIOLATION,
                           "data_plane RDMA was not negotiated");
+}
+int hr__rdma_rx_resume(hr_session *s, hr_stream *st) {
+  (void)s;
+  (void)st;
+  return 0;
 }
 int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
                         const char *text) {

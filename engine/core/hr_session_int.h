@@ -256,10 +256,12 @@ void hr__cli_get_deliver(hr_session *s, hr_stream *st, hr_tensor *t);
 int hr__cli_get_abandon(hr_session *s, hr_stream *st, int rc, uint32_t code,
                         const char *why);
 /* The data plane of the descriptor about to arrive in rv (before its
- * hr__devrx_dest): RDMA needs the device buffers at once (GPUDirect
- * registers them), so they are allocated there on the driving thread;
- * otherwise the allocation runs on the host's workers. */
+ * hr__devrx_dest): over RDMA the receive's setup waits for the device
+ * memory (GPUDirect registers it), and the allocation's completion
+ * resumes it (hr__rdma_rx_resume). */
 void hr__devrx_plane(hr_recv *rv, uint8_t data_plane);
+/* 1 while the device memory of rv's GET is being allocated on a worker. */
+int hr__devrx_allocating(const hr_recv *rv);
 /* The application cancelled the GET (a CANCEL is on its way): while the
  * device memory is still being allocated, the stream's bytes are dropped
  * from now on instead of waiting for it, so the server's answer is read;
@@ -893,6 +895,11 @@ int hr__rdma_src_region(const hr_part *p, hr_descriptor *local, void **bufs,
  * Returns 0 or fatal. */
 int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
                       const hr_descriptor *d, const hr_transport_fields *xp);
+/* A device GET's RDMA receive deferred by hr__rdma_rx_begin while its
+ * device memory was allocated on a worker: the memory is there, set the
+ * receive up (and replay what the sender sent meanwhile).  May end the
+ * stream.  0 (also when nothing waited) or fatal. */
+int hr__rdma_rx_resume(hr_session *s, hr_stream *st);
 /* Server PUT commit: 1 when the handshake sent the answer (ACK or
  * ERROR), 0 when the session must, or fatal. */
 int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
