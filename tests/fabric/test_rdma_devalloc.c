@@ -1,0 +1,577 @@
+/*
+ * A GET into device memory over the RDMA data plane allocates that memory
+ * on a worker (docs/protocol.md § 25.1 decision 73; hr_devrx.c): the
+ * receive's setup (the GPUDirect registration, the receives, RDMA_READY)
+ * waits for it, through the sans-IO sessions and the fake fabric, with the
+ * simulated device's allocation delay and failure:
+ *
+ *  - a slow allocation (sim_alloc_delay_ns) runs on a worker thread: a
+ *    second connection driven by the same thread gets its GET answered
+ *    meanwhile, nothing of the device GET is registered before the memory
+ *    is there, and then the bytes land exactly (GPUDirect RMA write,
+ *    GPUDirect tagged receives, and the host landing without GPUDirect);
+ *  - out of device memory (sim_max_device_alloc): that GET fails with
+ *    HR_ERR_LIMIT, the server's handshake ends on RESOURCE_EXHAUSTED, no
+ *    registration stays, and the connection serves the next GET over RDMA;
+ *  - a cancel, and the connection deleted, while the allocation runs: the
+ *    memory is freed exactly once (the device closes with nothing alive;
+ *    the sanitizers see the rest).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include <hurray/fabric.h>
+#include <hurray/gpu.h>
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+
+#include "common/test_util.h"
+#include "fabric/hr_fab_fake.h"
+
+#define SIZE ((uint64_t)1 << 20)
+#define SMALL ((uint64_t)64 << 10)
+#define DELAY_NS 300000000ull /* per allocation: device, then a pinned piece */
+#define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
+#define MAXW 16
+
+typedef struct pipe_ {
+  uint8_t *buf;
+  size_t len, cap;
+} pipe_;
+
+/* One connection: a client and a server session. */
+typedef struct conn {
+  hr_session *c, *s;
+  pipe_ c2s, s2c;
+  int done, status;
+  hr_tensor *got;
+  hr_transfer_record rec, srv_rec;
+  int srv_recs;
+  struct world *w;
+} conn;
+
+typedef struct world {
+  hr__fake_world *fw;
+  hr__fake_ep *ec, *es;
+  uint8_t ext_c[600], ext_s[600];
+  hr_tstamp now;
+  hr_tensor *served, *small;
+  conn a; /* RDMA, the device GETs */
+  conn b; /* frames: the other connection of the loop */
+  /* Work the sessions submitted, each run on a thread of its own. */
+  pthread_mutex_t mu;
+  struct {
+    hr_work *w;
+    hr_session *s;
+    pthread_t th;
+    int finished;
+  } works[MAXW];
+  int nworks;
+} world;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
+  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
+  hr_tensor *t = NULL;
+  assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
+  uint8_t *p = hr_tensor_buffer(t, 0);
+  for (uint64_t i = 0; i < n; i++)
+    p[i] = (uint8_t)((i * 2654435761u) >> 13 ^ seed);
+  return t;
+}
+
+/* ---- work on threads ------------------------------------------------------ */
+
+typedef struct wctx {
+  world *w;
+  hr_work *work;
+} wctx;
+
+static void *work_thread(void *arg) {
+  wctx *x = arg;
+  x->work->run(x->work);
+  pthread_mutex_lock(&x->w->mu);
+  for (int i = 0; i < x->w->nworks; i++)
+    if (x->w->works[i].w == x->work)
+      x->w->works[i].finished = 1;
+  pthread_mutex_unlock(&x->w->mu);
+  free(x);
+  return NULL;
+}
+
+static int submit_work(hr_session *s, hr_work *w, void *ud) {
+  conn *c = ud;
+  world *wd = c->w;
+  wctx *x = malloc(sizeof *x);
+  assert_non_null(x);
+  x->w = wd;
+  x->work = w;
+  pthread_mutex_lock(&wd->mu);
+  assert_true(wd->nworks < MAXW);
+  int i = wd->nworks++;
+  wd->works[i].w = w;
+  wd->works[i].s = s;
+  wd->works[i].finished = 0;
+  int rc = pthread_create(&wd->works[i].th, NULL, work_thread, x);
+  pthread_mutex_unlock(&wd->mu);
+  assert_int_equal(rc, 0);
+  return 0;
+}
+
+/* Reports finished work on this (the driving) thread; returns how many
+ * are still out (*reported: how many were reported now). */
+static int works_drain_n(world *w, int *reported) {
+  for (;;) {
+    hr_work *done = NULL;
+    hr_session *s = NULL;
+    pthread_t th;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->nworks; i++)
+      if (w->works[i].finished) {
+        done = w->works[i].w;
+        s = w->works[i].s;
+        th = w->works[i].th;
+        w->works[i] = w->works[--w->nworks];
+        break;
+      }
+    int left = w->nworks;
+    pthread_mutex_unlock(&w->mu);
+    if (!done)
+      return left;
+    pthread_join(th, NULL);
+    hr_session_work_done(s, done, w->now);
+    if (reported)
+      ++*reported;
+  }
+}
+
+static int works_drain(world *w) {
+  return works_drain_n(w, NULL);
+}
+
+/* ---- sessions ------------------------------------------------------------- */
+
+static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
+  conn *c = ud;
+  (void)s;
+  return hr_get_answer(g, c == &c->w->b ? c->w->small : c->w->served);
+}
+
+static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
+  conn *c = ud;
+  if (s == c->s) {
+    c->srv_rec = *r;
+    c->srv_recs++;
+  }
+}
+
+static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
+                         uint32_t caps, int dest) {
+  hr_settings_default(st);
+  if (!ep)
+    return;
+  uint8_t addr[400];
+  int64_t n = hr__fake_address(ep, addr, sizeof addr);
+  assert_true(n > 0);
+  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
+  assert_true(e > 0);
+  st->fabric_ops = hr__fake_ops();
+  st->fabric_ctx = ep;
+  st->fabric_caps = caps;
+  st->hello_ext = ext;
+  st->hello_ext_len = (uint16_t)e;
+  st->hello_ext_count = 1;
+  st->rdma_destination = dest;
+}
+
+static int move(world *w, hr_session *from, hr_session *to, pipe_ *p) {
+  hr_iov iov[16];
+  int moved = 0, n;
+  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+      if (p->len + iov[i].len > p->cap) {
+        p->cap = (p->len + iov[i].len) * 2;
+        p->buf = realloc(p->buf, p->cap);
+        assert_non_null(p->buf);
+      }
+      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
+      p->len += iov[i].len;
+      total += iov[i].len;
+    }
+    hr_session_consumed(from, total, w->now);
+    moved = 1;
+  }
+  size_t off = 0;
+  while (p->len - off >= HR_HEADER_SIZE) {
+    hr_msg_header h;
+    hr_wire_parse_header(p->buf + off, &h);
+    size_t whole = HR_HEADER_SIZE + h.payload_length;
+    if (p->len - off < whole)
+      break;
+    assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
+    off += whole;
+    moved = 1;
+  }
+  memmove(p->buf, p->buf + off, p->len - off);
+  p->len -= off;
+  return moved;
+}
+
+/* One turn of the loop over both connections; 1 when anything moved. */
+static int turn(world *w) {
+  w->now += 1000;
+  int m = 0;
+  if (w->a.c) {
+    m |= move(w, w->a.c, w->a.s, &w->a.c2s);
+    m |= move(w, w->a.s, w->a.c, &w->a.s2c);
+  }
+  m |= move(w, w->b.c, w->b.s, &w->b.c2s);
+  m |= move(w, w->b.s, w->b.c, &w->b.s2c);
+  m |= hr__fake_progress(w->ec) > 0;
+  m |= hr__fake_progress(w->es) > 0;
+  return m;
+}
+
+/* Runs the loop until *stop, or until nothing moves and no work is out. */
+static void pump_until(world *w, const int *stop) {
+  for (int idle = 0, i = 0; i < 400000; i++) {
+    int m = turn(w);
+    int e = 0, out = works_drain_n(w, &e);
+    if (stop && *stop)
+      return;
+    idle = m || e ? 0 : idle + 1;
+    if (idle >= 3 && !out)
+      return;
+    if (idle >= 3)
+      sleep_ns(200000);
+  }
+  fail_msg("the loop never settled");
+}
+
+static void pump(world *w) {
+  pump_until(w, NULL);
+}
+
+/* Turns the loop until nothing moves, with work still out. */
+static void pump_quiet(world *w) {
+  for (int idle = 0; idle < 3;)
+    idle = turn(w) ? 0 : idle + 1;
+}
+
+static void conn_open(world *w, conn *c, hr__fake_ep *ec, hr__fake_ep *es,
+                      uint32_t caps, int dest) {
+  hr_settings sc, ss;
+  settings_for(&sc, ec, w->ext_c, caps, dest);
+  settings_for(&ss, es, w->ext_s, caps, dest);
+  hr_provider prov;
+  memset(&prov, 0, sizeof prov);
+  prov.size = sizeof prov;
+  prov.user_data = c;
+  prov.on_get = p_get;
+  hr_session_callbacks cbs;
+  memset(&cbs, 0, sizeof cbs);
+  cbs.size = sizeof cbs;
+  cbs.submit_work = submit_work;
+  cbs.on_transfer = on_transfer;
+  c->w = w;
+  assert_int_equal(
+      hr_session_new(&c->c, HR_ROLE_CLIENT, &sc, &cbs, NULL, c, w->now, NULL),
+      0);
+  assert_int_equal(
+      hr_session_new(&c->s, HR_ROLE_SERVER, &ss, &cbs, &prov, c, w->now, NULL),
+      0);
+}
+
+static world *world_open(uint32_t caps, int dest, int hmem) {
+  world *w = calloc(1, sizeof *w);
+  assert_non_null(w);
+  pthread_mutex_init(&w->mu, NULL);
+  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
+  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
+  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  if (hmem)
+    hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
+  w->now = 1000;
+  w->served = make_tensor(SIZE, 7);
+  w->small = make_tensor(SMALL, 9);
+  conn_open(w, &w->a, w->ec, w->es, caps, dest);
+  conn_open(w, &w->b, NULL, NULL, 0, 0);
+  pump(w);
+  assert_non_null(hr_session_peer_hello(w->a.c));
+  assert_non_null(hr_session_peer_hello(w->b.c));
+  return w;
+}
+
+static void conn_close(conn *c) {
+  hr_session_del(c->c);
+  hr_session_del(c->s);
+  hr_tensor_unref(c->got);
+  free(c->c2s.buf);
+  free(c->s2c.buf);
+}
+
+static void world_close(world *w) {
+  for (int i = 0; i < 5000 && works_drain(w); i++)
+    sleep_ns(1000000);
+  assert_int_equal(works_drain(w), 0);
+  conn_close(&w->a);
+  conn_close(&w->b);
+  for (int i = 0; i < 100; i++) {
+    hr__fake_progress(w->ec);
+    hr__fake_progress(w->es);
+  }
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_ep_del(w->ec);
+  hr__fake_ep_del(w->es);
+  hr__fake_world_del(w->fw);
+  hr_tensor_unref(w->served);
+  hr_tensor_unref(w->small);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
+                   const hr_transfer_record *rec, void *ud) {
+  conn *c = ud;
+  (void)s;
+  (void)sid;
+  c->done = 1;
+  hr_tensor_unref(c->got);
+  c->got = t;
+  c->rec = *rec;
+  c->status = rec->status;
+}
+
+/* Asks for key "t" (the 1 MiB tensor) or "small"; into `g` when set. */
+static uint32_t get_start(conn *c, hr_gpu *g, const char *key) {
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)key;
+  o.key_len = (uint16_t)strlen(key);
+  o.preferred_device = HR_DEV_CPU;
+  o.device = g;
+  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  c->done = 0;
+  c->status = 0;
+  uint32_t sid = 0;
+  assert_int_equal(hr_session_get(c->c, &o, on_get, c, &sid), 0);
+  return sid;
+}
+
+static hr_gpu *dev_open(uint64_t delay_ns, uint64_t max) {
+  hr_gpu_config cfg;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = "sim";
+  cfg.sim_alloc_delay_ns = delay_ns;
+  cfg.sim_max_device_alloc = max;
+  hr_gpu *g = NULL;
+  assert_int_equal(hr_gpu_open(&g, &cfg, NULL, NULL), 0);
+  return g;
+}
+
+/* The device tensor's bytes equal `want` (copied back). */
+static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
+                         uint64_t n) {
+  hr_gpu_stream *s;
+  hr_gpu_buf *h;
+  void *p = calloc(1, n);
+  assert_non_null(p);
+  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &h), 0);
+  hr_gpu_event *ev = hr_tensor_gpu_event(t);
+  if (ev)
+    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
+  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
+                   0);
+  assert_int_equal(hr_gpu_stream_sync(s), 0);
+  int eq = memcmp(p, want, n) == 0;
+  hr_gpu_buf_del(h);
+  hr_gpu_stream_del(s);
+  free(p);
+  return eq;
+}
+
+/* Starts a device GET on connection a and turns the loop until only the
+ * allocation is left: the descriptor and the sender's RDMA_REGISTER
+ * (SOURCE) are in, nothing is registered on our side yet. */
+static uint32_t start_slow(world *w, hr_gpu *g) {
+  uint32_t sid = get_start(&w->a, g, "t");
+  pump_quiet(w);
+  assert_false(w->a.done);
+  assert_int_equal(works_drain(w), 1);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  assert_int_equal(st.live_regs, 0);
+  return sid;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void slow_case(uint32_t caps, int dest, int hmem) {
+  hr_gpu *g = dev_open(DELAY_NS, 0);
+  world *w = world_open(caps, dest, hmem);
+  uint64_t t0 = now_ns();
+  start_slow(w, g);
+  /* The other connection is served while the allocation sleeps. */
+  get_start(&w->b, NULL, "s");
+  pump_until(w, &w->b.done);
+  assert_true(w->b.done);
+  assert_int_equal(w->b.status, 0);
+  assert_memory_equal(hr_tensor_buffer(w->b.got, 0),
+                      hr_tensor_buffer(w->small, 0), SMALL);
+  assert_true(now_ns() - t0 < DELAY_NS);
+  assert_false(w->a.done);
+  /* Then the device GET goes on, exactly. */
+  pump_until(w, &w->a.done);
+  assert_true(w->a.done);
+  assert_true(now_ns() - t0 >= DELAY_NS);
+  assert_int_equal(w->a.status, 0);
+  assert_true(hr_tensor_on_device(w->a.got));
+  assert_true(device_equals(g, w->a.got, hr_tensor_buffer(w->served, 0), SIZE));
+  assert_int_equal(w->a.rec.data_plane, HR_PLANE_RDMA);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  if (hmem) {
+    assert_string_equal(w->a.rec.fallback, "");
+    assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
+  } else {
+    assert_non_null(
+        strstr(w->a.rec.fallback, "RDMA into host memory, copied to the "
+                                  "device"));
+  }
+  pump(w);
+  assert_int_equal(w->a.srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->a.srv_rec.status, 0);
+  hr__fake_get_stats(w->es, &st);
+  if (dest)
+    assert_true(st.writes > 0);
+  else
+    assert_true(st.sends > 0);
+  hr_tensor_unref(w->a.got);
+  w->a.got = NULL;
+  world_close(w);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+static void test_slow_gpudirect_write(void **state) {
+  (void)state;
+  slow_case(GD, 1, 1);
+}
+
+static void test_slow_gpudirect_tagged(void **state) {
+  (void)state;
+  slow_case(GD, 0, 1);
+}
+
+static void test_slow_host_landing(void **state) {
+  (void)state;
+  slow_case(HR_CAP_RDMA_DATA_PLANE, 0, 0);
+}
+
+/* Out of device memory: this GET fails, the handshake ends cleanly on
+ * both sides, and the connection goes on over RDMA. */
+static void test_alloc_fails(void **state) {
+  (void)state;
+  hr_gpu *g = dev_open(DELAY_NS / 10, SIZE / 2);
+  world *w = world_open(GD, 1, 1);
+  get_start(&w->a, g, "t");
+  pump_until(w, &w->a.done);
+  assert_true(w->a.done);
+  assert_int_equal(w->a.status, HR_ERR_LIMIT);
+  assert_null(w->a.got);
+  pump(w);
+  assert_int_equal(w->a.srv_recs, 1);
+  assert_int_not_equal(w->a.srv_rec.status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(st.writes, 0);
+  /* The same connection serves the next GET (host memory) over RDMA. */
+  get_start(&w->a, NULL, "t");
+  pump_until(w, &w->a.done);
+  assert_int_equal(w->a.status, 0);
+  assert_int_equal(w->a.rec.data_plane, HR_PLANE_RDMA);
+  assert_memory_equal(hr_tensor_buffer(w->a.got, 0),
+                      hr_tensor_buffer(w->served, 0), SIZE);
+  world_close(w);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+/* Cancelled while the memory is allocated: the GET ends as cancelled, the
+ * sender's handshake ends, and the memory, once there, is freed. */
+static void test_cancel_during_alloc(void **state) {
+  (void)state;
+  hr_gpu *g = dev_open(DELAY_NS / 3, 0);
+  world *w = world_open(GD, 1, 1);
+  uint32_t sid = start_slow(w, g);
+  assert_int_equal(hr_session_cancel(w->a.c, sid), 0);
+  pump(w);
+  assert_true(w->a.done);
+  assert_int_not_equal(w->a.status, 0);
+  assert_null(w->a.got);
+  assert_int_equal(w->a.srv_recs, 1);
+  assert_int_not_equal(w->a.srv_rec.status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  world_close(w);
+  /* Nothing of the device is alive: freed (and only once: ASan). */
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+/* The connection goes (the client session deleted) during the
+ * allocation: the work's report frees what it allocated. */
+static void test_conn_gone_during_alloc(void **state) {
+  (void)state;
+  hr_gpu *g = dev_open(DELAY_NS / 3, 0);
+  world *w = world_open(GD, 1, 1);
+  start_slow(w, g);
+  hr_session_del(w->a.c);
+  w->a.c = NULL;
+  hr_session_del(w->a.s);
+  w->a.s = NULL;
+  assert_true(w->a.done); /* completed with HR_ERR_CLOSED */
+  assert_int_not_equal(w->a.status, 0);
+  world_close(w);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_slow_gpudirect_write),
+      cmocka_unit_test(test_slow_gpudirect_tagged),
+      cmocka_unit_test(test_slow_host_landing),
+      cmocka_unit_test(test_alloc_fails),
+      cmocka_unit_test(test_cancel_during_alloc),
+      cmocka_unit_test(test_conn_gone_during_alloc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
