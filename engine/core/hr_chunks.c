@@ -259,6 +259,37 @@ int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out) {
   return HR_ERR_LIMIT;
 }
 
+int hr__chunk_stream_get(hr_session *s, hr_gpu *g, hr_gpu_stream **out) {
+  hr_cpool *p = s->cpool;
+  for (unsigned i = 0; p && i < HR_CPOOL_STREAMS; i++)
+    if (p->streams[i].g == g) {
+      *out = p->streams[i].st;
+      return 0;
+    }
+  return HR_ERR_NOT_FOUND;
+}
+
+int hr__chunk_stream_adopt(hr_session *s, hr_gpu *g, hr_gpu_stream *gs,
+                           hr_gpu_stream **out) {
+  hr_cpool *p = pool_of(s);
+  for (unsigned i = 0; p && i < HR_CPOOL_STREAMS; i++) {
+    if (p->streams[i].g == g) {
+      /* Another GET's work item made one first: that one stays. */
+      hr_gpu_stream_del(gs);
+      *out = p->streams[i].st;
+      return 0;
+    }
+    if (!p->streams[i].g) {
+      p->streams[i].g = g;
+      p->streams[i].st = gs;
+      *out = gs;
+      return 0;
+    }
+  }
+  hr_gpu_stream_del(gs);
+  return p ? HR_ERR_LIMIT : HR_ERR_NOMEM;
+}
+
 void hr__chunk_stats(const hr_session *s, uint64_t *allocs, uint64_t *reuses) {
   *allocs = s->cpool ? s->cpool->allocs : 0;
   *reuses = s->cpool ? s->cpool->reuses : 0;

@@ -7,10 +7,12 @@
  * without pinning again), never through a tensor-sized landing block:
  *
  *  - when the descriptor arrives, the device buffers and the pinned
- *    pieces the pool lacks are allocated by a work item on the host's
- *    workers (a driver's allocation of a large tensor takes milliseconds,
- *    which would stall the loop); the frames wait for it as for a full
- *    ring (hr__devrx_full), and its completion (alloc_done) hands the
+ *    pieces the pool lacks (and, the first time, the session's stream of
+ *    the device) are allocated by a work item on the host's workers (a
+ *    driver's allocation of a large tensor takes milliseconds, which
+ *    would stall the loop); the frames wait for it as for a full ring
+ *    (hr__devrx_full), over RDMA the receive's setup waits for it
+ *    (hr__rdma_rx_resume), and its completion (alloc_done) hands the
  *    buffers over, or fails this GET only (out of device memory).  A GET
  *    that ends meanwhile leaves them to the item, which frees them;
  *  - a piece of the tensor (a device_piece-sized slice of one buffer) is
@@ -159,6 +161,10 @@ struct ajob {
   uint64_t piece;
   hr_gpu_buf *dev[HR_MAX_BUFFERS];
   hr_gpu_buf *pin[DEVRX_SLOTS_MAX];
+  /* The session's first GET into this device also creates its staging
+   * stream here (a driver call of the same cost class). */
+  int want_stream;
+  hr_gpu_stream *gs;
   int rc;
 };
 
@@ -603,6 +609,8 @@ static void record_stats(hr_devrx *d) {
 
 static void alloc_run(hr_work *w) {
   ajob *x = (ajob *)w;
+  if (x->want_stream)
+    x->rc = hr_gpu_stream_new(x->g, &x->gs);
   for (unsigned k = 0; k < x->nbuf && x->rc == 0; k++)
     x->rc = hr_gpu_buf_alloc(x->g, HR_GPU_MEM_DEVICE,
                              x->size[k] ? x->size[k] : 1, &x->dev[k]);
@@ -620,6 +628,8 @@ static void alloc_drop(ajob *x) {
     hr_gpu_buf_del(x->pin[i]);
     x->pin[i] = NULL;
   }
+  hr_gpu_stream_del(x->gs); /* idle: nothing ran on it */
+  x->gs = NULL;
 }
 
 /* The GET takes the item's buffers: the device memory, and the pinned
@@ -627,6 +637,10 @@ static void alloc_drop(ajob *x) {
  * pool).  0, or the allocation's error (nothing taken). */
 static int alloc_take(hr_devrx *d, ajob *x) {
   int rc = x->rc;
+  if (rc == 0 && x->gs) {
+    rc = hr__chunk_stream_adopt(d->s, d->g, x->gs, &d->gs);
+    x->gs = NULL;
+  }
   if (rc == 0) {
     for (unsigned k = 0; k < x->nbuf; k++) {
       d->dev[k] = x->dev[k];
@@ -710,6 +724,7 @@ static int alloc_begin(hr_session *s, hr_devrx *d) {
   for (unsigned k = 0; k < d->nbuf; k++)
     x->size[k] = d->size[k];
   x->piece = d->piece;
+  x->want_stream = d->gs == NULL;
   /* Idle blocks of the pool (a previous GET's) take the first slots;
    * the job allocates the rest a GET of this size can use at once. */
   uint64_t need = d->npieces < d->nslots ? d->npieces : d->nslots;
@@ -779,8 +794,10 @@ int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
   if (desc->layout.tag == HR_LAYOUT_COMPOSITE || d->have_dest)
     return HR_ERR_UNSUPPORTED;
   d->have_dest = 1;
-  if (hr__chunk_stream(s, d->g, &d->gs))
-    return HR_ERR_LIMIT;
+  /* The session's staging stream of the device, when it has one; else
+   * the allocation's work item creates it. */
+  d->gs = NULL;
+  (void)hr__chunk_stream_get(s, d->g, &d->gs);
   uint64_t pieces = 0;
   d->nbuf = desc->buffer_count;
   for (unsigned k = 0; k < desc->buffer_count; k++) {

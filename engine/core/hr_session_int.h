@@ -615,6 +615,14 @@ int hr__chunk_adopt(hr_session *s, hr_gpu *g, hr_gpu_buf *pinned,
                     hr_tensor **out, hr_gpu_buf **gbuf);
 /* The session's staging stream on device g (created on first use). */
 int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
+/* ... without creating it: 0, or HR_ERR_NOT_FOUND when it has none. */
+int hr__chunk_stream_get(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
+/* Makes `gs` (a stream of g created elsewhere, e.g. on a worker) the
+ * session's staging stream on g, taking it over in every case: when the
+ * pool got one meanwhile, `gs` is deleted and *out is that one.  0,
+ * HR_ERR_LIMIT (streams of too many devices), HR_ERR_NOMEM. */
+int hr__chunk_stream_adopt(hr_session *s, hr_gpu *g, hr_gpu_stream *gs,
+                           hr_gpu_stream **out);
 /* Blocks allocated / reused so far (tests, metrics). */
 void hr__chunk_stats(const hr_session *s, uint64_t *allocs, uint64_t *reuses);
 /* The session is being freed: frees idle blocks and the streams; blocks
