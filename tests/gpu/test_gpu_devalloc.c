@@ -53,7 +53,7 @@ static uint64_t now_ns(void) {
 static const hr_gpu_ops *w_base;
 static hr_gpu_ops w_ops;
 static pthread_t w_loop_thread;
-static _Atomic int w_on_loop;              /* device allocations on the loop */
+static _Atomic int w_on_loop; /* device allocations (streams) on the loop */
 static _Atomic uint64_t w_allocs, w_frees; /* device memory */
 static _Atomic uint64_t w_delay_ns, w_max;
 
@@ -71,6 +71,16 @@ static int w_alloc(void *dev, int kind, uint64_t size, hr_gpu_mem_info *out) {
   if (rv == 0 && kind == HR_GPU_MEM_DEVICE)
     atomic_fetch_add(&w_allocs, 1);
   return rv;
+}
+
+/* The session's staging stream is created by the allocation's work item
+ * too; the test's own stream (fx_open) is made before w_watch_streams. */
+static _Atomic int w_watch_streams;
+static int w_stream_new(void *dev, void **out) {
+  if (atomic_load(&w_watch_streams) &&
+      pthread_equal(pthread_self(), w_loop_thread))
+    atomic_store(&w_on_loop, 1);
+  return w_base->stream_new(dev, out);
 }
 
 static void w_free(void *dev, const hr_gpu_mem_info *m) {
@@ -102,6 +112,8 @@ static fx *fx_open(uint64_t delay_ns, uint64_t max, uint64_t timeout_ns) {
   w_ops = *w_base;
   w_ops.mem_alloc = w_alloc;
   w_ops.mem_free = w_free;
+  w_ops.stream_new = w_stream_new;
+  atomic_store(&w_watch_streams, 0);
   assert_int_equal(hr_gpu_del(f->g), 0);
   w_loop_thread = pthread_self();
   atomic_store(&w_on_loop, 0);
@@ -117,6 +129,7 @@ static fx *fx_open(uint64_t delay_ns, uint64_t max, uint64_t timeout_ns) {
   assert_int_equal(hr_gpu_open(&f->g, &cfg, NULL, NULL), 0);
   assert_int_equal(hr_gpu_query(f->g, &f->caps), 0);
   assert_int_equal(hr_gpu_stream_new(f->g, &f->C), 0);
+  atomic_store(&w_watch_streams, 1);
   f->devs[0] = HR_DEV_CPU;
   f->devs[1] = f->caps.device_tag;
   f->env = tl_new(TL_EPOLL);
