@@ -75,7 +75,7 @@ typedef struct keep {
  * sends meanwhile (its RDMA_REGISTER SOURCE; TENSOR_DATA_END of an empty
  * tensor) is kept for the handshake.  The sender waits for our answer
  * anyway: nothing changes on the wire but its timing. */
-#define PEND_MSGS 2u
+#define PEND_MSGS 1u
 typedef struct pend {
   struct pend *next;
   hr_stream *st;
@@ -868,19 +868,21 @@ int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
 static int xfer_msg(hr_session *s, xfer *xf, hr_stream *st, const hr_msg *m);
 
 /* A message for a receive that waits for its device memory: the
- * handshake's own (RDMA_REGISTER, RDMA_READY, TENSOR_DATA_END) is kept
- * for it, a copy with its raw key; ERROR and CANCEL are the session's as
- * before the handshake.  1, 0, or fatal. */
+ * sender's first (RDMA_REGISTER, or TENSOR_DATA_END of an empty tensor)
+ * is kept for the handshake, a copy with its raw key, and judged by it
+ * on resume; ERROR and CANCEL are the session's as before the
+ * handshake.  1, 0, or fatal. */
 static int pend_msg(hr_session *s, pend *p, const hr_msg *m) {
   uint32_t t = m->hdr.type;
   if (t != HR_MSG_RDMA_REGISTER && t != HR_MSG_RDMA_READY &&
       t != HR_MSG_TENSOR_DATA_END)
     return 0;
-  if (p->nmsg == PEND_MSGS) {
-    /* The sender waits for our answer after its REGISTER (SOURCE). */
+  if (p->nmsg == PEND_MSGS || t == HR_MSG_RDMA_READY) {
+    /* The sender's first message (RDMA_REGISTER, or TENSOR_DATA_END of
+     * an empty tensor) is its last before our RDMA_READY. */
     int rv = hr__stream_error(s, p->sid, HR_WIRE_PROTOCOL_VIOLATION,
-                              "RDMA handshake messages before our answer "
-                              "to RDMA_REGISTER (SOURCE)");
+                              "RDMA handshake message before our "
+                              "RDMA_READY");
     return rv ? rv : 1;
   }
   hr_msg *c = &p->msg[p->nmsg];

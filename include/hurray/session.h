@@ -449,9 +449,9 @@ typedef struct hr_get_opts {
    * device.  Not with `dest` or PARALLEL_OK (HR_ERR_INVALID_ARGUMENT); a
    * composite answer fails with HR_ERR_UNSUPPORTED.  The device memory
    * (and the ring's pinned pieces not yet in the session's pool) is
-   * allocated by a work item (callbacks.submit_work; inline without it,
-   * and for the RDMA data plane), input waiting meanwhile as for a full
-   * ring; a failed allocation (out of device memory) fails the GET with
+   * allocated by a work item (callbacks.submit_work; inline without it),
+   * input (over RDMA: the receive's setup) waiting meanwhile as for a
+   * full ring; a failed allocation (out of device memory) fails the GET with
    * HR_ERR_LIMIT and RESOURCE_EXHAUSTED sent to the server, the session
    * goes on.  `device` must outlive the session. */
   struct hr_gpu *device;

@@ -15,7 +15,9 @@
  *    registration stays, and the connection serves the next GET over RDMA;
  *  - a cancel, and the connection deleted, while the allocation runs: the
  *    memory is freed exactly once (the device closes with nothing alive;
- *    the sanitizers see the rest).
+ *    the sanitizers see the rest);
+ *  - a sender that goes on before our RDMA_READY fails the GET with
+ *    PROTOCOL_VIOLATION.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -564,6 +566,36 @@ static void test_conn_gone_during_alloc(void **state) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+/* A sender that goes on before our RDMA_READY (here: an RDMA_READY of
+ * its own while the memory is allocated) breaks the handshake: the GET
+ * fails with PROTOCOL_VIOLATION, and the memory is freed when it comes. */
+static void test_message_before_ready(void **state) {
+  (void)state;
+  hr_gpu *g = dev_open(DELAY_NS / 3, 0);
+  world *w = world_open(GD, 1, 1);
+  uint32_t sid = start_slow(w, g);
+  hr_msg m;
+  memset(&m, 0, sizeof m);
+  m.hdr.type = HR_MSG_RDMA_READY;
+  m.hdr.stream_id = sid;
+  uint8_t buf[64];
+  int64_t n = hr_wire_encode(&m, buf, sizeof buf);
+  assert_true(n > 0);
+  assert_true(hr_session_recv(w->a.c, buf, (size_t)n, w->now) >= 0);
+  assert_true(w->a.done);
+  assert_int_equal(w->a.status, HR_ERR_PROTO);
+  assert_int_equal(w->a.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
+  pump(w);
+  /* The sender's handshake ended on our ERROR. */
+  assert_int_equal(w->a.srv_recs, 1);
+  assert_int_not_equal(w->a.srv_rec.status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  world_close(w);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slow_gpudirect_write),
@@ -572,6 +604,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_fails),
       cmocka_unit_test(test_cancel_during_alloc),
       cmocka_unit_test(test_conn_gone_during_alloc),
+      cmocka_unit_test(test_message_before_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
