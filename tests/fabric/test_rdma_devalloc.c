@@ -41,7 +41,8 @@
 
 #define SIZE ((uint64_t)1 << 20)
 #define SMALL ((uint64_t)64 << 10)
-#define DELAY_NS 300000000ull /* per allocation: device, then a pinned piece */
+#define DELAY_NS 300000000ull /* per allocation: device, then a pinned piece   \
+                               */
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
 #define MAXW 16
 
@@ -102,7 +103,8 @@ static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
   return t;
 }
 
-/* ---- work on threads ------------------------------------------------------ */
+/* ---- work on threads ------------------------------------------------------
+ */
 
 typedef struct wctx {
   world *w;
@@ -171,7 +173,8 @@ static int works_drain(world *w) {
   return works_drain_n(w, NULL);
 }
 
-/* ---- sessions ------------------------------------------------------------- */
+/* ---- sessions -------------------------------------------------------------
+ */
 
 static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
   conn *c = ud;
@@ -433,7 +436,8 @@ static uint32_t start_slow(world *w, hr_gpu *g) {
   return sid;
 }
 
-/* ---- tests ---------------------------------------------------------------- */
+/* ---- tests ----------------------------------------------------------------
+ */
 
 static void slow_case(uint32_t caps, int dest, int hmem) {
   hr_gpu *g = dev_open(DELAY_NS, 0);
@@ -463,9 +467,9 @@ static void slow_case(uint32_t caps, int dest, int hmem) {
     assert_string_equal(w->a.rec.fallback, "");
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
   } else {
-    assert_non_null(
-        strstr(w->a.rec.fallback, "RDMA into host memory, copied to the "
-                                  "device"));
+    assert_non_null(strstr(w->a.rec.fallback,
+                           "RDMA into host memory, copied to the "
+                           "device"));
   }
   pump(w);
   assert_int_equal(w->a.srv_rec.data_plane, HR_PLANE_RDMA);
