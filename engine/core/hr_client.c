@@ -754,8 +754,10 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
   s = st->s;
   hr__api_enter(s);
   int rv = 0;
-  if (st->req || (st->kind == HR_SK_CLI_PUT && !st->tx.cur &&
-                  st->tx.phase == HR_TXP_DESC && !st->sent_any)) {
+  if (st->req ||
+      (st->kind == HR_SK_CLI_PUT && !st->tx.cur &&
+       st->tx.phase == HR_TXP_DESC && !st->sent_any) ||
+      hr__tx_put_unsent(st)) {
     /* Never left this side: complete at once. */
     hr__cli_stream_fail(s, st, HR_ERR_CLOSED, HR_WIRE_CANCELLED, 1,
                         "cancelled before it was sent");

@@ -250,15 +250,28 @@ int hr__tx_park_put(hr_session *s, hr_stream *st) {
   return 1;
 }
 
+int hr__tx_put_unsent(const hr_stream *st) {
+  const hr_tx *tx = &st->tx;
+  return st->kind == HR_SK_CLI_PUT && !tx->cur && tx->phase == HR_TXP_DESC &&
+         tx->nparts && tx->parts[0].dipc == HR_DIPC_WAIT;
+}
+
 /* A staging failure ends this stream only.  A client PUT hears the local
  * cause (out of memory, or the device's error) rather than a protocol
  * error; the server is told with ERROR on the stream, which aborts it. */
 static int stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
                        const char *text) {
-  if (st->kind == HR_SK_CLI_PUT)
-    hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO,
-                        wire, 1, text);
-  return hr__stream_error(s, st->id, wire, text);
+  if (st->kind != HR_SK_CLI_PUT)
+    return hr__stream_error(s, st->id, wire, text);
+  /* A GPUDirect source fails while it waits for the producer, before its
+   * TENSOR_PUT went: the server never saw the stream, so it ends here. */
+  int unsent = hr__tx_put_unsent(st);
+  hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO,
+                      unsent ? 0 : wire, !unsent, text);
+  if (!unsent)
+    return hr__stream_error(s, st->id, wire, text);
+  hr__stream_end(s, st);
+  return 0;
 }
 
 /* ---- staging copies ------------------------------------------------------ */

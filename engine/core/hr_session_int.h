@@ -712,6 +712,9 @@ void hr__work_detach_stream(hr_stream *st);
  * flight: parks its callback (already recorded in st->rec) until they
  * land.  Returns 1 when parked, 0 when the caller calls it now. */
 int hr__tx_park_put(hr_session *s, hr_stream *st);
+/* A client PUT whose TENSOR_PUT has not gone yet although it had turns:
+ * a GPUDirect source waiting for its producer's event. */
+int hr__tx_put_unsent(const hr_stream *st);
 
 /* ---- hr_devput.c: parked callbacks of device PUTs ------------------------ */
 
