@@ -9,8 +9,9 @@
  * GPUDirect with --fabric where the fabric registers device memory); the
  * server stores it in host memory.  --fabric
  * sends over the RDMA data plane when the server has one too; --stats
- * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The AUTH_TOKEN comes
- * from --auth-token-file F or $HURRAY_AUTH_TOKEN (cli_auth_token()).
+ * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The
+ * AUTH_TOKEN comes from --auth-token-file F or $HURRAY_AUTH_TOKEN
+ * (cli_auth_token()).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -24,8 +25,8 @@
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--replace] [--stats] [--device NAME] [--fabric PROVIDER] "                  \
-  CLI_TLS_SYNOPSIS " [--auth-token-file F] URL KEY FILE.npy"
+  "[--replace] [--stats] [--device NAME] [--fabric "                           \
+  "PROVIDER] " CLI_TLS_SYNOPSIS " [--auth-token-file F] URL KEY FILE.npy"
 
 static void print_stats(const char *key, const hr_transfer_record *rec) {
   cJSON *o = cJSON_CreateObject();
@@ -102,8 +103,8 @@ static int to_device(hr_gpu *g, hr_tensor *t, hr_tensor **out) {
   }
   hr_gpu_stream_del(st);
   if (rv == 0)
-    rv = hr_tensor_wrap_device(out, &d, dc->bufs, NULL, dev_copy_free, dc,
-                               NULL);
+    rv =
+        hr_tensor_wrap_device(out, &d, dc->bufs, NULL, dev_copy_free, dc, NULL);
   if (rv && dc)
     dev_copy_free(dc);
   return rv;

@@ -27,9 +27,8 @@ struct hr_put_tail {
 };
 
 hr_put_tail *hr__put_tail_new(hr_session *s, hr_stream *st, unsigned refs) {
-  hr_put_tail *t =
-      hr__mem_malloc(&s->mem, sizeof *t + (st->rec.key_len ? st->rec.key_len
-                                                            : 1));
+  hr_put_tail *t = hr__mem_malloc(
+      &s->mem, sizeof *t + (st->rec.key_len ? st->rec.key_len : 1));
   if (!t)
     return NULL;
   memset(t, 0, sizeof *t);

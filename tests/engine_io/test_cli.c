@@ -245,9 +245,9 @@ static void test_put_and_parallel(void **state) {
   assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(t, 0),
                       hr_tensor_bytes(t));
   hr_tensor_unref(got);
-  assert_int_equal(RUN("put", "--device", "nowhere", url, "up/x",
-                       tpath("big.npy"), NULL),
-                   2);
+  assert_int_equal(
+      RUN("put", "--device", "nowhere", url, "up/x", tpath("big.npy"), NULL),
+      2);
   assert_int_equal(RUN("get", "--parallel", "4", "--stats", "-o",
                        tpath("g.npy"), url, "up/big", NULL),
                    0);

@@ -758,10 +758,9 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
 
 static void put(world *w, hr_tensor *t) {
   w->done = 0;
-  assert_int_equal(
-      hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE, t, on_put,
-                     w, NULL),
-      0);
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  t, on_put, w, NULL),
+                   0);
   pump(w);
   assert_int_equal(w->done, 1);
 }
@@ -874,8 +873,8 @@ static void test_put_event_fails(void **state) {
   assert_int_equal(st.bytes, 0);
   put(w, pr.t);
   if (w->status)
-    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->status),
-           w->rec.message, w->rec.wire_error);
+    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->status), w->rec.message,
+           w->rec.wire_error);
   assert_int_equal(w->status, 0);
   assert_true(bytes_are(w->committed, pr.newb));
   world_close(w);
@@ -898,8 +897,8 @@ static void test_put_cancel_while_waiting(void **state) {
   produce(&d, &pr, 1);
   uint32_t sid = 0;
   w->done = 0;
-  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1,
-                                  HR_PUT_REPLACE, pr.t, on_put, w, &sid),
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  pr.t, on_put, w, &sid),
                    0);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;

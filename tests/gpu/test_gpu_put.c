@@ -240,8 +240,8 @@ static int stored_equals(fx *f, const char *key, const uint8_t *want,
   const hr_descriptor *d = hr_tensor_descriptor(t);
   /* The PUT declared host memory as its destination (decision 75). */
   assert_int_equal(d->buffers[0].device_tag, HR_DEV_CPU);
-  int eq = hr_tensor_bytes(t) == n &&
-           memcmp(hr_tensor_buffer(t, 0), want, n) == 0;
+  int eq =
+      hr_tensor_bytes(t) == n && memcmp(hr_tensor_buffer(t, 0), want, n) == 0;
   hr_tensor_unref(t);
   return eq;
 }
