@@ -333,6 +333,87 @@ static const hr__gpu_vmm_ops vmm_ops = {
     .import_fd = vmm_import_fd,
 };
 
+/* The adaptors of hr__gpu_drv_ops (see hr_gpu_drv.h). */
+static int drv_make_current(void *dev) { return cur(dev); }
+
+static int drv_stream_create(void *dev, void **s) {
+  CUstream cs = NULL;
+  int rv =
+      map_err(((cu_dev *)dev)->f.StreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+  *s = cs;
+  return rv;
+}
+
+static void drv_stream_destroy(void *dev, void *s) {
+  ((cu_dev *)dev)->f.StreamDestroy(s);
+}
+
+static int drv_stream_sync(void *dev, void *s) {
+  return map_err(((cu_dev *)dev)->f.StreamSynchronize(s));
+}
+
+static int drv_event_create(void *dev, int ipc, void **e) {
+  CUevent ce = NULL;
+  unsigned f = CU_EVENT_DISABLE_TIMING;
+  if (ipc)
+    f |= CU_EVENT_INTERPROCESS;
+  int rv = map_err(((cu_dev *)dev)->f.EventCreate(&ce, f));
+  *e = ce;
+  return rv;
+}
+
+static void drv_event_destroy(void *dev, void *e) {
+  ((cu_dev *)dev)->f.EventDestroy(e);
+}
+
+static int drv_event_record(void *dev, void *e, void *s) {
+  return map_err(((cu_dev *)dev)->f.EventRecord(e, s));
+}
+
+static int drv_stream_wait_event(void *dev, void *s, void *e) {
+  return map_err(((cu_dev *)dev)->f.StreamWaitEvent(s, e, 0));
+}
+
+static int drv_event_query(void *dev, void *e) {
+  return map_err(((cu_dev *)dev)->f.EventQuery(e));
+}
+
+static int drv_event_sync(void *dev, void *e) {
+  return map_err(((cu_dev *)dev)->f.EventSynchronize(e));
+}
+
+static int drv_ipc_event_get(void *dev, void *e, hr_gpu_ipc_handle *h) {
+  CUipcEventHandle ih;
+  int rv = map_err(((cu_dev *)dev)->f.IpcGetEventHandle(&ih, e));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int drv_ipc_event_open(void *dev, const hr_gpu_ipc_handle *h, void **e) {
+  CUipcEventHandle ih;
+  CUevent ce = NULL;
+  memcpy(&ih, h->bytes, sizeof ih);
+  int rv = map_err(((cu_dev *)dev)->f.IpcOpenEventHandle(&ce, ih));
+  *e = ce;
+  return rv;
+}
+
+static const hr__gpu_drv_ops drv_ops = {
+    .make_current = drv_make_current,
+    .stream_create = drv_stream_create,
+    .stream_destroy = drv_stream_destroy,
+    .stream_sync = drv_stream_sync,
+    .event_create = drv_event_create,
+    .event_destroy = drv_event_destroy,
+    .event_record = drv_event_record,
+    .stream_wait_event = drv_stream_wait_event,
+    .event_query = drv_event_query,
+    .event_sync = drv_event_sync,
+    .ipc_event_get = drv_ipc_event_get,
+    .ipc_event_open = drv_ipc_event_open,
+};
+
 static void cu_close(void *dev) {
   cu_dev *d = dev;
   if (d->nmods && cur(d) == 0)
@@ -352,6 +433,7 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return HR_ERR_NOMEM;
   d->drv.mem = *mem;
   d->drv.vmm_ops = &vmm_ops;
+  d->drv.ops = &drv_ops;
   pthread_mutex_init(&d->mods_mu, NULL);
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -455,85 +537,6 @@ static void cu_mem_free(void *dev, const hr_gpu_mem_info *m) {
     d->f.MemFree(p);
 }
 
-static int cu_stream_new(void *dev, void **out) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  CUstream s = NULL;
-  if (rv == 0)
-    rv = map_err(d->f.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, s, 1, out)) != 0)
-    d->f.StreamDestroy(s);
-  return rv;
-}
-
-static void cu_stream_del(void *dev, void *sp) {
-  cu_dev *d = dev;
-  hr__gpu_drv_obj *s = sp;
-  if (s->owned && cur(d) == 0) {
-    d->f.StreamSynchronize(s->h);
-    d->f.StreamDestroy(s->h);
-  }
-  hr__mem_free(&d->drv.mem, s);
-}
-
-static int cu_stream_sync(void *dev, void *sp) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.StreamSynchronize(hr__gpu_drv_obj_h(sp)));
-}
-
-static int cu_event_new(void *dev, unsigned flags, void **out) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  CUevent e = NULL;
-  unsigned f = CU_EVENT_DISABLE_TIMING;
-  if (flags & HR_GPU_EVENT_IPC)
-    f |= CU_EVENT_INTERPROCESS;
-  if (rv == 0)
-    rv = map_err(d->f.EventCreate(&e, f));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
-    d->f.EventDestroy(e);
-  return rv;
-}
-
-static void cu_event_del(void *dev, void *ep) {
-  cu_dev *d = dev;
-  hr__gpu_drv_obj *e = ep;
-  /* Waits already enqueued on the event stay valid after destruction:
-   * the driver keeps what they need. */
-  if (e->owned && cur(d) == 0)
-    d->f.EventDestroy(e->h);
-  hr__mem_free(&d->drv.mem, e);
-}
-
-static int cu_event_record(void *dev, void *ep, void *sp) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv
-            : map_err(d->f.EventRecord(hr__gpu_drv_obj_h(ep),
-                                       hr__gpu_drv_obj_h(sp)));
-}
-
-static int cu_stream_wait_event(void *dev, void *sp, void *ep) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv
-            : map_err(d->f.StreamWaitEvent(hr__gpu_drv_obj_h(sp),
-                                           hr__gpu_drv_obj_h(ep), 0));
-}
-
-static int cu_event_query(void *dev, void *ep) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventQuery(hr__gpu_drv_obj_h(ep)));
-}
-
-static int cu_event_sync(void *dev, void *ep) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventSynchronize(hr__gpu_drv_obj_h(ep)));
-}
-
 static CUdeviceptr addr(const hr_gpu_mem_info *m, uint64_t off) {
   char *base = m->device_ptr ? m->device_ptr : m->host_ptr;
   return (CUdeviceptr)(uintptr_t)(base + off);
@@ -601,31 +604,6 @@ static int cu_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
   return rv ? rv : hr__gpu_vmm_import(&d->drv, fd, size, out);
 }
 
-static int cu_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  CUipcEventHandle ih;
-  if (rv == 0)
-    rv = map_err(d->f.IpcGetEventHandle(&ih, hr__gpu_drv_obj_h(ep)));
-  if (rv == 0)
-    memcpy(h->bytes, &ih, sizeof ih);
-  return rv;
-}
-
-static int cu_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
-                               void **out) {
-  cu_dev *d = dev;
-  int rv = cur(d);
-  CUipcEventHandle ih;
-  memcpy(&ih, h->bytes, sizeof ih);
-  CUevent e = NULL;
-  if (rv == 0)
-    rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
-    d->f.EventDestroy(e);
-  return rv;
-}
-
 const hr_gpu_ops hr__gpu_cuda_ops = {
     .size = sizeof(hr_gpu_ops),
     .name = "cuda",
@@ -637,23 +615,23 @@ const hr_gpu_ops hr__gpu_cuda_ops = {
     .mem_alloc = cu_mem_alloc,
     .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = cu_mem_free,
-    .stream_new = cu_stream_new,
-    .stream_del = cu_stream_del,
-    .stream_sync = cu_stream_sync,
-    .event_new = cu_event_new,
-    .event_del = cu_event_del,
-    .event_record = cu_event_record,
-    .stream_wait_event = cu_stream_wait_event,
-    .event_query = cu_event_query,
-    .event_sync = cu_event_sync,
+    .stream_new = hr__gpu_drv_stream_new,
+    .stream_del = hr__gpu_drv_stream_del,
+    .stream_sync = hr__gpu_drv_stream_sync,
+    .event_new = hr__gpu_drv_event_new,
+    .event_del = hr__gpu_drv_event_del,
+    .event_record = hr__gpu_drv_event_record,
+    .stream_wait_event = hr__gpu_drv_stream_wait_event,
+    .event_query = hr__gpu_drv_event_query,
+    .event_sync = hr__gpu_drv_event_sync,
     .copy = cu_copy,
     .host_fn = cu_host_fn,
     .native = hr__gpu_drv_native,
     .wrap_native = hr__gpu_drv_wrap_native,
     .ipc_mem_export = cu_ipc_mem_export,
     .ipc_mem_import = cu_ipc_mem_import,
-    .ipc_event_export = cu_ipc_event_export,
-    .ipc_event_import = cu_ipc_event_import,
+    .ipc_event_export = hr__gpu_drv_ipc_event_export,
+    .ipc_event_import = hr__gpu_drv_ipc_event_import,
     .mem_alloc_shareable = cu_mem_alloc_shareable,
     .ipc_mem_export_fd = hr__gpu_vmm_export_fd,
     .ipc_mem_import_fd = cu_ipc_mem_import_fd,

@@ -40,6 +40,98 @@ int hr__gpu_drv_wrap_native(void *dev, int what, void *native, void **out) {
   return hr__gpu_drv_obj_new(dev, native, 0, out);
 }
 
+int hr__gpu_drv_stream_new(void *dev, void **out) {
+  hr__gpu_drv *d = dev;
+  void *s = NULL;
+  int rv = d->ops->make_current(dev);
+  if (rv == 0)
+    rv = d->ops->stream_create(dev, &s);
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(d, s, 1, out)) != 0)
+    d->ops->stream_destroy(dev, s);
+  return rv;
+}
+
+void hr__gpu_drv_stream_del(void *dev, void *sp) {
+  hr__gpu_drv *d = dev;
+  hr__gpu_drv_obj *s = sp;
+  if (s->owned && d->ops->make_current(dev) == 0) {
+    d->ops->stream_sync(dev, s->h);
+    d->ops->stream_destroy(dev, s->h);
+  }
+  hr__mem_free(&d->mem, s);
+}
+
+int hr__gpu_drv_stream_sync(void *dev, void *sp) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv : d->ops->stream_sync(dev, hr__gpu_drv_obj_h(sp));
+}
+
+int hr__gpu_drv_event_new(void *dev, unsigned flags, void **out) {
+  hr__gpu_drv *d = dev;
+  void *e = NULL;
+  int rv = d->ops->make_current(dev);
+  if (rv == 0)
+    rv = d->ops->event_create(dev, (flags & HR_GPU_EVENT_IPC) != 0, &e);
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(d, e, 1, out)) != 0)
+    d->ops->event_destroy(dev, e);
+  return rv;
+}
+
+void hr__gpu_drv_event_del(void *dev, void *ep) {
+  hr__gpu_drv *d = dev;
+  hr__gpu_drv_obj *e = ep;
+  if (e->owned && d->ops->make_current(dev) == 0)
+    d->ops->event_destroy(dev, e->h);
+  hr__mem_free(&d->mem, e);
+}
+
+int hr__gpu_drv_event_record(void *dev, void *ep, void *sp) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv
+            : d->ops->event_record(dev, hr__gpu_drv_obj_h(ep),
+                                   hr__gpu_drv_obj_h(sp));
+}
+
+int hr__gpu_drv_stream_wait_event(void *dev, void *sp, void *ep) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv
+            : d->ops->stream_wait_event(dev, hr__gpu_drv_obj_h(sp),
+                                        hr__gpu_drv_obj_h(ep));
+}
+
+int hr__gpu_drv_event_query(void *dev, void *ep) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv : d->ops->event_query(dev, hr__gpu_drv_obj_h(ep));
+}
+
+int hr__gpu_drv_event_sync(void *dev, void *ep) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv : d->ops->event_sync(dev, hr__gpu_drv_obj_h(ep));
+}
+
+int hr__gpu_drv_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
+  const hr__gpu_drv *d = dev;
+  int rv = d->ops->make_current(dev);
+  return rv ? rv : d->ops->ipc_event_get(dev, hr__gpu_drv_obj_h(ep), h);
+}
+
+int hr__gpu_drv_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
+                                 void **out) {
+  hr__gpu_drv *d = dev;
+  void *e = NULL;
+  int rv = d->ops->make_current(dev);
+  if (rv == 0)
+    rv = d->ops->ipc_event_open(dev, h, &e);
+  if (rv == 0 && (rv = hr__gpu_drv_obj_new(d, e, 1, out)) != 0)
+    d->ops->event_destroy(dev, e);
+  return rv;
+}
+
 int hr__gpu_drv_mem_wrap_host(void *dev, void *ptr, uint64_t size,
                               hr_gpu_mem_info *out) {
   (void)dev;

@@ -4,9 +4,9 @@
  * the capability report, the wrappers of streams, events and host
  * memory, the tag of memory opened from a legacy IPC handle, and
  * shareable memory through the virtual memory management API (cuMem* /
- * hipMem*), which reaches the driver through a small table of adaptors
- * (hr__gpu_vmm_ops).  Each backend keeps its own dlsym()ed entry points
- * and types.
+ * hipMem*).  Both reach the driver through small tables of adaptors
+ * (hr__gpu_drv_ops, hr__gpu_vmm_ops), one statement each.  Each backend
+ * keeps its own dlsym()ed entry points and types.
  *
  * The backend's device object begins with an hr__gpu_drv, so a pointer
  * to it is the `void *dev` of hr_gpu_ops and the helpers below may serve
@@ -45,6 +45,38 @@ typedef struct hr__gpu_vmm_ops {
   int (*import_fd)(void *dev, int fd, uint64_t *h);
 } hr__gpu_vmm_ops;
 
+/*
+ * The driver's stream and event entry points for this device, with the
+ * vendor's handles as void pointers (`s` a CUstream / hipStream_t, `e` a
+ * CUevent / hipEvent_t).  None but make_current changes the calling
+ * thread's context: the wrappers below make it current first.  The
+ * fallible ones return 0 or the backend's mapping of the driver's error
+ * (HR_ERR_WOULDBLOCK for "not ready", HR_ERR_NOMEM, HR_ERR_UNSUPPORTED,
+ * HR_ERR_INVALID_ARGUMENT, otherwise HR_ERR_IO).
+ */
+typedef struct hr__gpu_drv_ops {
+  /* Makes the device current on the calling thread (every entry point of
+   * the backend starts here). */
+  int (*make_current)(void *dev);
+  /* A new non-blocking stream in *s. */
+  int (*stream_create)(void *dev, void **s);
+  void (*stream_destroy)(void *dev, void *s);
+  int (*stream_sync)(void *dev, void *s);
+  /* A new event without timing in *e; `ipc`: exportable to other
+   * processes. */
+  int (*event_create)(void *dev, int ipc, void **e);
+  void (*event_destroy)(void *dev, void *e);
+  int (*event_record)(void *dev, void *e, void *s);
+  int (*stream_wait_event)(void *dev, void *s, void *e);
+  /* 0 once complete, HR_ERR_WOULDBLOCK before. */
+  int (*event_query)(void *dev, void *e);
+  int (*event_sync)(void *dev, void *e);
+  /* The legacy IPC handle of an event created with `ipc`, into h->bytes;
+   * and an event opened from one, in *e (destroyed like any other). */
+  int (*ipc_event_get)(void *dev, void *e, hr_gpu_ipc_handle *h);
+  int (*ipc_event_open)(void *dev, const hr_gpu_ipc_handle *h, void **e);
+} hr__gpu_drv_ops;
+
 /* The start of a driver-API backend's device object: its allocator and
  * what hr__gpu_drv_query() reports, filled in by the backend's open. */
 typedef struct hr__gpu_drv {
@@ -53,7 +85,8 @@ typedef struct hr__gpu_drv {
   int have_vmm; /* shareable memory as POSIX fds (HR_GPU_CAP_IPC_FD) */
   int managed;  /* managed memory (HR_GPU_CAP_UNIFIED) */
   char name[128];
-  size_t total; /* bytes of device memory */
+  size_t total;               /* bytes of device memory */
+  const hr__gpu_drv_ops *ops; /* streams and events */
 } hr__gpu_drv;
 
 /* hr_gpu_ops.query: asynchronous, pinned memory, device pointers and the
@@ -76,6 +109,27 @@ int hr__gpu_drv_obj_new(hr__gpu_drv *d, void *h, int owned, void **out);
 /* hr_gpu_ops.native and .wrap_native (a wrapped object is not owned). */
 void *hr__gpu_drv_native(void *dev, int what, void *obj);
 int hr__gpu_drv_wrap_native(void *dev, int what, void *native, void **out);
+
+/*
+ * The hr_gpu_ops entries of streams and events, through the device's
+ * hr__gpu_drv_ops: each makes the context current, then calls the
+ * driver on the wrapped handles.  A stream or event is destroyed only
+ * when owned (not wrapped from a native one); a stream is synchronised
+ * before.  Waits already enqueued on a destroyed event stay valid: the
+ * driver keeps what they need.
+ */
+int hr__gpu_drv_stream_new(void *dev, void **out);
+void hr__gpu_drv_stream_del(void *dev, void *sp);
+int hr__gpu_drv_stream_sync(void *dev, void *sp);
+int hr__gpu_drv_event_new(void *dev, unsigned flags, void **out);
+void hr__gpu_drv_event_del(void *dev, void *ep);
+int hr__gpu_drv_event_record(void *dev, void *ep, void *sp);
+int hr__gpu_drv_stream_wait_event(void *dev, void *sp, void *ep);
+int hr__gpu_drv_event_query(void *dev, void *ep);
+int hr__gpu_drv_event_sync(void *dev, void *ep);
+int hr__gpu_drv_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h);
+int hr__gpu_drv_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
+                                 void **out);
 
 /* hr_gpu_ops.mem_wrap_host: under unified addressing the driver takes
  * host pointers as they are, so wrapping records the pointer only. */

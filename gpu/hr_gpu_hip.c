@@ -330,6 +330,87 @@ static const hr__gpu_vmm_ops vmm_ops = {
     .import_fd = vmm_import_fd,
 };
 
+/* The adaptors of hr__gpu_drv_ops (see hr_gpu_drv.h). */
+static int drv_make_current(void *dev) { return cur(dev); }
+
+static int drv_stream_create(void *dev, void **s) {
+  hipStream_t hs = NULL;
+  int rv = map_err(
+      ((hip_dev *)dev)->f.StreamCreateWithFlags(&hs, hipStreamNonBlocking));
+  *s = hs;
+  return rv;
+}
+
+static void drv_stream_destroy(void *dev, void *s) {
+  ((hip_dev *)dev)->f.StreamDestroy(s);
+}
+
+static int drv_stream_sync(void *dev, void *s) {
+  return map_err(((hip_dev *)dev)->f.StreamSynchronize(s));
+}
+
+static int drv_event_create(void *dev, int ipc, void **e) {
+  hipEvent_t he = NULL;
+  unsigned f = hipEventDisableTiming;
+  if (ipc)
+    f |= hipEventInterprocess;
+  int rv = map_err(((hip_dev *)dev)->f.EventCreateWithFlags(&he, f));
+  *e = he;
+  return rv;
+}
+
+static void drv_event_destroy(void *dev, void *e) {
+  ((hip_dev *)dev)->f.EventDestroy(e);
+}
+
+static int drv_event_record(void *dev, void *e, void *s) {
+  return map_err(((hip_dev *)dev)->f.EventRecord(e, s));
+}
+
+static int drv_stream_wait_event(void *dev, void *s, void *e) {
+  return map_err(((hip_dev *)dev)->f.StreamWaitEvent(s, e, 0));
+}
+
+static int drv_event_query(void *dev, void *e) {
+  return map_err(((hip_dev *)dev)->f.EventQuery(e));
+}
+
+static int drv_event_sync(void *dev, void *e) {
+  return map_err(((hip_dev *)dev)->f.EventSynchronize(e));
+}
+
+static int drv_ipc_event_get(void *dev, void *e, hr_gpu_ipc_handle *h) {
+  hipIpcEventHandle_t ih;
+  int rv = map_err(((hip_dev *)dev)->f.IpcGetEventHandle(&ih, e));
+  if (rv == 0)
+    memcpy(h->bytes, &ih, sizeof ih);
+  return rv;
+}
+
+static int drv_ipc_event_open(void *dev, const hr_gpu_ipc_handle *h, void **e) {
+  hipIpcEventHandle_t ih;
+  hipEvent_t he = NULL;
+  memcpy(&ih, h->bytes, sizeof ih);
+  int rv = map_err(((hip_dev *)dev)->f.IpcOpenEventHandle(&he, ih));
+  *e = he;
+  return rv;
+}
+
+static const hr__gpu_drv_ops drv_ops = {
+    .make_current = drv_make_current,
+    .stream_create = drv_stream_create,
+    .stream_destroy = drv_stream_destroy,
+    .stream_sync = drv_stream_sync,
+    .event_create = drv_event_create,
+    .event_destroy = drv_event_destroy,
+    .event_record = drv_event_record,
+    .stream_wait_event = drv_stream_wait_event,
+    .event_query = drv_event_query,
+    .event_sync = drv_event_sync,
+    .ipc_event_get = drv_ipc_event_get,
+    .ipc_event_open = drv_ipc_event_open,
+};
+
 static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                     hr_gpu_probe_info *why) {
   hip_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
@@ -337,6 +418,7 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     return HR_ERR_NOMEM;
   d->drv.mem = *mem;
   d->drv.vmm_ops = &vmm_ops;
+  d->drv.ops = &drv_ops;
   d->ordinal = (int)cfg->ordinal;
   int n = 0;
   int rv = load(&d->f, &d->lib, why);
@@ -430,83 +512,6 @@ static void hip_mem_free(void *dev, const hr_gpu_mem_info *m) {
     d->f.Free(m->device_ptr);
 }
 
-static int hip_stream_new(void *dev, void **out) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  hipStream_t s = NULL;
-  if (rv == 0)
-    rv = map_err(d->f.StreamCreateWithFlags(&s, hipStreamNonBlocking));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, s, 1, out)) != 0)
-    d->f.StreamDestroy(s);
-  return rv;
-}
-
-static void hip_stream_del(void *dev, void *sp) {
-  hip_dev *d = dev;
-  hr__gpu_drv_obj *s = sp;
-  if (s->owned && cur(d) == 0) {
-    d->f.StreamSynchronize(s->h);
-    d->f.StreamDestroy(s->h);
-  }
-  hr__mem_free(&d->drv.mem, s);
-}
-
-static int hip_stream_sync(void *dev, void *sp) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.StreamSynchronize(hr__gpu_drv_obj_h(sp)));
-}
-
-static int hip_event_new(void *dev, unsigned flags, void **out) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  hipEvent_t e = NULL;
-  unsigned f = hipEventDisableTiming;
-  if (flags & HR_GPU_EVENT_IPC)
-    f |= hipEventInterprocess;
-  if (rv == 0)
-    rv = map_err(d->f.EventCreateWithFlags(&e, f));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
-    d->f.EventDestroy(e);
-  return rv;
-}
-
-static void hip_event_del(void *dev, void *ep) {
-  hip_dev *d = dev;
-  hr__gpu_drv_obj *e = ep;
-  if (e->owned && cur(d) == 0)
-    d->f.EventDestroy(e->h);
-  hr__mem_free(&d->drv.mem, e);
-}
-
-static int hip_event_record(void *dev, void *ep, void *sp) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv
-            : map_err(d->f.EventRecord(hr__gpu_drv_obj_h(ep),
-                                       hr__gpu_drv_obj_h(sp)));
-}
-
-static int hip_stream_wait_event(void *dev, void *sp, void *ep) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv
-            : map_err(d->f.StreamWaitEvent(hr__gpu_drv_obj_h(sp),
-                                           hr__gpu_drv_obj_h(ep), 0));
-}
-
-static int hip_event_query(void *dev, void *ep) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventQuery(hr__gpu_drv_obj_h(ep)));
-}
-
-static int hip_event_sync(void *dev, void *ep) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  return rv ? rv : map_err(d->f.EventSynchronize(hr__gpu_drv_obj_h(ep)));
-}
-
 static char *addr(const hr_gpu_mem_info *m, uint64_t off) {
   char *base = m->device_ptr ? m->device_ptr : m->host_ptr;
   return base + off;
@@ -590,31 +595,6 @@ static int hip_ipc_mem_import(void *dev, const hr_gpu_ipc_handle *h,
   return rv;
 }
 
-static int hip_ipc_event_export(void *dev, void *ep, hr_gpu_ipc_handle *h) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  hipIpcEventHandle_t ih;
-  if (rv == 0)
-    rv = map_err(d->f.IpcGetEventHandle(&ih, hr__gpu_drv_obj_h(ep)));
-  if (rv == 0)
-    memcpy(h->bytes, &ih, sizeof ih);
-  return rv;
-}
-
-static int hip_ipc_event_import(void *dev, const hr_gpu_ipc_handle *h,
-                                void **out) {
-  hip_dev *d = dev;
-  int rv = cur(d);
-  hipIpcEventHandle_t ih;
-  memcpy(&ih, h->bytes, sizeof ih);
-  hipEvent_t e = NULL;
-  if (rv == 0)
-    rv = map_err(d->f.IpcOpenEventHandle(&e, ih));
-  if (rv == 0 && (rv = hr__gpu_drv_obj_new(&d->drv, e, 1, out)) != 0)
-    d->f.EventDestroy(e);
-  return rv;
-}
-
 const hr_gpu_ops hr__gpu_hip_ops = {
     .size = sizeof(hr_gpu_ops),
     .name = "hip",
@@ -626,23 +606,23 @@ const hr_gpu_ops hr__gpu_hip_ops = {
     .mem_alloc = hip_mem_alloc,
     .mem_wrap_host = hr__gpu_drv_mem_wrap_host,
     .mem_free = hip_mem_free,
-    .stream_new = hip_stream_new,
-    .stream_del = hip_stream_del,
-    .stream_sync = hip_stream_sync,
-    .event_new = hip_event_new,
-    .event_del = hip_event_del,
-    .event_record = hip_event_record,
-    .stream_wait_event = hip_stream_wait_event,
-    .event_query = hip_event_query,
-    .event_sync = hip_event_sync,
+    .stream_new = hr__gpu_drv_stream_new,
+    .stream_del = hr__gpu_drv_stream_del,
+    .stream_sync = hr__gpu_drv_stream_sync,
+    .event_new = hr__gpu_drv_event_new,
+    .event_del = hr__gpu_drv_event_del,
+    .event_record = hr__gpu_drv_event_record,
+    .stream_wait_event = hr__gpu_drv_stream_wait_event,
+    .event_query = hr__gpu_drv_event_query,
+    .event_sync = hr__gpu_drv_event_sync,
     .copy = hip_copy,
     .host_fn = hip_host_fn,
     .native = hr__gpu_drv_native,
     .wrap_native = hr__gpu_drv_wrap_native,
     .ipc_mem_export = hip_ipc_mem_export,
     .ipc_mem_import = hip_ipc_mem_import,
-    .ipc_event_export = hip_ipc_event_export,
-    .ipc_event_import = hip_ipc_event_import,
+    .ipc_event_export = hr__gpu_drv_ipc_event_export,
+    .ipc_event_import = hr__gpu_drv_ipc_event_import,
     .mem_alloc_shareable = hip_mem_alloc_shareable,
     .ipc_mem_export_fd = hr__gpu_vmm_export_fd,
     .ipc_mem_import_fd = hip_ipc_mem_import_fd,

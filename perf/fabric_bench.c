@@ -31,8 +31,13 @@
  * 1 and 4 are interleaved: both raw variants and the engine stay set up,
  * and each pass runs every raw variant and one GET, alternating which goes
  * first, so that load that comes and goes meets both alike; the ratio is
- * taken pass by pass (against that pass's better raw variant) and its
- * median printed.  Idle raw targets block on their control socket.
+ * taken pass by pass (against that pass's better raw variant, and against
+ * each variant) and its median printed, with the CPU seconds per GiB of
+ * both processes of each (the load of a shared machine stretches wall
+ * time, not CPU time).  Idle raw targets block on their control socket;
+ * the engine's server must use no CPU while raw runs (printed).  No
+ * process shares the source copy-on-write with the raw initiator: shm's
+ * process_vm_readv would pay for it.
  *
  * In 2 and 3 the control messages go over a socketpair, which the output
  * says.  The destination registration is
@@ -53,6 +58,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -91,6 +97,33 @@ static hr_tstamp now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (hr_tstamp)ts.tv_sec * 1000000000u + (hr_tstamp)ts.tv_nsec;
+}
+
+/* CPU time of every thread of `pid` (0: this process) in seconds, from
+ * /proc/PID/task/TID/schedstat (nanoseconds on the CPU): the loaded
+ * machine stretches wall time, CPU seconds per GiB stay comparable. */
+static double cpu_s(pid_t pid) {
+  char dir[64], path[128];
+  snprintf(dir, sizeof dir, "/proc/%d/task", pid ? (int)pid : (int)getpid());
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  double total = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "%s/%.32s/schedstat", dir, de->d_name);
+    FILE *fp = fopen(path, "r");
+    unsigned long long ns;
+    if (!fp)
+      continue;
+    if (fscanf(fp, "%llu", &ns) == 1)
+      total += (double)ns * 1e-9;
+    fclose(fp);
+  }
+  closedir(d);
+  return total;
 }
 
 static void die(const char *what, const char *detail) {
@@ -301,6 +334,8 @@ typedef struct raw_init {
   struct fid_mr *mr;
   void *desc;
   slot *slots;
+  pid_t target;  /* the target's process */
+  double cpu[2]; /* the last pass's CPU seconds: initiator, target */
 } raw_init;
 
 static void raw_init_open(raw_init *ri, int ctl, const char *prov, int wait,
@@ -326,6 +361,7 @@ static double raw_pass(raw_init *ri) {
   raw *r = &ri->r;
   uint64_t posted = 0, done = 0, n = (opt_size + opt_chunk - 1) / opt_chunk;
   char c = 'g';
+  double c0 = cpu_s(0), c1 = cpu_s(ri->target);
   ctl_send(ri->ctl, &c, 1);
   double t0 = now_s();
   while (done < n) {
@@ -366,6 +402,10 @@ static double raw_pass(raw_init *ri) {
   double gbs = (double)opt_size / (now_s() - t0) / 1e9;
   c = 'i';
   ctl_send(ri->ctl, &c, 1);
+  /* The target has stopped polling once it answers nothing more: its CPU
+   * time is read after the pass's end reached it. */
+  ri->cpu[0] = cpu_s(0) - c0;
+  ri->cpu[1] = cpu_s(ri->target) - c1;
   return gbs;
 }
 
@@ -642,6 +682,7 @@ typedef struct engine_cl {
   const uint8_t *src;
   pid_t server;
   int ctl;
+  double cpu[2]; /* the last GET's CPU seconds: client, server */
 } engine_cl;
 static void engine_open(engine_cl *ec, const char *prov, const uint8_t *src);
 static double engine_pass(engine_cl *ec);
@@ -683,6 +724,16 @@ static int bench(const char *prov) {
          (double)opt_size / (1 << 30), (double)opt_chunk / 1024, opt_window,
          ps.wait_fd ? "CQ wait fd + fi_trywait" : "no wait fd: timer polling",
          ps.delivery_complete ? "FI_DELIVERY_COMPLETE" : "transmit complete");
+  /* What the engine's GET posts: host memory and no RDMA_GPUDIRECT on
+   * these providers, so no DESTINATION: tagged sends into posted
+   * receives, cut by hr_fabric_tag_piece(), all signalled. */
+  uint64_t tp = hr_fabric_tag_piece(opt_size);
+  uint64_t tn = (opt_size + tp - 1) / tp;
+  printf("engine GET: tagged sends of %.0f MiB (%llu), %llu in flight "
+         "(%s), every piece FI_COMPLETION\n",
+         (double)tp / (1 << 20), (unsigned long long)tn,
+         (unsigned long long)(ps.send_ordered ? (tn < 16 ? tn : 16) : 1),
+         ps.send_ordered ? "FI_ORDER_SAS" : "no FI_ORDER_SAS: one at a time");
 
   /* 1 and 4 interleaved: raw (busy-polling, and either blocking in poll()
    * as an event loop does or, without a wait fd, napping 50 us) and the
@@ -712,6 +763,7 @@ static int bench(const char *prov) {
     }
     close(sv[1]);
     raw_init_open(&ri[nv], sv[0], prov, wait, src);
+    ri[nv].target = rpid[nv];
     rvar[nv++] = wait;
   }
   int eng = strchr(opt_parts, 'e') != NULL;
@@ -724,18 +776,32 @@ static int bench(const char *prov) {
    * engine alternating. */
   double rfirst[3] = {0}, rruns[3][MAX_ITERS], efirst = 0, eruns[MAX_ITERS];
   double ratio[MAX_ITERS], best_pass[MAX_ITERS];
+  /* CPU seconds per GiB, [initiator/client, target/server][pass]. */
+  double gib = (double)opt_size / (1 << 30);
+  double rcpu[3][2][MAX_ITERS], ecpu[2][MAX_ITERS];
+  double idle_cpu = 0, idle_wall = 0;
+  double vratio[3][MAX_ITERS]; /* engine / each raw variant, pass by pass */
   for (int it = -1; it < opt_iters; it++) {
     double e = 0, rb = 0;
     if (eng && it % 2 != 0)
       e = engine_pass(&ecl);
+    double idle0 = eng ? cpu_s(ecl.server) : 0, idle_t0 = now_s();
     for (int v = 0; v < nv; v++) {
       double g = raw_pass(&ri[v]);
-      if (it < 0)
+      if (it < 0) {
         rfirst[v] = g;
-      else
+      } else {
         rruns[v][it] = g;
+        rcpu[v][0][it] = ri[v].cpu[0] / gib;
+        rcpu[v][1][it] = ri[v].cpu[1] / gib;
+      }
       if (g > rb)
         rb = g;
+    }
+    if (eng) {
+      /* The engine's processes must be asleep while raw runs. */
+      idle_cpu += cpu_s(ecl.server) - idle0;
+      idle_wall += now_s() - idle_t0;
     }
     if (eng && it % 2 == 0)
       e = engine_pass(&ecl);
@@ -744,6 +810,12 @@ static int bench(const char *prov) {
       continue;
     }
     eruns[it] = e;
+    for (int v = 0; v < nv; v++)
+      vratio[v][it] = rruns[v][it] > 0 ? e / rruns[v][it] : 0;
+    if (eng) {
+      ecpu[0][it] = ecl.cpu[0] / gib;
+      ecpu[1][it] = ecl.cpu[1] / gib;
+    }
     best_pass[it] = rb;
     ratio[it] = rb > 0 ? e / rb : 0;
   }
@@ -764,7 +836,8 @@ static int bench(const char *prov) {
            "%.2f",
            raw_names[rvar[v]], b, median_of(rruns[v], opt_iters), rfirst[v]);
     print_runs(rruns[v], opt_iters);
-    printf("\n");
+    printf("\n    CPU s/GiB (median): initiator %.2f, target %.2f\n",
+           median_of(rcpu[v][0], opt_iters), median_of(rcpu[v][1], opt_iters));
     if (b > raw_best)
       raw_best = b;
     if (rfirst[v] > raw_first)
@@ -790,7 +863,17 @@ static int bench(const char *prov) {
              "%.2f = %.2f; best / best %.2f",
              median_of(ratio, opt_iters), med, raw_med, med / raw_med,
              best_of(eruns, opt_iters) / raw_best);
-    printf("\n");
+    printf("\n    CPU s/GiB (median): server (sender) %.2f, client (receiver) "
+           "%.2f\n",
+           median_of(ecpu[1], opt_iters), median_of(ecpu[0], opt_iters));
+    printf("    the engine's server while raw ran: %.1f ms CPU in %.1f ms\n",
+           idle_cpu * 1e3, idle_wall * 1e3);
+    /* Like with like: the engine sleeps on the CQ fd (or naps on its
+     * timer); the raw variant that waits the same way is its direct
+     * counterpart, busy-polling shows what spinning would buy. */
+    for (int v = 0; v < nv; v++)
+      printf("  engine / raw %s, pass by pass: median %.2f\n",
+             raw_names[rvar[v]], median_of(vratio[v], opt_iters));
   }
   if (raw_best == 0)
     raw_best = 1; /* not measured: ratios are to 1 GB/s */
@@ -869,6 +952,11 @@ static void engine_server(int ctl, const char *prov, const uint8_t *src) {
   if (hr_tensor_alloc(&t, &d, 12, NULL))
     die("engine server", "no memory for the tensor");
   memcpy(hr_tensor_buffer(t, 0), src, opt_size);
+  /* The parent's source is shared with this process copy-on-write since
+   * the fork: dropping it leaves the parent's pages its own, so that a
+   * raw pass's process_vm_readv (shm), which pins them, does not have to
+   * unshare them. */
+  munmap((void *)src, opt_size);
   hr_store_config_default(&sc);
   if (hr_store_new(&store, &sc, NULL) ||
       hr_store_put(store, "t", 1, t, HR_PUT_REPLACE))
@@ -937,10 +1025,13 @@ static double engine_pass(engine_cl *ec) {
   hr_transfer_record rec;
   hr_tensor *t = NULL;
   memset(ec->buf, 0, 4096);
+  double c0 = cpu_s(0), c1 = cpu_s(ec->server);
   double t0 = now_s();
   if (hr_client_get(ec->c, &ec->g, &t, &rec))
     die("engine client", hr_client_last_error(ec->c)->message);
   double t1 = now_s();
+  ec->cpu[0] = cpu_s(0) - c0;
+  ec->cpu[1] = cpu_s(ec->server) - c1;
   if (rec.data_plane != HR_PLANE_RDMA)
     die("engine client", rec.fallback[0] ? rec.fallback : "sent as frames");
   if (memcmp(ec->buf, ec->src, opt_size))

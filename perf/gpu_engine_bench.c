@@ -45,13 +45,8 @@
 #include <hurray/gpu.h>
 #include <hurray/store.h>
 
+#include "bench_common.h"
 #include "hr_ploop.h" /* engine/io: the library's private poll() loop */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, int rv) {
   fprintf(stderr, "gpu_engine_bench: %s: %s\n", what, hr_strerror(rv));
@@ -136,14 +131,7 @@ static void srv_stop(server *s) {
 
 static hr_descriptor bytes_desc(uint64_t n, uint8_t tag) {
   hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
+  bc_bytes_desc(&d, n, 0);
   d.buffers[0].device_tag = tag;
   return d;
 }
@@ -153,10 +141,10 @@ static double copy_gbps(hr_gpu_stream *s, hr_gpu_buf *dst, hr_gpu_buf *src,
                         uint64_t n, int iters) {
   double best = 0;
   for (int i = 0; i <= iters; i++) {
-    double t0 = now_s();
+    double t0 = bc_now_s();
     CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
     CHECK("sync", hr_gpu_stream_sync(s));
-    double g = (double)n / (now_s() - t0) / 1e9;
+    double g = (double)n / (bc_now_s() - t0) / 1e9;
     if (i > 0 && g > best)
       best = g;
   }
@@ -173,11 +161,11 @@ static double fresh_gbps(hr_gpu *g, hr_gpu_stream *s, hr_gpu_buf *src,
   double best = 0;
   for (int i = 0; i <= iters; i++) {
     hr_gpu_buf *dst;
-    double t0 = now_s();
+    double t0 = bc_now_s();
     CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dst));
     CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
     CHECK("sync", hr_gpu_stream_sync(s));
-    double gb = (double)n / (now_s() - t0) / 1e9;
+    double gb = (double)n / (bc_now_s() - t0) / 1e9;
     hr_gpu_buf_del(dst);
     if (i > 0 && gb > best)
       best = gb;

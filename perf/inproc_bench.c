@@ -27,23 +27,12 @@
 #include <hurray/inproc.h>
 #include <hurray/store.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_common.h"
 
 static hr_tensor *bytes_tensor(uint64_t n, void *buf) {
   hr_descriptor d;
   hr_tensor *t;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
+  bc_bytes_desc(&d, n, 0);
   if (buf) {
     void *bufs[1] = {buf};
     if (hr_tensor_wrap(&t, &d, bufs, NULL, NULL, NULL) != 0)
@@ -100,7 +89,7 @@ static void bench_channel(long n) {
   cfg.capacity = 256;
   if (hr_inproc_chan_new(&r.ch, &cfg, NULL) != 0)
     abort();
-  t0 = now_s();
+  t0 = bc_now_s();
   pthread_create(&th, NULL, chan_producer, &r);
   while (hr_inproc_recv_wait(r.ch, &m, -1) == 0) {
     hr_inproc_msg_release(m);
@@ -108,21 +97,21 @@ static void bench_channel(long n) {
     got++;
   }
   pthread_join(th, NULL);
-  chan_s = now_s() - t0;
+  chan_s = bc_now_s() - t0;
   hr_inproc_chan_del(r.ch, NULL);
   if (got != n)
     abort();
 
   if (pipe(r.fds) != 0)
     abort();
-  t0 = now_s();
+  t0 = bc_now_s();
   pthread_create(&th, NULL, pipe_producer, &r);
   void *p;
   got = 0;
   while (read(r.fds[0], &p, sizeof p) == sizeof p)
     got++;
   pthread_join(th, NULL);
-  pipe_s = now_s() - t0;
+  pipe_s = bc_now_s() - t0;
   close(r.fds[0]);
   if (got != n)
     abort();
@@ -171,7 +160,7 @@ static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
  * dropped at once, so its release goes back each time). */
 static double get_rtt(pair *p, const char *key, long n) {
   hr_get_opts o;
-  double t0 = now_s();
+  double t0 = bc_now_s();
   memset(&o, 0, sizeof o);
   o.key = (const uint8_t *)key;
   o.key_len = (uint16_t)strlen(key);
@@ -183,7 +172,7 @@ static double get_rtt(pair *p, const char *key, long n) {
       event_base_loop(p->cb, EVLOOP_ONCE);
     hr_tensor_unref(p->got);
   }
-  return (now_s() - t0) / (double)n;
+  return (bc_now_s() - t0) / (double)n;
 }
 
 typedef struct pp {
@@ -210,11 +199,11 @@ static double pipe_rtt(long n) {
     abort();
   x.n = n;
   pthread_create(&th, NULL, ponger, &x);
-  t0 = now_s();
+  t0 = bc_now_s();
   for (long i = 0; i < n; i++)
     if (write(x.a[1], &c, 1) != 1 || read(x.b[0], &c, 1) != 1)
       abort();
-  double s = (now_s() - t0) / (double)n;
+  double s = (bc_now_s() - t0) / (double)n;
   pthread_join(th, NULL);
   close(x.a[0]);
   close(x.a[1]);
@@ -256,9 +245,9 @@ static void bench_pair(long n) {
   if (!dst)
     abort();
   memset(dst, 0, gib);
-  double t0 = now_s();
+  double t0 = bc_now_s();
   memcpy(dst, hr_tensor_buffer(big, 0), gib);
-  double copy_s = now_s() - t0;
+  double copy_s = bc_now_s() - t0;
   if (dst[gib - 1] != 7)
     abort();
   free(dst);

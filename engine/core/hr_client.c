@@ -385,6 +385,24 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
   }
 }
 
+/* The end of hr_session_get/put/list: a request that failed before it was
+ * sent vanishes without a callback, its id goes to *stream_id (may be
+ * NULL) once it is queued, and a fatal error fails the session.  Returns
+ * rv. */
+static int request_end(hr_session *s, hr_stream *st, uint32_t id,
+                       uint32_t *stream_id, int rv) {
+  if (rv && st) {
+    st->cb_done = 1;
+    hr__stream_end(s, st);
+  }
+  if (rv == 0 && stream_id)
+    *stream_id = id;
+  if (hr_err_is_fatal(rv))
+    hr__fatal(s, rv);
+  hr__api_leave(s);
+  return rv;
+}
+
 int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
                    uint32_t *stream_id) {
   if (!s || !o || !key_ok(o->key, o->key_len, 0) ||
@@ -518,17 +536,7 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
   if (rv == 0)
     rv = hr__rdma_get_keep(s, st, o);
 out:
-  if (rv && st) {
-    /* Nothing was sent: the stream vanishes without a callback. */
-    st->cb_done = 1;
-    hr__stream_end(s, st);
-  }
-  if (rv == 0 && stream_id)
-    *stream_id = id;
-  if (hr_err_is_fatal(rv))
-    hr__fatal(s, rv);
-  hr__api_leave(s);
-  return rv;
+  return request_end(s, st, id, stream_id, rv);
 }
 
 /* ---- PUT ----------------------------------------------------------------- */
@@ -621,16 +629,7 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
     hr__ready_add(s, st);
   }
 out:
-  if (rv && st) {
-    st->cb_done = 1;
-    hr__stream_end(s, st);
-  }
-  if (rv == 0 && stream_id)
-    *stream_id = id;
-  if (hr_err_is_fatal(rv))
-    hr__fatal(s, rv);
-  hr__api_leave(s);
-  return rv;
+  return request_end(s, st, id, stream_id, rv);
 }
 
 int hr__cli_put_acked(hr_session *s, hr_stream *st) {
@@ -698,14 +697,7 @@ int hr_session_list(hr_session *s, const uint8_t *prefix, uint16_t prefix_len,
     m.u.list_request.max_entries = max_entries;
     rv = request_queue(s, st, &m);
   }
-  if (rv && st) {
-    st->cb_done = 1;
-    hr__stream_end(s, st);
-  }
-  if (hr_err_is_fatal(rv))
-    hr__fatal(s, rv);
-  hr__api_leave(s);
-  return rv;
+  return request_end(s, st, id, NULL, rv);
 }
 
 static int cli_list_msg(hr_session *s, hr_stream *st, const hr_msg *m) {

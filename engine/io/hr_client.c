@@ -91,6 +91,12 @@ static void set_err(hr_client *cl, int status, uint32_t wire_error, int sent,
   copy_text(cl->err.message, sizeof cl->err.message, message);
 }
 
+/* Records `rv` with `message` as the last error and returns it. */
+static int failed(hr_client *cl, int rv, const char *message) {
+  set_err(cl, rv, 0, 0, message);
+  return rv;
+}
+
 /* A call's error: its own record, or the connection's when the call only
  * saw the connection end. */
 static int finish(hr_client *cl, int status, const hr_transfer_record *rec) {
@@ -379,17 +385,14 @@ int hr_client_get(hr_client *c, const hr_get_opts *opts, hr_tensor **out,
   if (!s)
     return c->err.status;
   rv = hr_session_get(s, opts, on_get, &o, &sid);
-  if (rv) {
-    set_err(c, rv, 0, 0, hr_strerror(rv));
-    return rv;
-  }
+  if (rv)
+    return failed(c, rv, hr_strerror(rv));
   rv = wait_op(c, &o, sid);
   if (rec)
     *rec = o.rec;
   if (rv == HR_ERR_TIMEOUT) {
     hr_tensor_unref(o.t);
-    set_err(c, rv, 0, 0, "the request timed out");
-    return rv;
+    return failed(c, rv, "the request timed out");
   }
   if (o.status) {
     hr_tensor_unref(o.t);
@@ -453,11 +456,10 @@ int hr_client_get_slice(hr_client *c, const uint8_t *key, uint16_t key_len,
     return HR_ERR_NOT_FOUND;
   }
   rv = hr_region_slice(p.rank, p.shape, dim, index, count, off, ext);
-  if (rv) {
-    set_err(c, rv, 0, 0, "no such slice of this tensor (rank 0, or dim "
-                         "beyond its rank)");
-    return rv;
-  }
+  if (rv)
+    return failed(c, rv,
+                  "no such slice of this tensor (rank 0, or dim beyond its "
+                  "rank)");
   if (opts)
     o = *opts;
   else
@@ -501,17 +503,13 @@ int hr_client_put(hr_client *c, const uint8_t *key, uint16_t key_len,
   if (!s)
     return c->err.status;
   rv = hr_session_put(s, key, key_len, flags, t, on_put, &o, &sid);
-  if (rv) {
-    set_err(c, rv, 0, 0, hr_strerror(rv));
-    return rv;
-  }
+  if (rv)
+    return failed(c, rv, hr_strerror(rv));
   rv = wait_op(c, &o, sid);
   if (rec)
     *rec = o.rec;
-  if (rv == HR_ERR_TIMEOUT) {
-    set_err(c, rv, 0, 0, "the request timed out");
-    return rv;
-  }
+  if (rv == HR_ERR_TIMEOUT)
+    return failed(c, rv, "the request timed out");
   return finish(c, o.status, o.have_rec ? &o.rec : NULL);
 }
 
@@ -553,20 +551,16 @@ int hr_client_list(hr_client *c, const uint8_t *prefix, uint16_t prefix_len,
     return c->err.status;
   rv = hr_session_list(s, prefix, prefix_len, start_after, start_after_len,
                        max_entries, on_list, &o);
-  if (rv) {
-    set_err(c, rv, 0, 0, hr_strerror(rv));
-    return rv;
-  }
+  if (rv)
+    return failed(c, rv, hr_strerror(rv));
   /* LIST has no stream id to cancel: a timeout cuts the connection. */
   rv = wait_op(c, &o, 0);
   if (more)
     *more = o.more;
   if (wire_error)
     *wire_error = o.wire_error;
-  if (rv == HR_ERR_TIMEOUT) {
-    set_err(c, rv, 0, 0, "the request timed out");
-    return rv;
-  }
+  if (rv == HR_ERR_TIMEOUT)
+    return failed(c, rv, "the request timed out");
   if (o.status) {
     hr_transfer_record r;
     memset(&r, 0, sizeof r);
@@ -598,15 +592,11 @@ int hr_client_ping(hr_client *c, uint64_t *rtt_ns) {
   if (!s)
     return c->err.status;
   rv = hr_session_ping(s, on_ping, &o);
-  if (rv) {
-    set_err(c, rv, 0, 0, hr_strerror(rv));
-    return rv;
-  }
+  if (rv)
+    return failed(c, rv, hr_strerror(rv));
   rv = wait_op(c, &o, 0);
-  if (rv == HR_ERR_TIMEOUT) {
-    set_err(c, rv, 0, 0, "the PING timed out");
-    return rv;
-  }
+  if (rv == HR_ERR_TIMEOUT)
+    return failed(c, rv, "the PING timed out");
   if (rtt_ns)
     *rtt_ns = o.rtt;
   return finish(c, o.status, NULL);

@@ -74,13 +74,15 @@ HR_EXTERN void hr_auth_del(hr_auth *a);
  * Parses `text` (len bytes, the file format above) and, when all of it is
  * valid, replaces the table atomically; otherwise the table is unchanged
  * and `why` (may be NULL) receives one line naming the line number and
- * the fault.  Returns 0, HR_ERR_INVALID_ARGUMENT (a malformed line, or a
- * NUL byte), HR_ERR_NOMEM.
+ * the fault.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL a, NULL text with
+ * len > 0, a malformed line, or a NUL byte), HR_ERR_NOMEM,
+ * HR_ERR_INTERNAL (OpenSSL could not compute a SHA-256 digest).
  */
 HR_EXTERN int hr_auth_load(hr_auth *a, const char *text, size_t len,
                            char *why, size_t why_len);
 
-/* hr_auth_load() of a file's contents (at most 16 MiB).  Also returns
+/* hr_auth_load() of a file's contents (at most 16 MiB), with its return
+ * codes; also HR_ERR_INVALID_ARGUMENT for a NULL path or a larger file,
  * HR_ERR_IO when the file cannot be read (why says so). */
 HR_EXTERN int hr_auth_load_file(hr_auth *a, const char *path, char *why,
                                 size_t why_len);
@@ -93,7 +95,9 @@ HR_EXTERN size_t hr_auth_count(const hr_auth *a);
  * 0: only that the token is known) on `key` (NULL: any key, i.e. no
  * prefix check).  Returns 0 when allowed, HR_ERR_NOT_FOUND for an unknown
  * (or NULL) token, HR_ERR_STATE when the token is known but lacks the
- * permission or the key is outside its prefixes.
+ * permission or the key is outside its prefixes, HR_ERR_INVALID_ARGUMENT
+ * for a NULL `a` or a NULL token with token_len > 0.  Thread-safe; it
+ * keeps no pointer to its arguments.
  */
 HR_EXTERN int hr_auth_check(hr_auth *a, const uint8_t *token,
                             size_t token_len, unsigned need,

@@ -95,13 +95,15 @@ HR_EXTERN void hr_client_options_default(hr_client_options *o);
  * Connects to `url` ("hurray://HOST:PORT", "HOST:PORT", "hurrays://HOST:PORT"
  * for TLS, or "unix:PATH") and waits for the HELLO exchange (after the TLS
  * handshake).  `opts` may be NULL (defaults); it is copied.
- * `err` (may be NULL) says why it failed.  Returns 0, HR_ERR_INVALID_
- * ARGUMENT (bad URL, a TLS configuration that does not load: the message
- * says why), HR_ERR_IO (refused, unreachable, the TLS handshake failed:
- * the message says what failed, e.g. "certificate verify failed"), HR_ERR_REMOTE (the
- * server answered ERROR, e.g. RESOURCE_EXHAUSTED at its connection cap),
- * HR_ERR_PROTO (the server broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED,
- * HR_ERR_NOMEM.
+ * `err` (may be NULL) says why it failed.  On success *out receives the
+ * client, owned by the caller until hr_client_close(); on failure *out is
+ * not written.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or url, an
+ * unknown opts->version, a bad URL, a TLS configuration that does not
+ * load: the message says why), HR_ERR_IO (refused, unreachable, the TLS
+ * handshake failed: the message says what failed, e.g. "certificate
+ * verify failed"), HR_ERR_REMOTE (the server answered ERROR, e.g.
+ * RESOURCE_EXHAUSTED at its connection cap), HR_ERR_PROTO (the server
+ * broke a rule), HR_ERR_TIMEOUT, HR_ERR_CLOSED, HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_client_connect(hr_client **out, const char *url,
                                 const hr_client_options *opts,
@@ -162,7 +164,9 @@ HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key, uint16_t key_len,
  * answer (valid during the call; return non-zero to stop early).  *more
  * (may be NULL) is set when the server has more after this page: ask
  * again with start_after = the last key.  *wire_error (may be NULL)
- * receives a refusal's code.  Returns like hr_client_get().
+ * receives a refusal's code.  `on_entry` runs on the calling thread
+ * inside this call and must not call this client.  Returns like
+ * hr_client_get().
  */
 HR_EXTERN int hr_client_list(hr_client *c, const uint8_t *prefix,
                              uint16_t prefix_len, const uint8_t *start_after,
@@ -177,8 +181,10 @@ HR_EXTERN int hr_client_ping(hr_client *c, uint64_t *rtt_ns);
 /*
  * Runs the client's loop until `done(user_data)` returns non-zero, the
  * connection closes or `timeout_ms` passes (-1: no limit): for requests
- * queued directly on hr_client_session() (pipelining).  Returns 0,
- * HR_ERR_TIMEOUT, HR_ERR_CLOSED.
+ * queued directly on hr_client_session() (pipelining).  `done` runs on
+ * the calling thread, between turns of the loop, and must not call this
+ * client.  Returns 0, HR_ERR_TIMEOUT, HR_ERR_CLOSED (gone before done()
+ * said so), HR_ERR_INVALID_ARGUMENT (NULL c or done).
  */
 HR_EXTERN int hr_client_wait(hr_client *c, int (*done)(void *user_data),
                              void *user_data, int64_t timeout_ms);

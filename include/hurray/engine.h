@@ -84,8 +84,10 @@ typedef struct hr_loop_ops {
 
 /* The host reports readiness (`revents`: HR_POLL_IN|HR_POLL_OUT, plus
  * errors as both) and timer expiry.  Callbacks run from inside these calls.
- * An fd the engine no longer watches is ignored.  Return 0, a fatal error
- * (HR_ERR_NOMEM), or HR_ERR_IN_CALLBACK when called from a callback. */
+ * An fd the engine no longer watches is ignored.  A connection whose
+ * session fails (a fatal error included) is closed and reported through
+ * on_conn; the engine goes on.  Return 0, HR_ERR_INVALID_ARGUMENT (NULL
+ * e), or HR_ERR_IN_CALLBACK when called from a callback. */
 HR_EXTERN int hr_engine_on_fd(hr_engine *e, int fd, int revents);
 HR_EXTERN int hr_engine_on_timeout(hr_engine *e);
 
@@ -94,8 +96,8 @@ HR_EXTERN int hr_engine_on_timeout(hr_engine *e);
  * after hr_session_get/put/list/ping/cancel from the host's own code
  * (outside engine callbacks).  Inside callbacks it is not needed: the
  * engine writes every session's output before it returns to the loop.
- * Like hr_engine_on_fd(), callbacks may run from it.  Returns 0, a fatal
- * error, or HR_ERR_IN_CALLBACK.
+ * Like hr_engine_on_fd(), callbacks may run from it.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (NULL e), or HR_ERR_IN_CALLBACK.
  */
 HR_EXTERN int hr_engine_flush(hr_engine *e);
 
@@ -251,8 +253,12 @@ HR_EXTERN void hr_engine_config_default(hr_engine_config *c);
  * on first use) and watches its completion eventfd.  Returns 0,
  * HR_ERR_INVALID_ARGUMENT (ops without watch or timer, a bad version, a
  * negative bulk_offload_jobs, a TLS configuration that does not load:
- * hr_tls_config_check() says why),
- * HR_ERR_NOMEM, HR_ERR_IO (eventfd), or the error of ops->watch.
+ * hr_tls_config_check() says why), HR_ERR_NOMEM, HR_ERR_IO (eventfd), the
+ * error of ops->watch, or with fabric_provider set the errors of
+ * hr_fabric_new() (HR_ERR_UNSUPPORTED: no such provider here) and
+ * HR_ERR_INTERNAL (its address does not fit the HELLO extension).  On
+ * success *out receives the engine, the caller's until hr_engine_del();
+ * on failure every watch it made is removed again.
  */
 HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
                             void *loop_data, const hr_engine_config *cfg,
@@ -263,8 +269,8 @@ HR_EXTERN int hr_engine_new(hr_engine **out, const hr_loop_ops *ops,
  * refused); connections still open after drain_timeout are cut.  `on_closed`
  * (may be NULL) is called once, from an engine entry point on the loop thread,
  * when the last connection is gone; then hr_engine_del() succeeds.  New
- * connects fail with HR_ERR_STATE.  Returns 0, or HR_ERR_STATE when already
- * closing. */
+ * connects fail with HR_ERR_STATE.  Returns 0, HR_ERR_INVALID_ARGUMENT
+ * (NULL e), or HR_ERR_STATE when already closing. */
 HR_EXTERN int hr_engine_close(hr_engine *e,
                               void (*on_closed)(hr_engine *e, void *ud),
                               void *ud);
@@ -410,12 +416,15 @@ typedef void (*hr_conn_cb)(hr_conn *c, int status, void *user_data);
  * hr_engine_connect_group() connect to the address lane 0 got, without a
  * lookup of their own.
  *
- * Returns 0, HR_ERR_INVALID_ARGUMENT (a malformed URL), HR_ERR_IO (no
- * worker thread could be started for a lookup, or a connect that failed
- * at once), HR_ERR_NOMEM, HR_ERR_STATE (the engine is closing)
- * (a "hurrays://" URL on an engine without tls_client: the context is
- * made on first use from the system's trust store; HR_ERR_IO if that
- * fails; after a lookup such a failure goes through `cb`).
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL e or url, a malformed URL),
+ * HR_ERR_IO (no worker thread could be started for a lookup, or a
+ * connect that failed at once), HR_ERR_NOMEM, HR_ERR_STATE (the engine is
+ * closing).  For a "hurrays://" URL on an engine without tls_client the
+ * TLS context is made on first use from the system's trust store;
+ * HR_ERR_IO if that fails (after a lookup such a failure goes through
+ * `cb`).  When the call fails nothing was made and `cb` is never
+ * called; otherwise *out (may be NULL) receives the connection, valid as
+ * hr_conn_cb says.
  */
 HR_EXTERN int hr_engine_connect(hr_engine *e, const char *url,
                                 const hr_settings *settings, hr_conn_cb cb,
@@ -465,7 +474,8 @@ HR_EXTERN void hr_conn_abort(hr_conn *c);
  * on stream 0 (0 if none), whether we sent it, and a UTF-8 message (the
  * peer's text, or a local reason such as a socket error; "" if none; valid
  * while `c` is).  Any out pointer may be NULL.  Returns the status the
- * close callback gets (0 while the connection is healthy). */
+ * close callback gets (0 while the connection is healthy), or
+ * HR_ERR_INVALID_ARGUMENT for a NULL `c`. */
 HR_EXTERN int hr_conn_error(const hr_conn *c, uint32_t *wire_error, int *sent,
                             const char **message);
 

@@ -598,8 +598,9 @@ HR_EXTERN int hr_rdma_new(hr_rdma **out, hr_rdma_conn *c,
  * Starts the handshake.  Sender: after the descriptor (or TENSOR_PUT) was
  * queued, sends RDMA_REGISTER (SOURCE).  Receiver: checks that it can take
  * the transfer over RDMA and, if not, sends ERROR RDMA_SETUP_FAILED at
- * once (FAILED event).  Returns 0, HR_ERR_STATE (started already), or a
- * fatal error from send_msg.
+ * once (FAILED event).  Returns 0, HR_ERR_STATE (started already, or
+ * over), HR_ERR_INVALID_ARGUMENT (NULL, or hr_rdma_del() was called from
+ * a callback), or a fatal error from send_msg.
  */
 HR_EXTERN int hr_rdma_start(hr_rdma *x);
 
@@ -610,16 +611,17 @@ HR_EXTERN int hr_rdma_start(hr_rdma *x);
  * the handshake's order, role or direction rules makes hr_rdma send ERROR
  * PROTOCOL_VIOLATION itself and report FAILED; the caller learns every
  * outcome from the events.  Returns 0, HR_ERR_STATE (the handshake is
- * over: the message is the session's to judge), HR_ERR_INVALID_ARGUMENT,
- * or a fatal error from send_msg.
+ * over: the message is the session's to judge), HR_ERR_INVALID_ARGUMENT
+ * (as for hr_rdma_start()), or a fatal error from send_msg.
  */
 HR_EXTERN int hr_rdma_on_msg(hr_rdma *x, const hr_msg *m);
 
 /*
  * PUT receiver, after HR_RDMA_EV_DATA_READY: `wire_error` 0 sends
  * TENSOR_PUT_ACK (COMPLETE), another code sends ERROR with `message` (NULL:
- * none) and reports FAILED.  Returns 0, HR_ERR_STATE, or a fatal error
- * from send_msg.
+ * none) and reports FAILED.  Returns 0, HR_ERR_STATE (not awaiting the
+ * commit), HR_ERR_INVALID_ARGUMENT (as for hr_rdma_start()), or a fatal
+ * error from send_msg.
  */
 HR_EXTERN int hr_rdma_commit(hr_rdma *x, uint32_t wire_error,
                              const char *message);
@@ -629,8 +631,9 @@ HR_EXTERN int hr_rdma_commit(hr_rdma *x, uint32_t wire_error,
  * remote registration revoked.  `wire_error` non-zero sends ERROR with it
  * (CANCELLED after a CANCEL, TIMEOUT, ...); 0 sends nothing (the
  * connection is gone).  Reports FAILED unless the handshake was over
- * already (then returns HR_ERR_STATE and does nothing).  Returns 0 or a
- * fatal error from send_msg.
+ * already (then returns HR_ERR_STATE and does nothing).  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (as for hr_rdma_start()), or a fatal error from
+ * send_msg.
  */
 HR_EXTERN int hr_rdma_abort(hr_rdma *x, uint32_t wire_error,
                             const char *message);

@@ -57,8 +57,8 @@ HR_EXTERN int hr_npy_parse(const void *data, size_t len, uint64_t file_size,
                            hr_npy_info *out, char *why, size_t why_len);
 
 /* Loads a .npy: maps it and wraps the array (a private, byte-swapped copy
- * for big-endian data).  Returns 0, hr_npy_parse()'s errors, HR_ERR_IO
- * (open/map), HR_ERR_NOMEM. */
+ * for big-endian data).  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or
+ * path), hr_npy_parse()'s errors, HR_ERR_IO (open/map), HR_ERR_NOMEM. */
 HR_EXTERN int hr_npy_load(hr_tensor **out, const char *path, const hr_mem *mem,
                           char *why, size_t why_len);
 
@@ -90,8 +90,9 @@ typedef struct hr_safetensors hr_safetensors;
  * Maps a .safetensors file and parses its JSON header (at most 100 MB):
  * every tensor's dtype, shape and data_offsets are checked (inside the
  * data section, exact size, no overlap).  Tensors are listed in ascending
- * name order.  Returns 0, HR_ERR_INVALID_ARGUMENT (malformed), HR_ERR_
- * UNSUPPORTED (a dtype with no wire element type), HR_ERR_IO, HR_ERR_NOMEM.
+ * name order.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL out or path, a
+ * malformed file), HR_ERR_UNSUPPORTED (a dtype with no wire element type),
+ * HR_ERR_IO, HR_ERR_NOMEM.
  */
 HR_EXTERN int hr_safetensors_open(hr_safetensors **out, const char *path,
                                   const hr_mem *mem, char *why, size_t why_len);
@@ -102,7 +103,8 @@ HR_EXTERN size_t hr_safetensors_count(const hr_safetensors *f);
 HR_EXTERN const char *hr_safetensors_name(const hr_safetensors *f, size_t i);
 
 /* Wraps tensor i in place (zero copy; the tensor keeps the file mapped).
- * Returns 0, HR_ERR_NOT_FOUND (i out of range), HR_ERR_NOMEM. */
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL f or out), HR_ERR_NOT_FOUND
+ * (i out of range), HR_ERR_NOMEM. */
 HR_EXTERN int hr_safetensors_tensor(hr_safetensors *f, size_t i,
                                     hr_tensor **out);
 

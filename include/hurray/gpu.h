@@ -47,6 +47,14 @@
  * them (CUDA forbids driver calls there; the rule is kept for all
  * backends).
  *
+ * Errors.  Every fallible call returns HR_ERR_INVALID_ARGUMENT for a NULL
+ * object or out pointer.  Where a call lists HR_ERR_IO for a failure of
+ * the driver, the vendor backends report the driver's out-of-memory,
+ * not-supported and invalid-value/handle errors as HR_ERR_NOMEM,
+ * HR_ERR_UNSUPPORTED and HR_ERR_INVALID_ARGUMENT instead.  Objects made by
+ * a _new() call are the caller's until their _del(); on failure *out is
+ * not written.
+ *
  * Engine integration.  To send a device buffer over a network transport,
  * the engine copies it into pinned host memory with hr_gpu_copy_async()
  * (or the chunked hr_gpu_stager below), then asks to be woken when the copy
@@ -231,6 +239,7 @@ HR_EXTERN uint64_t hr_gpu_buf_size(const hr_gpu_buf *b);
 /* The device a buffer / an event belongs to (NULL for NULL). */
 HR_EXTERN hr_gpu *hr_gpu_buf_device(const hr_gpu_buf *b);
 HR_EXTERN hr_gpu *hr_gpu_event_device(const hr_gpu_event *e);
+/* The buffer's enum hr_gpu_mem_kind; HR_ERR_INVALID_ARGUMENT for NULL. */
 HR_EXTERN int hr_gpu_buf_kind(const hr_gpu_buf *b);
 /* The vendor object: the device pointer, or the VkBuffer (as a pointer-
  * sized integer) on Vulkan. */
@@ -239,14 +248,14 @@ HR_EXTERN void *hr_gpu_buf_native(const hr_gpu_buf *b);
 /* ---- streams ----------------------------------------------------------- */
 
 /* Creates a stream (non-blocking with respect to any legacy default
- * stream).  Returns 0, HR_ERR_NOMEM, HR_ERR_IO. */
+ * stream).  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM, HR_ERR_IO. */
 HR_EXTERN int hr_gpu_stream_new(hr_gpu *g, hr_gpu_stream **out);
 /* The device a stream belongs to (NULL for NULL). */
 HR_EXTERN hr_gpu *hr_gpu_stream_device(const hr_gpu_stream *s);
 /* Waits for the stream's work, then destroys it.  NULL is a no-op. */
 HR_EXTERN void hr_gpu_stream_del(hr_gpu_stream *s);
 /* Host-side wait until every operation enqueued so far has completed
- * (ADR-018 P1).  Returns 0, HR_ERR_IO. */
+ * (ADR-018 P1).  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO. */
 HR_EXTERN int hr_gpu_stream_sync(hr_gpu_stream *s);
 
 /*
@@ -277,8 +286,9 @@ HR_EXTERN int hr_gpu_stream_notify_fd(hr_gpu_stream *s, int fd);
 
 #define HR_GPU_EVENT_IPC (1u << 0) /* exportable (needs HR_GPU_CAP_IPC_EVENT) */
 
-/* Creates an event (never recorded: complete).  Returns 0, HR_ERR_NOMEM,
- * HR_ERR_UNSUPPORTED (IPC flag without IPC events), HR_ERR_IO. */
+/* Creates an event (never recorded: complete).  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_NOMEM, HR_ERR_UNSUPPORTED (IPC flag
+ * without IPC events), HR_ERR_IO. */
 HR_EXTERN int hr_gpu_event_new(hr_gpu *g, unsigned flags,
                                hr_gpu_event **out);
 /* Destroys an event.  Waits already enqueued on it stay valid (they wait
@@ -293,9 +303,10 @@ HR_EXTERN int hr_gpu_event_record(hr_gpu_event *e, hr_gpu_stream *s);
  * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO. */
 HR_EXTERN int hr_gpu_stream_wait_event(hr_gpu_stream *s, hr_gpu_event *e);
 /* Returns 0 when the recorded point is complete, HR_ERR_WOULDBLOCK when it
- * is not yet, HR_ERR_IO. */
+ * is not yet, HR_ERR_INVALID_ARGUMENT, HR_ERR_IO. */
 HR_EXTERN int hr_gpu_event_query(hr_gpu_event *e);
-/* Host-side wait for the recorded point.  Returns 0, HR_ERR_IO. */
+/* Host-side wait for the recorded point.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_IO. */
 HR_EXTERN int hr_gpu_event_sync(hr_gpu_event *e);
 
 /* ---- vendor handles ---------------------------------------------------- */
@@ -321,8 +332,8 @@ HR_EXTERN int hr_gpu_event_wrap(hr_gpu *g, void *native, hr_gpu_event **out);
 /* ---- IPC --------------------------------------------------------------- */
 
 /* Exports a DEVICE buffer / an event created with HR_GPU_EVENT_IPC for
- * another process.  Returns 0, HR_ERR_UNSUPPORTED (no IPC on this device
- * or kind), HR_ERR_IO. */
+ * another process.  Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_UNSUPPORTED
+ * (no IPC on this device or kind), HR_ERR_IO. */
 HR_EXTERN int hr_gpu_ipc_mem_export(hr_gpu_buf *b, hr_gpu_ipc_handle *h);
 HR_EXTERN int hr_gpu_ipc_event_export(hr_gpu_event *e, hr_gpu_ipc_handle *h);
 /* Opens another process's export.  `size` is the exported buffer's size,
@@ -431,7 +442,9 @@ HR_EXTERN int hr_gpu_stager_d2h(hr_gpu_stager *st, hr_gpu_buf *src,
                                 uint64_t off, uint64_t len,
                                 hr_gpu_stage_sink sink, void *user);
 /* Host (through the source) to device (dst[off..off+len)).  Returns 0 (the
- * bytes have landed), the source's non-zero value, HR_ERR_*. */
+ * bytes have landed), the source's non-zero value,
+ * HR_ERR_INVALID_ARGUMENT, HR_ERR_IO.  Both calls run `sink` / `source` on
+ * the calling thread; they must not use the stager. */
 HR_EXTERN int hr_gpu_stager_h2d(hr_gpu_stager *st, hr_gpu_buf *dst,
                                 uint64_t off, uint64_t len,
                                 hr_gpu_stage_source source, void *user);

@@ -85,8 +85,9 @@ HR_EXTERN int hr_sync_mode_choose(unsigned mask, int have_consumer_stream);
  * A reader's check of one buffer handle's sync_mode (ADR-018 §§ 1-3, 6):
  * reserved (0x03-0xFE) and invalid (0xFF) values, a CPU buffer that is not
  * PRODUCER_SYNCED, any mode but PRODUCER_SYNCED on a network, and a mode
- * outside the transport's defaults.  Returns 0 or HR_ERR_PROTO with `st`
- * (code INVALID_SYNC_MODE, offset 13 within the handle).
+ * outside the transport's defaults.  Returns 0, HR_ERR_PROTO with `st`
+ * (code INVALID_SYNC_MODE, offset 13 within the handle), or
+ * HR_ERR_INVALID_ARGUMENT for a NULL handle.
  */
 HR_EXTERN int hr_sync_mode_check(const hr_buffer_handle *b, int transport,
                                  hr_wire_status *st);
@@ -166,7 +167,8 @@ HR_EXTERN void hr_handoff_ledger_counts(hr_handoff_ledger *l,
  * PRODUCER_SYNCED, a payload that does not match the mode (P1 with an
  * event or stream; P2 without sync_handle or event_release, or with a
  * sync_handle_device_tag that differs from device_tag; P3 without a
- * consumer stream in the request, or whose ordered_stream is not it).
+ * consumer stream in the request, or whose ordered_stream is not it);
+ * HR_ERR_INVALID_ARGUMENT for a NULL req, handle or payload.
  */
 HR_EXTERN int hr_handoff_check(const hr_handoff_request *req,
                                const hr_buffer_handle *handle,
@@ -187,7 +189,11 @@ HR_EXTERN int hr_handoff_acquire(hr_handoff_ledger *l,
                                  hr_handoff_produce_fn produce, void *user,
                                  hr_handoff **out, hr_wire_status *st);
 
-/* hr_handoff_acquire() for a handle and payload already in hand. */
+/* hr_handoff_acquire() for a handle and payload already in hand: the
+ * same checks, hand-back and ledger entry.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (a NULL argument but `st`; nothing is handed
+ * back then), HR_ERR_PROTO, HR_ERR_NOMEM.  On success *out is the
+ * consumer's until hr_handoff_del(). */
 HR_EXTERN int hr_handoff_accept(hr_handoff_ledger *l,
                                 const hr_handoff_request *req,
                                 const hr_buffer_handle *handle,
@@ -211,10 +217,11 @@ HR_EXTERN void *hr_handoff_consumer_stream(const hr_handoff *h);
 HR_EXTERN int hr_handoff_release_event(hr_handoff *h);
 /*
  * The buffer release (ADR-009): call exactly once, after every device
- * operation of the consumer on the buffer has completed.  Returns 0 or
- * HR_ERR_STATE (a second call: not forwarded, counted).  In P2 it also
- * counts a missing event release if the event was never released (and
- * releases it then, since the buffer's end of use implies the waits).
+ * operation of the consumer on the buffer has completed.  Returns 0,
+ * HR_ERR_STATE (a second call: not forwarded, counted) or
+ * HR_ERR_INVALID_ARGUMENT (NULL h).  In P2 it also counts a missing event
+ * release if the event was never released (and releases it then, since
+ * the buffer's end of use implies the waits).
  */
 HR_EXTERN int hr_handoff_release_buffer(hr_handoff *h);
 

@@ -155,8 +155,10 @@ HR_EXTERN void hr_inproc_chan_close(hr_inproc_chan *ch);
  * Any thread (several consumers may share a channel).
  */
 HR_EXTERN int hr_inproc_recv(hr_inproc_chan *ch, hr_inproc_msg **out);
-/* The blocking variant: waits up to `timeout_ns` (-1: for ever); returns
- * HR_ERR_TIMEOUT when nothing came. */
+/* The blocking variant: waits up to `timeout_ns` (-1: for ever).  Returns
+ * as hr_inproc_recv(), HR_ERR_TIMEOUT instead of HR_ERR_WOULDBLOCK when
+ * nothing came in time.  On success *out is the caller's until
+ * hr_inproc_msg_del() (both variants). */
 HR_EXTERN int hr_inproc_recv_wait(hr_inproc_chan *ch, hr_inproc_msg **out,
                                   int64_t timeout_ns);
 
@@ -171,8 +173,9 @@ HR_EXTERN hr_handoff *hr_inproc_msg_handoff(const hr_inproc_msg *m);
 /*
  * The buffer release: call exactly once when done with the buffers
  * (hr_handoff_release_buffer(); or use hr_handoff_release_after() on the
- * handoff instead).  Any thread.  Returns 0, or HR_ERR_STATE for a second
- * release (not forwarded; counted as a double release).
+ * handoff instead).  Any thread.  Returns 0, HR_ERR_STATE for a second
+ * release (not forwarded; counted as a double release), or
+ * HR_ERR_INVALID_ARGUMENT (NULL m).
  */
 HR_EXTERN int hr_inproc_msg_release(hr_inproc_msg *m);
 /* Drops the consumer's message.  A release still missing is counted and

@@ -279,8 +279,9 @@ HR_EXTERN int hr_get_narrow(const hr_srv_get *g);
  * tensor's buffers must be host memory and must not change until the
  * transfer ends.  May be called from callbacks and later from the driving
  * thread, but not after on_get_cancel for `g`.  Returns 0,
- * HR_ERR_INVALID_ARGUMENT, HR_ERR_STATE (already answered, or the session
- * closed), HR_ERR_NOMEM (fatal for the session). */
+ * HR_ERR_INVALID_ARGUMENT (NULL g or t), HR_ERR_STATE (already answered,
+ * or the session closed), or the fatal error that ended the session while
+ * answering (HR_ERR_NOMEM, HR_ERR_INTERNAL, HR_ERR_CALLBACK_FAILURE). */
 HR_EXTERN int hr_get_answer(hr_srv_get *g, hr_tensor *t);
 /* Refuses a GET with a wire error (NOT_FOUND, UNAUTHORIZED, ...) and a
  * message (UTF-8, NULL: none).  Same rules as hr_get_answer(). */
@@ -503,7 +504,8 @@ typedef void (*hr_ping_cb)(hr_session *s, int status, uint64_t rtt_ns,
  * chunk already failed.
  *
  * Returns 0, HR_ERR_INVALID_ARGUMENT (bad key or flags, `t` is a shard,
- * a descriptor the network rules refuse), HR_ERR_UNSUPPORTED (a
+ * a descriptor the network rules refuse, composites nested deeper than
+ * HR_MAX_COMPOSITE_DEPTH), HR_ERR_UNSUPPORTED (a
  * descriptor names a device but `t` is not a device tensor: host memory
  * under a device tag cannot be read), HR_ERR_STATE (not a client,
  * GOAWAY received / closing), HR_ERR_LIMIT (max_streams), HR_ERR_NOMEM.
@@ -513,13 +515,19 @@ HR_EXTERN int hr_session_put(hr_session *s, const uint8_t *key,
                              hr_put_cb cb, void *user_data,
                              uint32_t *stream_id);
 
-/* Queues a LIST.  `resp` in the callback is valid during the call only. */
+/* Queues a LIST.  `resp` in the callback is valid during the call only.
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL s, a prefix or start_after
+ * that is not a valid key, max_entries 0 or above HR_MAX_LIST_ENTRIES),
+ * HR_ERR_STATE (not a client, or GOAWAY received / closing), HR_ERR_LIMIT
+ * (max_streams), HR_ERR_NOMEM. */
 HR_EXTERN int hr_session_list(hr_session *s, const uint8_t *prefix,
                               uint16_t prefix_len, const uint8_t *start_after,
                               uint16_t start_after_len, uint16_t max_entries,
                               hr_list_cb cb, void *user_data);
 
-/* Sends a PING; the callback gets the round trip. */
+/* Sends a PING; the callback gets the round trip.  Returns 0,
+ * HR_ERR_INVALID_ARGUMENT (NULL s), HR_ERR_STATE (the handshake is not
+ * done yet, or the session failed or closed), HR_ERR_NOMEM. */
 HR_EXTERN int hr_session_ping(hr_session *s, hr_ping_cb cb, void *user_data);
 
 /* Cancels a GET or PUT.  `stream_id` may be any id of a parallel GET's
@@ -682,7 +690,11 @@ HR_EXTERN int64_t hr_session_recv(hr_session *s, const uint8_t *in,
 
 /* Zero-copy receive: when the next `*len` (> 0) bytes of input belong in
  * place at `*dst`, returns 1; the host may read them straight there and
- * report hr_session_recv_placed().  Returns 0 otherwise. */
+ * report hr_session_recv_placed().  Returns 0 otherwise (NULL arguments
+ * included).  `*dst` stays the session's and is valid until that report.
+ * hr_session_recv_placed() returns 0, HR_ERR_INVALID_ARGUMENT (NULL s, no
+ * target, or n above it), HR_ERR_IN_CALLBACK, or a fatal error as
+ * hr_session_recv(). */
 HR_EXTERN int hr_session_recv_target(hr_session *s, void **dst, size_t *len);
 HR_EXTERN int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now);
 
@@ -691,6 +703,9 @@ HR_EXTERN int hr_session_recv_placed(hr_session *s, size_t n, hr_tstamp now);
  * returns how many (0: nothing to send now).  The iovecs stay valid until
  * the next hr_session_consumed() or hr_session_del().  Scheduling is fair:
  * streams take turns one frame at a time, and control messages go first.
+ * Errors: HR_ERR_INVALID_ARGUMENT (NULL s, NULL iov with max > 0, max <
+ * 0),
+ * HR_ERR_IN_CALLBACK, or the fatal error that ended the session.
  */
 HR_EXTERN int hr_session_pull(hr_session *s, hr_iov *iov, int max,
                               hr_tstamp now);
@@ -730,8 +745,8 @@ HR_EXTERN int hr_session_io_hold(hr_session *s, int dir);
  * descriptor the protocol does not expect (SHM not negotiated, several at
  * once, none of the messages in those bytes carries one) is a protocol
  * violation: ERROR PROTOCOL_VIOLATION on stream 0, the session closes.
- * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IN_CALLBACK, HR_ERR_NOMEM.
- * version-added: 0.2 */
+ * Returns 0, HR_ERR_INVALID_ARGUMENT, HR_ERR_IN_CALLBACK, HR_ERR_NOMEM, or
+ * the fatal error that ended the session.  version-added: 0.2 */
 HR_EXTERN int hr_session_recv_fds(hr_session *s, const int *fds, size_t n,
                                   size_t len, hr_tstamp now);
 
@@ -752,7 +767,10 @@ HR_EXTERN int hr_session_want_write(const hr_session *s);
 
 /* The next timer deadline, or HR_TSTAMP_NEVER. */
 HR_EXTERN hr_tstamp hr_session_get_expiry(const hr_session *s);
-/* Runs what is due at `now` (timeouts, keepalive). */
+/* Runs what is due at `now` (timeouts, keepalive); callbacks may run from
+ * it.  A stream or handshake that timed out is failed with HR_ERR_TIMEOUT
+ * through its callback, not returned.  Returns 0, HR_ERR_INVALID_ARGUMENT
+ * (NULL s), or a fatal error (the session's, e.g. HR_ERR_NOMEM). */
 HR_EXTERN int hr_session_handle_expiry(hr_session *s, hr_tstamp now);
 
 /* The peer closed or the transport failed: fails every open stream with
@@ -765,7 +783,8 @@ HR_EXTERN void hr_session_terminate(hr_session *s, hr_tstamp now);
  * want_write drop to 0.  A server answers requests above last_stream_id
  * that raced the GOAWAY with ERROR RESOURCE_EXHAUSTED.  Before the
  * handshake it closes without sending anything.  May be called from
- * callbacks.  Returns 0, HR_ERR_NOMEM. */
+ * callbacks.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL s), HR_ERR_NOMEM or
+ * another fatal error (then the session is failed). */
 HR_EXTERN int hr_session_shutdown(hr_session *s, hr_tstamp now);
 
 /* Reports a finished work item (see submit_work): calls w->done.  Work
@@ -871,7 +890,9 @@ HR_EXTERN int hr_group_new(hr_group **out, hr_session *lane0);
  * it over a new connection to the same server and free it with
  * hr_session_del() like any session.  Lanes join one at a time, so that
  * both peers number them alike: add the next one once this one's
- * on_established (or its failure) was seen.  Returns 0, HR_ERR_STATE
+ * on_established (or its failure) was seen.  On success *out is the new
+ * lane's session.  Returns 0, HR_ERR_INVALID_ARGUMENT (NULL g or out, a
+ * server's group), HR_ERR_STATE
  * (lane 0 not established, or closed), HR_ERR_UNSUPPORTED (the server
  * sent no SESSION_TOKEN), HR_ERR_BUSY (a lane is still joining),
  * HR_ERR_LIMIT (HR_MAX_LANES), HR_ERR_NOMEM.

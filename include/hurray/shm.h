@@ -128,7 +128,9 @@ HR_EXTERN int hr_shm_arena_alloc(hr_shm_arena *a, hr_tensor **out,
                                  const hr_descriptor *desc);
 
 /* Copies a plain host tensor into the arena (hr_shm_arena_alloc, then
- * one copy).  Returns as hr_shm_arena_alloc(). */
+ * one copy); `t` stays the caller's.  Returns as hr_shm_arena_alloc(),
+ * and HR_ERR_INVALID_ARGUMENT for a composite or a buffer that is not
+ * host memory. */
 HR_EXTERN int hr_shm_arena_copy(hr_shm_arena *a, hr_tensor **out,
                                 const hr_tensor *t);
 

@@ -81,11 +81,14 @@ HR_EXTERN int hr_store_put(hr_store *s, const void *key, size_t key_len,
                            hr_tensor *t, uint32_t flags);
 
 /* Finds a tensor: *out receives a new reference (drop it with
- * hr_tensor_unref()).  Returns 0 or HR_ERR_NOT_FOUND. */
+ * hr_tensor_unref()), NULL when there is none.  Returns 0,
+ * HR_ERR_NOT_FOUND, or HR_ERR_INVALID_ARGUMENT (NULL s, key or out). */
 HR_EXTERN int hr_store_get(hr_store *s, const void *key, size_t key_len,
                            hr_tensor **out);
 
-/* Removes a key.  Returns 0 or HR_ERR_NOT_FOUND. */
+/* Removes a key; GETs already sending its tensor finish with it.
+ * Returns 0, HR_ERR_NOT_FOUND, or HR_ERR_INVALID_ARGUMENT (NULL s or
+ * key). */
 HR_EXTERN int hr_store_remove(hr_store *s, const void *key, size_t key_len);
 
 /* Number of keys, and the tensor bytes they hold (composite members

@@ -266,7 +266,8 @@ typedef struct hr_gpu_stream hr_gpu_stream;
  * device), HR_ERR_UNSUPPORTED (the library was built without the
  * kernels, `g` is not a cuda device or the embedded code has none for it,
  * a sparse source or target, a TILED or PANEL source), HR_ERR_NOMEM or
- * HR_ERR_IO (launch failures).  May be called from any thread.
+ * HR_ERR_IO (launch failures), HR_ERR_LIMIT (the device already holds
+ * its maximum of loaded code modules).  May be called from any thread.
  * version-added: 0.1
  */
 HR_EXTERN int hr_xc_cuda_run(hr_gpu *g, const hr_xc_plan *plan,

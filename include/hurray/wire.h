@@ -440,7 +440,8 @@ HR_EXTERN int hr_ext_next(const uint8_t *raw, size_t raw_len, size_t *pos,
                           hr_ext *out);
 
 /* Appends one extension TLV at out[0..]; returns the bytes written (4 +
- * len) or HR_ERR_BUFFER_TOO_SMALL. */
+ * len), HR_ERR_BUFFER_TOO_SMALL (cap < 4 + len; nothing written) or
+ * HR_ERR_INVALID_ARGUMENT (NULL data with len > 0). */
 HR_EXTERN int hr_ext_put(uint8_t *out, size_t cap, uint16_t type,
                          const void *data, uint16_t len);
 
@@ -639,8 +640,9 @@ HR_EXTERN int hr_wire_decode_data_subheader(const uint8_t sub[12],
  * § 10).  Used by the decoder and by senders before they encode an
  * application-supplied descriptor.  `base_offset` is added to offsets in
  * `st` (the byte position of the descriptor in its message).
- * Returns 0 or HR_ERR_PROTO (INVALID_DESCRIPTOR, INVALID_SYNC_MODE,
- * COMPOSITE_INVALID or MALFORMED_PAYLOAD as § 18 assigns).
+ * Returns 0, HR_ERR_PROTO (INVALID_DESCRIPTOR, INVALID_SYNC_MODE,
+ * COMPOSITE_INVALID or MALFORMED_PAYLOAD as § 18 assigns), or
+ * HR_ERR_INVALID_ARGUMENT for a NULL `d`.
  */
 HR_EXTERN int hr_descriptor_validate(const hr_descriptor *d,
                                      const hr_transport_fields *xport,
@@ -653,7 +655,7 @@ HR_EXTERN int hr_descriptor_validate(const hr_descriptor *d,
  * a minimum).  Fills sizes[0..n) with n = the layout's buffer count and
  * returns n, or HR_ERR_PROTO with `st` on overflow or bad parameters.
  * For composites returns 0.  Extension layouts other than PANEL:
- * HR_ERR_UNSUPPORTED.
+ * HR_ERR_UNSUPPORTED.  NULL d or sizes: HR_ERR_INVALID_ARGUMENT.
  */
 HR_EXTERN int hr_descriptor_buffer_sizes(const hr_descriptor *d,
                                          uint64_t sizes[HR_MAX_BUFFERS],
@@ -1031,7 +1033,8 @@ HR_EXTERN int hr_rx_on_message(hr_rx *rx, const hr_msg *m, hr_rx_event *ev,
  * stream with ERROR (st->code is its code); else HR_ERR_PROTO with `st`: a
  * torn composite (strict) is COMPOSITE_INVALID, anything else unfinished
  * (a tensor without DATA_END, missing shards) PROTOCOL_VIOLATION.  Also
- * HR_ERR_STATE after an earlier failure.  May be called more than once.
+ * HR_ERR_STATE after an earlier failure, HR_ERR_INVALID_ARGUMENT for a
+ * NULL rx.  May be called more than once.
  */
 HR_EXTERN int hr_rx_finish(hr_rx *rx, hr_wire_status *st);
 

@@ -1,8 +1,8 @@
 /*
  * Small helpers several test programs share (tests/unix, tests/gpu,
- * tests/metrics): counting this process's descriptors to prove nothing
- * leaked, the descriptor of a plain byte tensor, and reading one sample
- * from a Prometheus exposition text.
+ * tests/metrics, tests/fabric, tests/inproc): counting this process's
+ * descriptors to prove nothing leaked, the descriptor of a plain byte
+ * tensor, and reading one sample from a Prometheus exposition text.
  * Link with LIBS hr_test_util.
  */
 #ifndef HR_TESTS_TEST_UTIL_H

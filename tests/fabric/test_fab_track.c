@@ -18,6 +18,7 @@
 
 #include <hurray/tensor.h>
 
+#include "common/test_util.h"
 #include "engine/core/hr_core.h"
 #include "fabric/hr_fab_int.h"
 
@@ -164,15 +165,7 @@ static void test_tensor_freed_elsewhere(void **state) {
   (void)state;
   hr__fab_track *t;
   assert_int_equal(hr__fab_track_new(&t, hr_mem_default()), 0);
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = 4096;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = 4096;
+  hr_descriptor d = tu_bytes_desc(4096, 0, HR_DEV_CPU);
   hr_tensor *tn;
   assert_int_equal(hr_tensor_alloc(&tn, &d, 12, NULL), 0);
   const void *buf = hr_tensor_buffer(tn, 0);

@@ -26,6 +26,7 @@
 
 #include "../engine_io/tc.h"
 #include "../engine_io/tl.h"
+#include "common/test_util.h"
 
 static const char *provider(void) {
   return strcmp(HR_TEST_PROVIDER, "tcp") == 0 ? "tcp;ofi_rxm"
@@ -158,15 +159,7 @@ static uint8_t *mapping(void *at, uint32_t seed) {
 }
 
 static hr_tensor *wrap(uint8_t *p) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = LIFE_LEN;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = LIFE_LEN;
+  hr_descriptor d = tu_bytes_desc(LIFE_LEN, 0, HR_DEV_CPU);
   void *bufs[1] = {p};
   hr_tensor *t;
   assert_int_equal(hr_tensor_wrap(&t, &d, bufs, NULL, NULL, NULL), 0);

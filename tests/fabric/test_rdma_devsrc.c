@@ -45,6 +45,7 @@
 #include <hurray/tensor.h>
 
 #include "../gpu/gpu_testutil.h"
+#include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
 
 #define SIZE ((uint64_t)1 << 20)
@@ -141,16 +142,7 @@ static void produce(dev *d, produced *pr, int with_event) {
   assert_int_equal(hr_gpu_launch_host_fn(d->P, sleep_gate, NULL), 0);
   assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->newb, 0, SIZE), 0);
   assert_int_equal(hr_gpu_event_record(pr->ev, d->P), 0);
-  hr_descriptor desc;
-  memset(&desc, 0, sizeof desc);
-  desc.descriptor_version = 1;
-  desc.element_type = HR_ELEM_UINT8;
-  desc.rank = 1;
-  desc.shape[0] = SIZE;
-  desc.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  desc.buffer_count = 1;
-  desc.buffers[0].size_bytes = SIZE;
-  desc.buffers[0].device_tag = d->caps.device_tag;
+  hr_descriptor desc = tu_bytes_desc(SIZE, 0, d->caps.device_tag);
   desc.buffers[0].device_index = d->caps.device_index;
   assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->devb,
                                          with_event ? pr->ev : NULL, NULL, NULL,

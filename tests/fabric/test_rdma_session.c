@@ -21,6 +21,7 @@
 #include <hurray/session.h>
 #include <hurray/tensor.h>
 
+#include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
 
 #define SIZE ((uint64_t)1 << 20)
@@ -52,16 +53,7 @@ typedef struct world {
 } world;
 
 static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
-  d.buffers[0].device_tag = HR_DEV_CPU;
+  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
   hr_tensor *t = NULL;
   assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
   uint8_t *p = hr_tensor_buffer(t, 0);

@@ -13,6 +13,7 @@
 
 #include <hurray/dlpack.h>
 
+#include "common/test_util.h"
 #include "gpu_testutil.h"
 
 static void test_dtype_map(void **state) {
@@ -219,15 +220,7 @@ static void test_handoff_export_import(void **state) {
   gt_fill(hr_gpu_buf_host_ptr(src), N, 5);
   hr_handoff_ledger *l;
   assert_int_equal(hr_handoff_ledger_new(&l, NULL), 0);
-  hr_descriptor d;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = N;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = N;
+  hr_descriptor d = tu_bytes_desc(N, 0, HR_DEV_CPU);
   for (int mode = HR_SYNC_PRODUCER_SYNCED; mode <= HR_SYNC_CONSUMER_STREAM;
        mode++) {
     /* A slow producer, then a handoff in `mode`. */

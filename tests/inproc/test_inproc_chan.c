@@ -18,6 +18,8 @@
 
 #include <hurray/inproc.h>
 
+#include "common/test_util.h"
+
 #define COUNT 2000
 
 typedef struct rel {
@@ -30,16 +32,8 @@ static void on_release(void *ctx) {
 }
 
 static hr_tensor *cpu_tensor(void *buf, uint64_t n, rel *r) {
-  hr_descriptor d;
+  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
   hr_tensor *t;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
-  d.buffers[0].size_bytes = n;
   void *bufs[1] = {buf};
   assert_int_equal(hr_tensor_wrap(&t, &d, bufs, on_release, r, NULL), 0);
   return t;

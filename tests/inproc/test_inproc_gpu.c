@@ -17,6 +17,7 @@
 
 #include <hurray/inproc.h>
 
+#include "common/test_util.h"
 #include "gpu_testutil.h"
 
 #define N (256u * 1024u)
@@ -91,15 +92,8 @@ static void fx_del(fx *f) {
 
 /* The device tensor: one buffer, the device's tag, `mode` declared. */
 static hr_tensor *dev_tensor(fx *f, const hr_buffer_handle *b) {
-  hr_descriptor d;
+  hr_descriptor d = tu_bytes_desc(N, 0, HR_DEV_CPU);
   hr_tensor *t;
-  memset(&d, 0, sizeof d);
-  d.descriptor_version = 1;
-  d.element_type = HR_ELEM_UINT8;
-  d.rank = 1;
-  d.shape[0] = N;
-  d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-  d.buffer_count = 1;
   d.buffers[0] = *b;
   d.buffers[0].size_bytes = N;
   void *bufs[1] = {hr_gpu_buf_native(f->dev)};

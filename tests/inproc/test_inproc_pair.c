@@ -20,6 +20,7 @@
 #include <hurray/inproc.h>
 #include <hurray/store.h>
 
+#include "common/test_util.h"
 #include "tl.h"
 
 /* A stored tensor whose release records the thread that made it. */
@@ -598,16 +599,8 @@ static void drain(hr_engine *e, void *ud) {
 static void *chan_producer(void *arg) {
   woke *w = arg;
   for (int i = 0; i < 64; i++) {
-    hr_descriptor d;
+    hr_descriptor d = tu_bytes_desc(8, 0, HR_DEV_CPU);
     hr_tensor *t;
-    memset(&d, 0, sizeof d);
-    d.descriptor_version = 1;
-    d.element_type = HR_ELEM_UINT8;
-    d.rank = 1;
-    d.shape[0] = 8;
-    d.layout.tag = HR_LAYOUT_ROW_MAJOR;
-    d.buffer_count = 1;
-    d.buffers[0].size_bytes = 8;
     void *bufs[1] = {w->buf[i]};
     assert_int_equal(hr_tensor_wrap(&t, &d, bufs, NULL, NULL, NULL), 0);
     assert_int_equal(hr_inproc_send_wait(w->ch, t, NULL, -1, NULL), 0);

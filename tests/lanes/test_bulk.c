@@ -130,6 +130,18 @@ static void got_check(got *g, hr_tensor *t) {
   g->buf = NULL;
 }
 
+/* A GET of `key` as get_start() starts it, run on `env` until it is over
+ * and checked byte-exact against `t`; returns the lanes it used. */
+static unsigned get_exact(tl_env *env, hr_engine *e, cconn *cc, const char *key,
+                          uint16_t k, uint64_t cap, hr_tensor *t) {
+  got g;
+  get_start(e, cc, key, k, cap, &g);
+  assert_true(tl_run(env, got_done, &g, 20000));
+  unsigned lanes = g.rec.lanes;
+  got_check(&g, t);
+  return lanes;
+}
+
 static uint64_t conn_rx(cconn *cc) {
   hr_group *grp = hr_session_group(hr_conn_session(cc->c));
   uint64_t sum = 0, rx;
@@ -192,11 +204,8 @@ static void transfers(uint64_t bulk_min) {
   for (unsigned lanes = 1; lanes <= 8; lanes++) {
     cconn cc;
     cconn_open(env, ce, srv.url, lanes, &cc);
-    got g;
-    get_start(ce, &cc, "w", (uint16_t)lanes, 0, &g);
-    assert_true(tl_run(env, got_done, &g, 20000));
-    assert_int_equal(g.rec.lanes, lanes);
-    got_check(&g, t);
+    assert_int_equal(get_exact(env, ce, &cc, "w", (uint16_t)lanes, 0, t),
+                     lanes);
     /* Into the application's buffer, two at once on the same lanes. */
     got a, b;
     get_start(ce, &cc, "w", (uint16_t)lanes, hr_tensor_bytes(t), &a);
@@ -205,8 +214,7 @@ static void transfers(uint64_t bulk_min) {
     assert_true(tl_run(env, got_done, &b, 20000));
     got_check(&a, t);
     got_check(&b, t);
-    hr_conn_close(cc.c);
-    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
+    cconn_close(env, &cc);
   }
   /* A PUT: the client's workers write, the server's read. */
   {
@@ -222,13 +230,9 @@ static void transfers(uint64_t bulk_min) {
     assert_true(tl_run(env, put_finished, &pd, 20000));
     if (pd.rec.status)
       fail_msg("PUT failed: %s", pd.rec.message);
-    got g;
-    get_start(ce, &cc, "u", 0, 0, &g);
-    assert_true(tl_run(env, got_done, &g, 20000));
-    got_check(&g, u);
+    get_exact(env, ce, &cc, "u", 0, 0, u);
     hr_tensor_unref(u);
-    hr_conn_close(cc.c);
-    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
+    cconn_close(env, &cc);
   }
   /* Offloading starts the pools' threads; without it no thread moves a
    * byte (the old path: nothing but the loop). */
@@ -273,16 +277,12 @@ static void lone_on_the_loop(void **state) {
   for (unsigned lanes = 1; lanes <= 2; lanes++) {
     cconn cc;
     cconn_open(env, ce, srv.url, lanes, &cc);
-    got g;
-    get_start(ce, &cc, "w", (uint16_t)lanes, 0, &g);
-    assert_true(tl_run(env, got_done, &g, 20000));
-    got_check(&g, t);
+    get_exact(env, ce, &cc, "w", (uint16_t)lanes, 0, t);
     if (before > 0 && lanes == 1)
       assert_int_equal(threads_now(), before);
     if (before > 0 && lanes == 2)
       assert_true(threads_now() > before);
-    hr_conn_close(cc.c);
-    assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
+    cconn_close(env, &cc);
   }
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
@@ -321,17 +321,12 @@ static void sized_to_cpus(void **state) {
     hr_engine *ce = tl_engine(env, &ccfg);
     cconn cc;
     cconn_open(env, ce, srv.url, 2, &cc);
-    got g;
-    get_start(ce, &cc, "w", 2, 0, &g);
-    assert_true(tl_run(env, got_done, &g, 20000));
-    got_check(&g, t);
-    assert_int_equal(g.rec.lanes, 2);
+    assert_int_equal(get_exact(env, ce, &cc, "w", 2, 0, t), 2);
     if (before > 0 && jobs == 0)
       assert_int_equal(threads_now(), before);
     if (before > 0 && jobs == 1)
       assert_true(threads_now() > before);
-    hr_conn_close(cc.c);
-    assert_true(tl_run(env, cconn_closed, &cc, 10000));
+    cconn_close(env, &cc);
     tl_engine_finish(env, ce);
   }
   hr_tensor_unref(t);
@@ -414,10 +409,7 @@ static void interrupted(int how, unsigned lanes) {
   }
   if (how == CANCEL) {
     /* The lanes are intact: the next GET is byte-exact. */
-    got h;
-    get_start(ce, &cc, "w", (uint16_t)lanes, hr_tensor_bytes(t), &h);
-    assert_true(tl_run(env, got_done, &h, 20000));
-    got_check(&h, t);
+    get_exact(env, ce, &cc, "w", (uint16_t)lanes, hr_tensor_bytes(t), t);
     hr_conn_close(cc.c);
   } else if (how == CUT_SERVER && lanes == 1) {
     /* Lane 0 went: the connection closed. */
@@ -428,12 +420,8 @@ static void interrupted(int how, unsigned lanes) {
   assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
   /* The server goes on: a new connection gets the tensor. */
   cconn_open(env, ce, srv.url, lanes, &cc);
-  got h;
-  get_start(ce, &cc, "w", (uint16_t)lanes, 0, &h);
-  assert_true(tl_run(env, got_done, &h, 20000));
-  got_check(&h, t);
-  hr_conn_close(cc.c);
-  assert_true(tl_run(env, cconn_closed, &cc, TL_WAIT_MS));
+  get_exact(env, ce, &cc, "w", (uint16_t)lanes, 0, t);
+  cconn_close(env, &cc);
   tl_engine_finish(env, ce);
   hr_tensor_unref(t);
   tl_server_stop(env, &srv);
@@ -508,17 +496,13 @@ static void stalled_peer(void **state) {
   tl_spin(w.a, 400);
   assert_false(ga.done);
   /* B's GET must not wait for A (a job that would wait yields). */
-  got gb;
-  get_start(eb, &cb, "w", 0, 0, &gb);
-  assert_true(tl_run(w.a, got_done, &gb, TL_WAIT_MS));
-  got_check(&gb, t);
+  get_exact(w.a, eb, &cb, "w", 0, 0, t);
   /* A reads again and gets every byte. */
   assert_true(pump(&w, got_done, &ga, 20000));
   got_check(&ga, t);
   hr_conn_close(ca.c);
   assert_true(pump(&w, cconn_closed, &ca, TL_WAIT_MS));
-  hr_conn_close(cb.c);
-  assert_true(tl_run(w.a, cconn_closed, &cb, TL_WAIT_MS));
+  cconn_close(w.a, &cb);
   tl_engine_finish(w.b, ea);
   tl_engine_finish(w.a, eb);
   hr_tensor_unref(t);

@@ -112,6 +112,14 @@ static uint64_t seg_off(hr_tensor *t) {
   return off;
 }
 
+/* Whether `p` lies in a mapping of memfd `name` ("hurray-arena"). */
+static int in_memfd(const void *p, const char *name) {
+  char line[256], want[96];
+  map_name_of(p, line, sizeof line);
+  snprintf(want, sizeof want, "memfd:%s", name);
+  return strstr(line, want) != NULL;
+}
+
 /* ---- the arena --------------------------------------------------------- */
 
 static void test_arena_alloc(void **state) {
@@ -232,6 +240,14 @@ static void arena_server(tl_env *env, tl_server *ts, const char *url,
   assert_int_equal(hr_engine_listen(ts->e, url, &prov, NULL), 0);
 }
 
+/* Stores heap_bytes(n, seed) under `key` in the server's store. */
+static void put_bytes(tl_server *ts, const char *key, uint64_t n,
+                      uint8_t seed) {
+  hr_tensor *t = heap_bytes(n, seed);
+  tl_put(ts, key, t);
+  hr_tensor_unref(t);
+}
+
 static int arena_live_is(void *ud) {
   void **p = ud;
   hr_shm_arena_stats st;
@@ -258,11 +274,8 @@ static void test_arena_get(void **state) {
   uint64_t sizes[3] = {100, 4096, 70000};
 
   arena_server(env, &ts, f->url, NULL);
-  for (int i = 0; i < 3; i++) {
-    hr_tensor *t = heap_bytes(sizes[i], (uint8_t)(i * 40));
-    tl_put(&ts, keys[i], t);
-    hr_tensor_unref(t);
-  }
+  for (int i = 0; i < 3; i++)
+    put_bytes(&ts, keys[i], sizes[i], (uint8_t)(i * 40));
   int client_maps0 = maps_of("hurray-arena", "r--s");
   tc_open(env, ce, f->url, &c);
   uint8_t *base = NULL;
@@ -279,9 +292,7 @@ static void test_arena_get(void **state) {
       base = b;
     assert_ptr_equal(b, base);
     hr_tensor_unref(st);
-    char name[128];
-    map_name_of(hr_tensor_buffer(r[i].t, 0), name, sizeof name);
-    assert_non_null(strstr(name, "memfd:hurray-arena"));
+    assert_true(in_memfd(hr_tensor_buffer(r[i].t, 0), "hurray-arena"));
   }
   assert_int_equal(maps_of("hurray-arena", "r--s"), client_maps0 + 1);
   /* Released: the idle mapping stays and the next GET reuses it. */
@@ -340,6 +351,16 @@ static int spy_get(hr_session *s, hr_srv_get *g, void *ud) {
   return p->inner.on_get(s, g, p->inner.user_data);
 }
 
+/* The spy's provider; user_data is the spy. */
+static const hr_provider spy_provider = {
+    .size = sizeof(hr_provider),
+    .on_get = spy_get,
+    .on_put_begin = spy_begin,
+    .on_put_commit = spy_commit,
+    .on_put_abort = spy_abort,
+    .on_put_alloc = spy_alloc,
+};
+
 /* A PUT into a store with an arena, over TCP (where the engine would land
  * it in heap memory) and over the Unix socket (where it would land in a
  * segment of its own): the landing tensor is allocated in the arena, the
@@ -370,14 +391,8 @@ static void test_arena_put_lands(void **state) {
   memset(&sp, 0, sizeof sp);
   hr_store_provider(ts.store, &sp.inner);
   assert_non_null(sp.inner.on_put_alloc);
-  memset(&prov, 0, sizeof prov);
-  prov.size = sizeof prov;
+  prov = spy_provider;
   prov.user_data = &sp;
-  prov.on_get = spy_get;
-  prov.on_put_begin = spy_begin;
-  prov.on_put_commit = spy_commit;
-  prov.on_put_abort = spy_abort;
-  prov.on_put_alloc = spy_alloc;
   assert_int_equal(hr_engine_listen(ts.e, f->url, &prov, NULL), 0);
   assert_int_equal(hr_engine_listen(ts.e, "127.0.0.1:0", &prov, &tl), 0);
   snprintf(turl, sizeof turl, "127.0.0.1:%d", hr_listener_port(tl));
@@ -404,11 +419,7 @@ static void test_arena_put_lands(void **state) {
     assert_int_equal(tc_get_key(&ux, keys[i], &r), 0);
     assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
     assert_true(bytes_are(r.t, 70000, (uint8_t)(i * 31)));
-    {
-      char name[128];
-      map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
-      assert_non_null(strstr(name, "memfd:hurray-arena"));
-    }
+    assert_true(in_memfd(hr_tensor_buffer(r.t, 0), "hurray-arena"));
     tc_res_clear(&r);
   }
   /* Two tensors live in the arena, no third (no copy was ever made). */
@@ -487,6 +498,16 @@ static int bad_put_alloc(hr_session *s, const hr_descriptor *d, unsigned a,
   return hr_tensor_alloc(out, &small, a, NULL);
 }
 
+/* The refusing provider; user_data is the bad_alloc. */
+static const hr_provider bad_provider = {
+    .size = sizeof(hr_provider),
+    .on_get = bad_get,
+    .on_put_begin = bad_put_begin,
+    .on_put_commit = bad_put_commit,
+    .on_put_abort = bad_put_abort,
+    .on_put_alloc = bad_put_alloc,
+};
+
 static void test_put_alloc_refusals(void **state) {
   fixture *f = *state;
   tl_env *env = tl_new(TL_EPOLL);
@@ -500,14 +521,8 @@ static void test_put_alloc_refusals(void **state) {
 
   hr_store_config_default(&sc);
   assert_int_equal(hr_store_new(&b.store, &sc, NULL), 0);
-  memset(&prov, 0, sizeof prov);
-  prov.size = sizeof prov;
+  prov = bad_provider;
   prov.user_data = &b;
-  prov.on_get = bad_get;
-  prov.on_put_begin = bad_put_begin;
-  prov.on_put_commit = bad_put_commit;
-  prov.on_put_abort = bad_put_abort;
-  prov.on_put_alloc = bad_put_alloc;
   assert_int_equal(hr_engine_listen(se, f->url, &prov, NULL), 0);
   tc_open(env, ce, f->url, &c);
   for (b.mode = 0; b.mode < 2; b.mode++) {
@@ -541,14 +556,12 @@ static void test_arena_release_reuse(void **state) {
   hr_engine *ce = tl_engine(env, NULL);
   tc_conn c;
   tc_res r;
-  hr_tensor *t, *st;
+  hr_tensor *st;
   hr_shm_arena *a;
 
   arena_server(env, &ts, f->url, NULL);
   a = hr_store_arena(ts.store);
-  t = heap_bytes(1000, 1);
-  tl_put(&ts, "k", t);
-  hr_tensor_unref(t);
+  put_bytes(&ts, "k", 1000, 1);
   assert_int_equal(hr_store_get(ts.store, "k", 1, &st), 0);
   uint64_t old_off = seg_off(st);
   hr_tensor_unref(st);
@@ -557,12 +570,8 @@ static void test_arena_release_reuse(void **state) {
   assert_int_equal(tc_get_key(&c, "k", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   /* Replaced while the client reads it: the old region stays leased. */
-  t = heap_bytes(1000, 2);
-  tl_put(&ts, "k", t);
-  hr_tensor_unref(t);
-  t = heap_bytes(1000, 3);
-  tl_put(&ts, "other", t);
-  hr_tensor_unref(t);
+  put_bytes(&ts, "k", 1000, 2);
+  put_bytes(&ts, "other", 1000, 3);
   tl_spin(env, 50);
   wait_live(env, a, 3);
   assert_int_equal(hr_store_get(ts.store, "other", 5, &st), 0);
@@ -572,9 +581,7 @@ static void test_arena_release_reuse(void **state) {
   /* BUFFER_RELEASE: the region is free, and the next tensor takes it. */
   tc_res_clear(&r);
   wait_live(env, a, 2);
-  t = heap_bytes(1000, 4);
-  tl_put(&ts, "third", t);
-  hr_tensor_unref(t);
+  put_bytes(&ts, "third", 1000, 4);
   assert_int_equal(hr_store_get(ts.store, "third", 5, &st), 0);
   assert_int_equal(seg_off(st), old_off);
   hr_tensor_unref(st);
@@ -629,9 +636,7 @@ static void test_arena_client_dies(void **state) {
   tl_server ts;
   arena_server(env, &ts, f->url, NULL);
   hr_shm_arena *a = hr_store_arena(ts.store);
-  hr_tensor *t = heap_bytes(3000, 7);
-  tl_put(&ts, "k", t);
-  hr_tensor_unref(t);
+  put_bytes(&ts, "k", 3000, 7);
   assert_int_equal(write(go[1], &b, 1), 1);
   /* Serve until the child has its tensor. */
   fcntl(done[0], F_SETFL, O_NONBLOCK);
@@ -667,21 +672,14 @@ static void test_arena_narrow_token(void **state) {
   tc_conn cf, cn;
   tc_res r;
   hr_settings set;
-  char name[128];
 
   assert_int_equal(hr_auth_new(&auth, NULL), 0);
   assert_int_equal(
       hr_auth_load(auth, tokens, sizeof tokens - 1, why, sizeof why), 0);
   arena_server(env, &ts, f->url, auth);
-  hr_tensor *t = heap_bytes(500, 9);
-  tl_put(&ts, "pub/small", t);
-  hr_tensor_unref(t);
-  t = heap_bytes(2u << 20, 11);
-  tl_put(&ts, "pub/large", t);
-  hr_tensor_unref(t);
-  t = heap_bytes(500, 13);
-  tl_put(&ts, "secret/x", t);
-  hr_tensor_unref(t);
+  put_bytes(&ts, "pub/small", 500, 9);
+  put_bytes(&ts, "pub/large", 2u << 20, 11);
+  put_bytes(&ts, "secret/x", 500, 13);
 
   hr_settings_default(&set);
   set.auth_token = (const uint8_t *)"full";
@@ -690,8 +688,7 @@ static void test_arena_narrow_token(void **state) {
   assert_true(tc_wait_up(&cf, TL_WAIT_MS));
   assert_int_equal(tc_get_key(&cf, "pub/small", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
-  map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
-  assert_non_null(strstr(name, "memfd:hurray-arena"));
+  assert_true(in_memfd(hr_tensor_buffer(r.t, 0), "hurray-arena"));
   tc_res_clear(&r);
 
   set.auth_token = (const uint8_t *)"narrow";
@@ -707,8 +704,7 @@ static void test_arena_narrow_token(void **state) {
   assert_int_equal(tc_get_key(&cn, "pub/large", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   assert_true(bytes_are(r.t, 2u << 20, 11));
-  map_name_of(hr_tensor_buffer(r.t, 0), name, sizeof name);
-  assert_non_null(strstr(name, "memfd:hurray-segment"));
+  assert_true(in_memfd(hr_tensor_buffer(r.t, 0), "hurray-segment"));
   tc_res_clear(&r);
   /* Out of scope as before. */
   assert_int_not_equal(tc_get_key(&cn, "secret/x", &r), 0);
