@@ -20,6 +20,11 @@
 int cli_serve(int argc, char **argv);
 int cli_get(int argc, char **argv);
 int cli_put(int argc, char **argv);
+/* --device NAME (cmd_get.c): the device tag of a name (cpu, cuda, rocm,
+ * level_zero, vulkan, sim; -1: unknown) and the backend that opens it
+ * (NULL: none, e.g. cpu). */
+int cli_parse_device(const char *name);
+const char *cli_device_backend(int tag);
 int cli_ls(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 

@@ -193,6 +193,14 @@ static int parse_device(const char *name) {
   return -1;
 }
 
+int cli_parse_device(const char *name) {
+  return parse_device(name);
+}
+
+const char *cli_device_backend(int tag) {
+  return device_backend(tag);
+}
+
 static int parse_region(get_args *a, const char *s) {
   const char *colon = strchr(s, ':');
   char off[1024];

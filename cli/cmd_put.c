@@ -2,10 +2,16 @@
  * `hurray put [--replace] [--stats] [--fabric PROVIDER] [--timeout S]
  * [--tls-ca F] [--tls-cert F --tls-key F] URL KEY FILE.npy`: sends a .npy
  * (mapped, not copied) as TENSOR_PUT; --replace overwrites an existing key.
- * The --tls-* options go with hurrays:// URLs (see cmd_get.c).  --fabric
+ * The --tls-* options go with hurrays:// URLs (see cmd_get.c).  --device
+ * cuda|rocm|level_zero|vulkan|sim copies the array into that device's
+ * memory first (synced: ADR-018 P1) and PUTs it from there, as an
+ * application holding a device tensor would (staged after the copy, or
+ * GPUDirect with --fabric where the fabric registers device memory); the
+ * server stores it in host memory.  --fabric
  * sends over the RDMA data plane when the server has one too; --stats
- * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The AUTH_TOKEN comes
- * from --auth-token-file F or $HURRAY_AUTH_TOKEN (cli_auth_token()).
+ * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The
+ * AUTH_TOKEN comes from --auth-token-file F or $HURRAY_AUTH_TOKEN
+ * (cli_auth_token()).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -14,12 +20,13 @@
 #include <unistd.h>
 
 #include <hurray/files.h>
+#include <hurray/gpu.h>
 
 #include "cli.h"
 
 #define SYNOPSIS                                                               \
-  "[--replace] [--stats] [--fabric PROVIDER] " CLI_TLS_SYNOPSIS               \
-  " [--auth-token-file F] URL KEY FILE.npy"
+  "[--replace] [--stats] [--device NAME] [--fabric "                           \
+  "PROVIDER] " CLI_TLS_SYNOPSIS " [--auth-token-file F] URL KEY FILE.npy"
 
 static void print_stats(const char *key, const hr_transfer_record *rec) {
   cJSON *o = cJSON_CreateObject();
@@ -53,6 +60,56 @@ static void print_stats(const char *key, const hr_transfer_record *rec) {
   cJSON_Delete(o);
 }
 
+/* The device copy of the array: its buffers, freed by its release. */
+typedef struct dev_copy {
+  hr_gpu_buf *bufs[HR_MAX_BUFFERS];
+  unsigned n;
+} dev_copy;
+
+static void dev_copy_free(void *ctx) {
+  dev_copy *dc = ctx;
+  for (unsigned k = 0; k < dc->n; k++)
+    hr_gpu_buf_del(dc->bufs[k]);
+  free(dc);
+}
+
+/* Copies host tensor `t` into new memory of device g (H2D, then a sync:
+ * the tensor is producer-synced, P1) and wraps it as a device tensor. */
+static int to_device(hr_gpu *g, hr_tensor *t, hr_tensor **out) {
+  const hr_descriptor *hd = hr_tensor_descriptor(t);
+  hr_descriptor d = *hd;
+  hr_gpu_caps caps;
+  hr_gpu_stream *st = NULL;
+  dev_copy *dc = calloc(1, sizeof *dc);
+  int rv = dc ? hr_gpu_query(g, &caps) : HR_ERR_NOMEM;
+  if (rv == 0)
+    rv = hr_gpu_stream_new(g, &st);
+  for (unsigned k = 0; rv == 0 && k < hd->buffer_count; k++) {
+    uint64_t n = hd->buffers[k].size_bytes;
+    hr_gpu_buf *host = NULL;
+    rv = hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n ? n : 1, &dc->bufs[k]);
+    if (rv)
+      break;
+    dc->n = k + 1;
+    d.buffers[k].device_tag = caps.device_tag;
+    if (!n)
+      continue;
+    rv = hr_gpu_buf_wrap_host(g, hr_tensor_buffer(t, k), n, &host);
+    if (rv == 0)
+      rv = hr_gpu_copy_async(st, dc->bufs[k], 0, host, 0, n);
+    if (rv == 0)
+      rv = hr_gpu_stream_sync(st);
+    hr_gpu_buf_del(host);
+  }
+  hr_gpu_stream_del(st);
+  if (rv == 0)
+    rv =
+        hr_tensor_wrap_device(out, &d, dc->bufs, NULL, dev_copy_free, dc, NULL);
+  if (rv && dc)
+    dev_copy_free(dc);
+  return rv;
+}
+
 int cli_put(int argc, char **argv) {
   const char *pos[3], *fabric = NULL;
   int i, npos = 0, replace = 0, stats = 0, rv, status;
@@ -64,6 +121,8 @@ int cli_put(int argc, char **argv) {
   char why[256], action[1100];
   size_t key_len;
   const char *token_file = NULL;
+  int device = HR_DEV_CPU;
+  hr_gpu *gpu = NULL;
 
   memset(&co, 0, sizeof co);
   for (i = 1; i < argc; i++) {
@@ -77,6 +136,12 @@ int cli_put(int argc, char **argv) {
       stats = 1;
     } else if (!strcmp(s, "--fabric") && i + 1 < argc) {
       fabric = argv[++i];
+    } else if (!strcmp(s, "--device") && i + 1 < argc) {
+      device = cli_parse_device(argv[++i]);
+      if (device < 0 || (device != HR_DEV_CPU && !cli_device_backend(device)))
+        return cli_usage("put", SYNOPSIS,
+                         "--device takes cpu, cuda, rocm, level_zero, "
+                         "vulkan or sim");
     } else if (!strcmp(s, "--auth-token-file") && i + 1 < argc) {
       token_file = argv[++i];
     } else if (!strcmp(s, "--timeout") && i + 1 < argc) {
@@ -104,6 +169,28 @@ int cli_put(int argc, char **argv) {
     cli_err("put", "cannot read %s: %s (give a .npy file)", pos[2], why);
     return CLI_EXIT_FAIL;
   }
+  if (device != HR_DEV_CPU) {
+    hr_gpu_config gc;
+    hr_gpu_probe_info gw;
+    memset(&gw, 0, sizeof gw);
+    hr_tensor *dt = NULL;
+    hr_gpu_config_default(&gc);
+    gc.backend = cli_device_backend(device);
+    rv = hr_gpu_open(&gpu, &gc, NULL, &gw);
+    if (rv == 0 && (rv = to_device(gpu, t, &dt)) != 0)
+      snprintf(gw.reason, sizeof gw.reason, "copying to it: %s",
+               hr_strerror(rv));
+    if (rv) {
+      cli_err("put", "cannot use the %s device: %s (%s)", gc.backend,
+              gw.reason[0] ? gw.reason : hr_strerror(rv),
+              "send from the host with --device cpu");
+      hr_gpu_del(gpu);
+      hr_tensor_unref(t);
+      return CLI_EXIT_FAIL;
+    }
+    hr_tensor_unref(t);
+    t = dt;
+  }
   co.cmd = "put";
   co.url = pos[0];
   co.progress = isatty(STDERR_FILENO);
@@ -113,6 +200,7 @@ int cli_put(int argc, char **argv) {
   co.auth_token_file = token_file;
   if (cli_connect(&cc, &co)) {
     hr_tensor_unref(t);
+    hr_gpu_del(gpu);
     return CLI_EXIT_FAIL;
   }
   cli_progress_total(&cc, hr_tensor_bytes(t), 1);
@@ -125,6 +213,7 @@ int cli_put(int argc, char **argv) {
               pos[1]);
       hr_tensor_unref(t);
       cli_disconnect(&cc, "put");
+      hr_gpu_del(gpu);
       return CLI_EXIT_FAIL;
     }
   }
@@ -145,5 +234,7 @@ int cli_put(int argc, char **argv) {
     print_stats(pos[1], &rec);
   hr_tensor_unref(t);
   rv = cli_disconnect(&cc, "put");
+  /* After the session: its staging stream is on this device. */
+  hr_gpu_del(gpu);
   return status ? status : rv;
 }

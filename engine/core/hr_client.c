@@ -126,6 +126,8 @@ void hr__cli_stream_fail(hr_session *s, hr_stream *st, int status,
   case HR_SK_CLI_PUT:
     st->cb_done = 1;
     st->rec.finished = s->now;
+    if (hr__tx_park_put(s, st))
+      break; /* when its staging copies landed (hr_devput.c) */
     hr__report_transfer(s, &st->rec);
     if (st->put_cb) {
       hr__cb_enter(s);
@@ -560,8 +562,10 @@ static int put_check(const hr_tensor *t, unsigned depth) {
     }
     return 0;
   }
+  /* Device memory goes through staging (or GPUDirect); a descriptor
+   * naming a device over host memory has no device to read from. */
   for (unsigned k = 0; k < d->buffer_count; k++)
-    if (d->buffers[k].device_tag != HR_DEV_CPU)
+    if (d->buffers[k].device_tag != HR_DEV_CPU && !hr_tensor_on_device(t))
       return HR_ERR_UNSUPPORTED;
   return 0;
 }
@@ -589,6 +593,12 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   /* Every descriptor must pass the network rules before anything goes. */
   for (size_t i = 0; rv == 0 && i < tx.nparts; i++) {
     hr_wire_status ws;
+    /* A PUT's device_tag is its destination (interchange § TENSOR_PUT);
+     * the bytes of a device tensor arrive in host memory there, which
+     * is what every server accepts (decision 75). */
+    if (tx.parts[i].xmode == HR_XM_STAGE)
+      for (unsigned k = 0; k < tx.parts[i].desc.buffer_count; k++)
+        tx.parts[i].desc.buffers[k].device_tag = HR_DEV_CPU;
     if (hr_descriptor_validate(&tx.parts[i].desc, &tx.parts[i].xp, NULL, 0,
                                &ws))
       rv = HR_ERR_INVALID_ARGUMENT;
@@ -744,8 +754,10 @@ int hr_session_cancel(hr_session *s, uint32_t stream_id) {
   s = st->s;
   hr__api_enter(s);
   int rv = 0;
-  if (st->req || (st->kind == HR_SK_CLI_PUT && !st->tx.cur &&
-                  st->tx.phase == HR_TXP_DESC && !st->sent_any)) {
+  if (st->req ||
+      (st->kind == HR_SK_CLI_PUT && !st->tx.cur &&
+       st->tx.phase == HR_TXP_DESC && !st->sent_any) ||
+      hr__tx_put_unsent(st)) {
     /* Never left this side: complete at once. */
     hr__cli_stream_fail(s, st, HR_ERR_CLOSED, HR_WIRE_CANCELLED, 1,
                         "cancelled before it was sent");

@@ -41,6 +41,7 @@ struct hr_xwork {
   hr_gpu_event *ready;
   void (*complete)(hr_work *w, void *ctx);
   void *complete_ctx;
+  hr_put_tail *tail; /* a device PUT's parked callback (hr_devput.c) */
 };
 
 uint32_t hr__frame_cap(const hr_session *s) {
@@ -223,7 +224,54 @@ static void xwork_done(hr_work *w) {
   hr_tensor_unref(x->mem);
   hr_tensor_unref(x->src_t);
   hr__xjob_unref(x->xj);
+  /* After the tensor's reference went: its callback comes last. */
+  hr_put_tail *tail = x->tail;
   hr__mem_free(&s->mem, x);
+  hr__put_tail_drop(tail);
+}
+
+int hr__tx_park_put(hr_session *s, hr_stream *st) {
+  hr_tx *tx = &st->tx;
+  unsigned n = 0;
+  for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
+    hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
+    n += c->work && c->work->src_t;
+  }
+  if (!n)
+    return 0;
+  hr_put_tail *t = hr__put_tail_new(s, st, n);
+  if (!t)
+    return 0; /* no memory: the callback goes now, the tensor still waits */
+  for (uint32_t i = 0; i < tx->win_count; i++) {
+    hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
+    if (c->work && c->work->src_t)
+      c->work->tail = t;
+  }
+  return 1;
+}
+
+int hr__tx_put_unsent(const hr_stream *st) {
+  const hr_tx *tx = &st->tx;
+  return st->kind == HR_SK_CLI_PUT && !tx->cur && tx->phase == HR_TXP_DESC &&
+         tx->nparts && tx->parts[0].dipc == HR_DIPC_WAIT;
+}
+
+/* A staging failure ends this stream only.  A client PUT hears the local
+ * cause (out of memory, or the device's error) rather than a protocol
+ * error; the server is told with ERROR on the stream, which aborts it. */
+static int stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
+                       const char *text) {
+  if (st->kind != HR_SK_CLI_PUT)
+    return hr__stream_error(s, st->id, wire, text);
+  /* A GPUDirect source fails while it waits for the producer, before its
+   * TENSOR_PUT went: the server never saw the stream, so it ends here. */
+  int unsent = hr__tx_put_unsent(st);
+  hr__cli_stream_fail(s, st, rc == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_IO,
+                      unsent ? 0 : wire, !unsent, text);
+  if (!unsent)
+    return hr__stream_error(s, st->id, wire, text);
+  hr__stream_end(s, st);
+  return 0;
 }
 
 /* ---- staging copies ------------------------------------------------------ */
@@ -329,8 +377,8 @@ static int pump_stage(hr_session *s, hr_stream *st, hr_part *p,
   int rv = hr__chunk_stream(s, g, &gs);
   if (rv) {
     tx->failed = 1;
-    return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
-                            "no device stream for staging");
+    return stage_error(s, st, rv, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "no device stream for staging");
   }
   while (tx->win_count < tx->win_cap && !tx->failed) {
     while (tx->next_buf < p->desc.buffer_count &&
@@ -352,8 +400,8 @@ static int pump_stage(hr_session *s, hr_stream *st, hr_part *p,
     rv = hr__chunk_get(s, g, chunk, len, &c->mem, &dst);
     if (rv) {
       tx->failed = 1;
-      return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
-                              "no pinned memory for a staging chunk");
+      return stage_error(s, st, rv, HR_WIRE_RESOURCE_EXHAUSTED,
+                         "no pinned memory for a staging chunk");
     }
     tx->win_count++;
     tx->next_chunk += len;
@@ -376,10 +424,11 @@ static int pump_dipc(hr_session *s, hr_stream *st, hr_part *p) {
   if (p->dipc != HR_DIPC_WAIT || tx->win_count)
     return 0;
   hr_gpu_stream *gs;
-  if (hr__chunk_stream(s, hr_gpu_buf_device(p->dsrc[0]), &gs)) {
+  int rv = hr__chunk_stream(s, hr_gpu_buf_device(p->dsrc[0]), &gs);
+  if (rv) {
     tx->failed = 1;
-    return hr__stream_error(s, st->id, HR_WIRE_RESOURCE_EXHAUSTED,
-                            "no device stream to wait for the producer");
+    return stage_error(s, st, rv, HR_WIRE_RESOURCE_EXHAUSTED,
+                       "no device stream to wait for the producer");
   }
   hr_chunk *c = &tx->win[tx->win_head];
   memset(c, 0, sizeof *c);
@@ -458,8 +507,8 @@ int hr__stream_chunk_done(hr_session *s, hr_stream *st) {
     if (c->done && c->rc) {
       tx->failed = 1;
       if (tx->parts[tx->cur].xmode == HR_XM_STAGE)
-        return hr__stream_error(s, st->id, HR_WIRE_INTERNAL,
-                                "staging from the device failed");
+        return stage_error(s, st, c->rc, HR_WIRE_INTERNAL,
+                           "staging from the device failed");
       return hr__stream_error(s, st->id, HR_WIRE_TRANSCODE_FAILED,
                               "transcoding failed");
     }

@@ -1828,6 +1828,7 @@ void hr_session_del(hr_session *s) {
   if (s->state != HR_CS_CLOSED)
     s->state = HR_CS_CLOSED;
   fail_all(s, HR_ERR_CLOSED, 0, 0, "session deleted");
+  hr__put_tails_flush(s);
   s->depth--;
   s->deleted = 1;
   hr__group_leave(s);

@@ -579,6 +579,8 @@ struct hr_session {
   hr_tstamp rx_paused_at;
   uint32_t rx_pauses;      /* pauses so far */
   uint64_t rx_paused_ns;   /* time paused so far (ended pauses) */
+  /* Device PUTs ended while staging copies ran (hr_devput.c). */
+  struct hr_put_tail *put_tails;
 };
 
 /* Before the session drops output a held pull may still be writing:
@@ -744,6 +746,24 @@ void hr__xport_for(const hr_descriptor *d, hr_transport_fields *xp);
 void hr__xjob_unref(hr_xjob *xj);
 /* Work item bookkeeping on session teardown. */
 void hr__work_detach_stream(hr_stream *st);
+/* A client PUT ending while staging copies of its device tensor are in
+ * flight: parks its callback (already recorded in st->rec) until they
+ * land.  Returns 1 when parked, 0 when the caller calls it now. */
+int hr__tx_park_put(hr_session *s, hr_stream *st);
+/* A client PUT whose TENSOR_PUT has not gone yet although it had turns:
+ * a GPUDirect source waiting for its producer's event. */
+int hr__tx_put_unsent(const hr_stream *st);
+
+/* ---- hr_devput.c: parked callbacks of device PUTs ------------------------ */
+
+typedef struct hr_put_tail hr_put_tail;
+/* A tail for st's callback and record, held by `refs` copies. */
+hr_put_tail *hr__put_tail_new(hr_session *s, hr_stream *st, unsigned refs);
+/* A copy landed: the last one fires the callback (unless the session was
+ * deleted, which fired it already) and frees the tail. */
+void hr__put_tail_drop(hr_put_tail *t);
+/* hr_session_del: the parked callbacks fire now. */
+void hr__put_tails_flush(hr_session *s);
 
 /* ---- hr_recv.c ----------------------------------------------------------- */
 

@@ -190,6 +190,10 @@ static int wait_op(hr_client *cl, op *o, uint32_t sid) {
   }
   if (!o->done)
     cut(cl);
+  /* A device PUT's callback waits for its staging copies in flight
+   * (they end on the device); `o` lives on this frame until it came. */
+  if (!o->done)
+    run_until(cl, is_done, o, -1);
   /* Teardown completes every stream; nothing else can be left. */
   return rv;
 }

@@ -148,8 +148,13 @@ HR_EXTERN int hr_client_get_slice(hr_client *c, const uint8_t *key,
                                   const hr_get_opts *opts, hr_tensor **out,
                                   hr_transfer_record *rec);
 
-/* PUTs `t` under `key` (HR_PUT_REPLACE in flags).  Returns like
- * hr_client_get() (refusals: ALREADY_EXISTS, PUT_REJECTED, ...). */
+/* PUTs `t` under `key` (HR_PUT_REPLACE in flags).  A device tensor is
+ * sent from device memory as hr_session_put() describes (staged after its
+ * event, or GPUDirect); on a timeout or failure the call returns only
+ * after its staging copies finished.  Returns like hr_client_get()
+ * (refusals: ALREADY_EXISTS, PUT_REJECTED, ...; a staging failure:
+ * HR_ERR_NOMEM or HR_ERR_IO; a descriptor naming a device over host
+ * memory: HR_ERR_UNSUPPORTED). */
 HR_EXTERN int hr_client_put(hr_client *c, const uint8_t *key, uint16_t key_len,
                             uint32_t flags, hr_tensor *t,
                             hr_transfer_record *rec);

@@ -481,11 +481,40 @@ typedef void (*hr_list_cb)(hr_session *s, int status, uint32_t wire_error,
 typedef void (*hr_ping_cb)(hr_session *s, int status, uint64_t rtt_ns,
                            void *user_data);
 
-/* Queues a PUT of `t` under key (REPLACE in flags).  A reference to `t` is
- * held until completion.  Same rules and returns as hr_session_get(),
- * plus HR_ERR_UNSUPPORTED for a tensor with a buffer that is not host
- * memory (a device tensor is sent by GET only) and HR_ERR_INVALID_ARGUMENT
- * for composites nested deeper than HR_MAX_COMPOSITE_DEPTH. */
+/*
+ * Queues a PUT of `t` under key (REPLACE in flags).  A reference to `t` is
+ * held until completion.  Same rules as hr_session_get().
+ *
+ * A device tensor (hr_tensor_wrap_device(), a GET into a device, a DLPack
+ * import; members of a composite too) is sent from its device memory:
+ * staged through pinned chunks of the session's pool by copies on the
+ * session's stream of that device, each ordered after the tensor's event
+ * on the device (ADR-018 P2; without an event the producer must have
+ * synced, P1), and framed as they land; or, with RDMA_GPUDIRECT
+ * negotiated and a fabric that registers the device's memory, read by the
+ * NIC from the device after that event (the record's `fallback` says why
+ * it was staged otherwise).  The wire descriptor declares CPU as the
+ * destination (sync_mode 0) whatever `t`'s device_tag.  The device
+ * buffers must stay unchanged until the callback; the engine's last
+ * reference to `t` goes when its last copy finished, so `t`'s release
+ * callback (ADR-018 § 5) never runs while a copy may still read it.  A
+ * PUT that ends early (cancel, a staging failure, the connection lost)
+ * gets its callback only once its copies in flight finished; except that
+ * hr_session_del() calls it during the delete, as every callback, and
+ * the tensor's release then still waits for the copies.
+ * A staging failure ends that PUT only; the callback's record says
+ * HR_ERR_NOMEM (no pinned memory for a chunk, no device stream) or
+ * HR_ERR_IO (the device failed a copy or the wait for the producer's
+ * event), and may come before hr_session_put() returns when the first
+ * chunk already failed.
+ *
+ * Returns 0, HR_ERR_INVALID_ARGUMENT (bad key or flags, `t` is a shard,
+ * a descriptor the network rules refuse, composites nested deeper than
+ * HR_MAX_COMPOSITE_DEPTH), HR_ERR_UNSUPPORTED (a
+ * descriptor names a device but `t` is not a device tensor: host memory
+ * under a device tag cannot be read), HR_ERR_STATE (not a client,
+ * GOAWAY received / closing), HR_ERR_LIMIT (max_streams), HR_ERR_NOMEM.
+ */
 HR_EXTERN int hr_session_put(hr_session *s, const uint8_t *key,
                              uint16_t key_len, uint32_t flags, hr_tensor *t,
                              hr_put_cb cb, void *user_data,

@@ -236,6 +236,18 @@ static void test_put_and_parallel(void **state) {
   assert_non_null(strstr(err, "--replace"));
   assert_int_equal(
       RUN("put", "--replace", url, "up/big", tpath("big.npy"), NULL), 0);
+  /* From device memory (the simulated device): the same bytes arrive. */
+  assert_int_equal(RUN("put", "--device", "sim", "--stats", url, "up/dev",
+                       tpath("big.npy"), NULL),
+                   0);
+  assert_int_equal(RUN("get", "-o", tpath("gd.npy"), url, "up/dev", NULL), 0);
+  got = load(tpath("gd.npy"));
+  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(t, 0),
+                      hr_tensor_bytes(t));
+  hr_tensor_unref(got);
+  assert_int_equal(
+      RUN("put", "--device", "nowhere", url, "up/x", tpath("big.npy"), NULL),
+      2);
   assert_int_equal(RUN("get", "--parallel", "4", "--stats", "-o",
                        tpath("g.npy"), url, "up/big", NULL),
                    0);

@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include <hurray/store.h>
+
 #include <hurray/fabric.h>
 #include <hurray/gpu.h>
 
@@ -372,6 +374,64 @@ static void test_device_source_refused(void **state) {
   assert_int_equal(hr_gpu_del(g), 0);
 }
 
+/*
+ * The same for a client PUT of the device tensor (decision 75): GPUDirect
+ * advertised, the registration refused by this provider; the tensor is
+ * staged after its producer's event and framed, the client's record says
+ * why, and the server stores the producer's bytes.
+ */
+static void test_device_put_refused(void **state) {
+  (void)state;
+  hr_gpu_config gc;
+  hr_gpu_config_default(&gc);
+  gc.backend = "sim";
+  hr_gpu *g;
+  assert_int_equal(hr_gpu_open(&g, &gc, NULL, NULL), 0);
+  hr_gpu_caps caps;
+  assert_int_equal(hr_gpu_query(g, &caps), 0);
+  uint64_t n = 8u << 20;
+  hr_tensor *want = tensor(64, 128 << 10, 17);
+  hr_gpu_stream *p;
+  hr_gpu_buf *dev, *host;
+  hr_gpu_event *ev;
+  assert_int_equal(hr_gpu_stream_new(g, &p), 0);
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host),
+                   0);
+  assert_int_equal(hr_gpu_event_new(g, 0, &ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(p, slow_gate, NULL), 0);
+  assert_int_equal(hr_gpu_copy_async(p, dev, 0, host, 0, n), 0);
+  assert_int_equal(hr_gpu_event_record(ev, p), 0);
+  hr_descriptor d = *hr_tensor_descriptor(want);
+  d.buffers[0].device_tag = caps.device_tag;
+  hr_tensor *t;
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &dev, ev, NULL, NULL, NULL),
+                   0);
+  fixture f;
+  open_pair(&f, provider(), 1);
+  tc_res r;
+  assert_int_equal(tc_put(&f.conn, "up", 0, t, &r), 0);
+  hr_tensor_unref(t);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
+  if (!strstr(r.rec.fallback, "device tensor staged and framed: ") ||
+      !strstr(r.rec.fallback, "registering the source failed"))
+    fail_msg("fallback \"%s\"", r.rec.fallback);
+  tc_res_clear(&r);
+  hr_tensor *got = NULL;
+  assert_int_equal(hr_store_get(f.srv.store, "up", 2, &got), 0);
+  assert_int_equal(hr_tensor_bytes(got), n);
+  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(want, 0), n);
+  hr_tensor_unref(got);
+  close_pair(&f);
+  assert_int_equal(hr_gpu_stream_sync(p), 0);
+  hr_gpu_event_del(ev);
+  hr_gpu_buf_del(host);
+  hr_gpu_buf_del(dev);
+  hr_gpu_stream_del(p);
+  hr_tensor_unref(want);
+  assert_int_equal(hr_gpu_del(g), 0);
+}
+
 int main(void) {
   hr_fabric *probe = NULL;
   hr_fabric_config fc;
@@ -395,6 +455,7 @@ int main(void) {
       cmocka_unit_test(test_client_other_provider),
       cmocka_unit_test(test_registration_lifetime),
       cmocka_unit_test(test_device_source_refused),
+      cmocka_unit_test(test_device_put_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,10 @@
  *    the producer's event failing on the device (the GET fails, nothing
  *    stays registered); the peer gone in the middle of the write (the
  *    client retries with frames); a cancel while the event is awaited.
+ *  - The same for a client PUT of the device tensor (roles reversed):
+ *    GPUDirect from the device after the event, the skipped event caught,
+ *    no FI_HMEM (staged, framed, the client's record says why), the
+ *    event failing (that PUT only).
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
@@ -732,6 +736,190 @@ static void test_cancel_while_waiting(void **state) {
   dev_close(&d);
 }
 
+/* ---- PUT: the client is the source (decision 75) ------------------------ */
+
+static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
+                   void *ud) {
+  world *w = ud;
+  (void)s;
+  w->done++;
+  w->sid = sid;
+  w->rec = *rec;
+  w->status = rec->status;
+}
+
+static void put(world *w, hr_tensor *t) {
+  w->done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  t, on_put, w, NULL),
+                   0);
+  pump(w);
+  assert_int_equal(w->done, 1);
+}
+
+/* A PUT of a device tensor whose producer is still running: GPUDirect
+ * (simulated device) sends exactly NEW from the device memory, after the
+ * event; on another backend it is staged and framed, and says so. */
+static void gpudirect_put(int dest) {
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, dest, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  if (is_sim())
+    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  assert_true(w->started > 0);
+  assert_int_equal(w->ran_inline, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  if (is_sim()) {
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_string_equal(w->rec.fallback, "");
+    /* Only the wait for the event ran on the device: nothing staged. */
+    assert_int_equal(w->started, 1);
+    assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
+    assert_int_equal(st.bytes, SIZE);
+  } else {
+    assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->rec, "device tensor staged and framed");
+    assert_int_equal(st.bytes, 0);
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_put_tagged(void **state) {
+  (void)state;
+  gpudirect_put(0);
+}
+
+static void test_put_destination(void **state) {
+  (void)state;
+  gpudirect_put(1);
+}
+
+/* The producer declared without its event: the PUT sends OLD, which
+ * gpudirect_put would catch. */
+static void test_put_skipped_event(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 0);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_false(bytes_are(w->committed, pr.newb));
+  assert_true(bytes_are(w->committed, pr.oldb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* A fabric that cannot reach the device's memory: staged and framed, the
+ * client's record says why, the bytes are NEW. */
+static void test_put_no_hmem(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  want_fallback(&w->rec, "device tensor staged and framed: ");
+  if (is_sim())
+    want_fallback(&w->rec, "needs FI_HMEM");
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The producer's event fails on the device while GPUDirect waits for it:
+ * that PUT fails with the device's error, nothing stays registered, and
+ * the next PUT goes. */
+static void test_put_event_fails(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  atomic_store(&wait_fails, 1);
+  put(w, pr.t);
+  atomic_store(&wait_fails, 0);
+  assert_int_equal(w->status, HR_ERR_IO);
+  assert_null(w->committed);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(st.bytes, 0);
+  put(w, pr.t);
+  if (w->status)
+    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->status), w->rec.message,
+           w->rec.wire_error);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* A cancel while the GPUDirect source waits for the producer's event,
+ * before its TENSOR_PUT went: it ends here (the server never saw it),
+ * its callback comes once the wait landed, the registration goes, and
+ * the connection PUTs again. */
+static void test_put_cancel_while_waiting(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  uint32_t sid = 0;
+  w->done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  pr.t, on_put, w, &sid),
+                   0);
+  for (int i = 0; i < 20; i++) {
+    w->now += 1000;
+    move(w, w->c, w->s, &w->c2s);
+    move(w, w->s, w->c, &w->s2c);
+  }
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 1);
+  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  /* Not before the device got past the wait. */
+  assert_int_equal(w->done, 0);
+  pump(w);
+  assert_int_equal(w->done, 1);
+  assert_int_equal(w->status, HR_ERR_CLOSED);
+  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
+  assert_null(w->committed);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  assert_int_equal(st.bytes, 0);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -748,6 +936,12 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_peer_gone_tagged),
       cmocka_unit_test(test_peer_gone_write),
       cmocka_unit_test(test_cancel_while_waiting),
+      cmocka_unit_test(test_put_tagged),
+      cmocka_unit_test(test_put_destination),
+      cmocka_unit_test(test_put_skipped_event),
+      cmocka_unit_test(test_put_no_hmem),
+      cmocka_unit_test(test_put_event_fails),
+      cmocka_unit_test(test_put_cancel_while_waiting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
