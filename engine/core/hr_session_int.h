@@ -205,8 +205,8 @@ typedef struct hr_devrx hr_devrx;
 int hr__devrx_new(hr_session *s, hr_recv *rv, hr_gpu *g, uint8_t sync);
 void hr__devrx_free(hr_session *s, hr_devrx *d);
 /* The landing tensor for `desc`: a shell standing for the device
- * buffers, which are allocated by a work item (or inline, see
- * hr__devrx_plane); the frames wait for them.  HR_ERR_LIMIT (an inline
+ * buffers, which are allocated by a work item (inline without
+ * submit_work); the frames, or an RDMA receive's setup, wait for them.  HR_ERR_LIMIT (an inline
  * allocation failed), HR_ERR_NOMEM, HR_ERR_UNSUPPORTED (a composite, a
  * second tensor). */
 int hr__devrx_dest(hr_session *s, hr_recv *rv, const hr_descriptor *desc,
