@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include <hurray/wire.h>
+
 int tu_fd_count(void) {
   DIR *d = opendir("/proc/self/fd");
   int n = 0;
@@ -50,4 +52,47 @@ double tu_value(const char *body, const char *series) {
     fail();
   }
   return strtod(p + strlen(pat), NULL);
+}
+
+int tu_pipe_move(tu_pipe *p, hr_session *from, hr_session *to, hr_tstamp now,
+                 int drop_type) {
+  hr_iov iov[16];
+  int moved = 0, n;
+  while ((n = hr_session_pull(from, iov, 16, now)) > 0) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+      if (p->len + iov[i].len > p->cap) {
+        p->cap = (p->len + iov[i].len) * 2;
+        p->buf = realloc(p->buf, p->cap);
+        assert_non_null(p->buf);
+      }
+      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
+      p->len += iov[i].len;
+      total += iov[i].len;
+    }
+    hr_session_consumed(from, total, now);
+    moved = 1;
+  }
+  size_t off = 0;
+  while (p->len - off >= HR_HEADER_SIZE) {
+    hr_msg_header h;
+    hr_wire_parse_header(p->buf + off, &h);
+    size_t whole = HR_HEADER_SIZE + h.payload_length;
+    if (p->len - off < whole)
+      break;
+    if ((int)h.type != drop_type)
+      assert_true(hr_session_recv(to, p->buf + off, whole, now) >= 0);
+    off += whole;
+    moved = 1;
+  }
+  if (p->len > off)
+    memmove(p->buf, p->buf + off, p->len - off);
+  p->len -= off;
+  return moved;
+}
+
+void tu_pipe_free(tu_pipe *p) {
+  free(p->buf);
+  p->buf = NULL;
+  p->len = p->cap = 0;
 }

@@ -2,7 +2,8 @@
  * Small helpers several test programs share (tests/unix, tests/gpu,
  * tests/metrics, tests/fabric, tests/inproc): counting this process's
  * descriptors to prove nothing leaked, the descriptor of a plain byte
- * tensor, and reading one sample from a Prometheus exposition text.
+ * tensor, reading one sample from a Prometheus exposition text, and a
+ * pipe carrying one direction between two sans-IO sessions.
  * Link with LIBS hr_test_util.
  */
 #ifndef HR_TESTS_TEST_UTIL_H
@@ -10,6 +11,7 @@
 
 #include <stdint.h>
 
+#include <hurray/session.h>
 #include <hurray/tensor.h>
 
 /* The number of open descriptors of this process (/proc/self/fd, the
@@ -18,12 +20,28 @@ int tu_fd_count(void);
 
 /* The descriptor of a 1-D UINT8 ROW_MAJOR tensor of `n` bytes in one
  * buffer aligned to 2^align_log2, on device `device_tag` (HR_DEV_*). */
-hr_descriptor tu_bytes_desc(uint64_t n, uint8_t align_log2,
-                            uint8_t device_tag);
+hr_descriptor tu_bytes_desc(uint64_t n, uint8_t align_log2, uint8_t device_tag);
 
 /* The value of the sample line of `body` that starts with `series`
  * ("name" or "name{labels}"); fails the calling cmocka test when there is
  * none. */
 double tu_value(const char *body, const char *series);
+
+/* One direction between two sans-IO sessions in one thread: the bytes
+ * the sender pulled and the receiver has not been given yet (zeroed to
+ * start; tu_pipe_free() at the end). */
+typedef struct tu_pipe {
+  uint8_t *buf;
+  size_t len, cap;
+} tu_pipe;
+
+/* Moves everything `from` has to send into `p`, then each whole message
+ * in `p` into `to`, at time `now`; a message of type `drop_type` is
+ * dropped instead (-1: none).  Fails the calling cmocka test when `to`
+ * refuses a message.  Returns 1 when any byte moved, else 0. */
+int tu_pipe_move(tu_pipe *p, hr_session *from, hr_session *to, hr_tstamp now,
+                 int drop_type);
+
+void tu_pipe_free(tu_pipe *p);
 
 #endif /* HR_TESTS_TEST_UTIL_H */

@@ -46,15 +46,10 @@
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
 #define MAXW 16
 
-typedef struct pipe_ {
-  uint8_t *buf;
-  size_t len, cap;
-} pipe_;
-
 /* One connection: a client and a server session. */
 typedef struct conn {
   hr_session *c, *s;
-  pipe_ c2s, s2c;
+  tu_pipe c2s, s2c;
   int done, status;
   hr_tensor *got;
   hr_transfer_record rec, srv_rec;
@@ -209,50 +204,16 @@ static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
   st->rdma_destination = dest;
 }
 
-static int move(world *w, hr_session *from, hr_session *to, pipe_ *p) {
-  hr_iov iov[16];
-  int moved = 0, n;
-  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-      if (p->len + iov[i].len > p->cap) {
-        p->cap = (p->len + iov[i].len) * 2;
-        p->buf = realloc(p->buf, p->cap);
-        assert_non_null(p->buf);
-      }
-      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
-      p->len += iov[i].len;
-      total += iov[i].len;
-    }
-    hr_session_consumed(from, total, w->now);
-    moved = 1;
-  }
-  size_t off = 0;
-  while (p->len - off >= HR_HEADER_SIZE) {
-    hr_msg_header h;
-    hr_wire_parse_header(p->buf + off, &h);
-    size_t whole = HR_HEADER_SIZE + h.payload_length;
-    if (p->len - off < whole)
-      break;
-    assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
-    off += whole;
-    moved = 1;
-  }
-  memmove(p->buf, p->buf + off, p->len - off);
-  p->len -= off;
-  return moved;
-}
-
 /* One turn of the loop over both connections; 1 when anything moved. */
 static int turn(world *w) {
   w->now += 1000;
   int m = 0;
   if (w->a.c) {
-    m |= move(w, w->a.c, w->a.s, &w->a.c2s);
-    m |= move(w, w->a.s, w->a.c, &w->a.s2c);
+    m |= tu_pipe_move(&w->a.c2s, w->a.c, w->a.s, w->now, -1);
+    m |= tu_pipe_move(&w->a.s2c, w->a.s, w->a.c, w->now, -1);
   }
-  m |= move(w, w->b.c, w->b.s, &w->b.c2s);
-  m |= move(w, w->b.s, w->b.c, &w->b.s2c);
+  m |= tu_pipe_move(&w->b.c2s, w->b.c, w->b.s, w->now, -1);
+  m |= tu_pipe_move(&w->b.s2c, w->b.s, w->b.c, w->now, -1);
   m |= hr__fake_progress(w->ec) > 0;
   m |= hr__fake_progress(w->es) > 0;
   return m;
@@ -332,8 +293,8 @@ static void conn_close(conn *c) {
   hr_session_del(c->c);
   hr_session_del(c->s);
   hr_tensor_unref(c->got);
-  free(c->c2s.buf);
-  free(c->s2c.buf);
+  tu_pipe_free(&c->c2s);
+  tu_pipe_free(&c->s2c);
 }
 
 static void world_close(world *w) {

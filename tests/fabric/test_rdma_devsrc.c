@@ -166,11 +166,6 @@ static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
 
 /* ---- two sessions over the fake fabric ---------------------------------- */
 
-typedef struct pipe_ {
-  uint8_t *buf;
-  size_t len, cap;
-} pipe_;
-
 #define MAXW 64
 
 typedef struct world {
@@ -179,7 +174,7 @@ typedef struct world {
   uint8_t ext_c[600], ext_s[600];
   hr_session *c, *s;
   hr_tstamp now;
-  pipe_ c2s, s2c;
+  tu_pipe c2s, s2c;
   hr_tensor *served, *committed;
   hr_transfer_record srv_rec;
   int srv_recs;
@@ -369,44 +364,10 @@ static void world_close(world *w) {
   hr_tensor_unref(w->served);
   hr_tensor_unref(w->committed);
   hr_tensor_unref(w->got);
-  free(w->c2s.buf);
-  free(w->s2c.buf);
+  tu_pipe_free(&w->c2s);
+  tu_pipe_free(&w->s2c);
   pthread_mutex_destroy(&w->mu);
   free(w);
-}
-
-static int move(world *w, hr_session *from, hr_session *to, pipe_ *p) {
-  hr_iov iov[16];
-  int moved = 0, n;
-  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-      if (p->len + iov[i].len > p->cap) {
-        p->cap = (p->len + iov[i].len) * 2;
-        p->buf = realloc(p->buf, p->cap);
-        assert_non_null(p->buf);
-      }
-      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
-      p->len += iov[i].len;
-      total += iov[i].len;
-    }
-    hr_session_consumed(from, total, w->now);
-    moved = 1;
-  }
-  size_t off = 0;
-  while (p->len - off >= HR_HEADER_SIZE) {
-    hr_msg_header h;
-    hr_wire_parse_header(p->buf + off, &h);
-    size_t whole = HR_HEADER_SIZE + h.payload_length;
-    if (p->len - off < whole)
-      break;
-    assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
-    off += whole;
-    moved = 1;
-  }
-  memmove(p->buf, p->buf + off, p->len - off);
-  p->len -= off;
-  return moved;
 }
 
 /* Runs both sessions and both endpoints until nothing moves and no work
@@ -414,8 +375,8 @@ static int move(world *w, hr_session *from, hr_session *to, pipe_ *p) {
 static void pump_until(world *w, const int *stop) {
   for (int idle = 0, i = 0; i < 200000; i++) {
     w->now += 1000;
-    int a = move(w, w->c, w->s, &w->c2s);
-    int b = move(w, w->s, w->c, &w->s2c);
+    int a = tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    int b = tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
     int c = hr__fake_progress(w->ec) > 0;
     int d = hr__fake_progress(w->es) > 0;
     int e = 0, out = works_drain_n(w, &e);
@@ -712,8 +673,8 @@ static void test_cancel_while_waiting(void **state) {
   hr__fake_stats st;
   for (int i = 0; i < 100; i++) {
     w->now += 1000;
-    move(w, w->c, w->s, &w->c2s);
-    move(w, w->s, w->c, &w->s2c);
+    tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
     hr__fake_get_stats(w->es, &st);
     if (st.live_regs)
       break;
@@ -894,8 +855,8 @@ static void test_put_cancel_while_waiting(void **state) {
                    0);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;
-    move(w, w->c, w->s, &w->c2s);
-    move(w, w->s, w->c, &w->s2c);
+    tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
   }
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);

@@ -26,11 +26,6 @@
 
 #define SIZE ((uint64_t)1 << 20)
 
-typedef struct pipe_ {
-  uint8_t *buf;
-  size_t len, cap;
-} pipe_;
-
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
@@ -38,7 +33,7 @@ typedef struct world {
   uint16_t ext_c_len, ext_s_len;
   hr_session *c, *s;
   hr_tstamp now;
-  pipe_ c2s, s2c;
+  tu_pipe c2s, s2c;
   int drop_ready;       /* RDMA_READY from the client vanishes */
   hr_tensor *served;    /* what the server answers GETs with */
   hr_tensor *committed; /* what the last PUT stored */
@@ -189,54 +184,17 @@ static void world_close(world *w) {
   hr_tensor_unref(w->served);
   hr_tensor_unref(w->committed);
   hr_tensor_unref(w->got);
-  free(w->c2s.buf);
-  free(w->s2c.buf);
+  tu_pipe_free(&w->c2s);
+  tu_pipe_free(&w->s2c);
   free(w);
-}
-
-/* Moves what `from` has to send into the pipe, then whole messages of the
- * pipe into `to` (dropping RDMA_READY when asked). */
-static int move(world *w, hr_session *from, hr_session *to, pipe_ *p,
-                int drop_ready) {
-  hr_iov iov[16];
-  int moved = 0, n;
-  while ((n = hr_session_pull(from, iov, 16, w->now)) > 0) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-      if (p->len + iov[i].len > p->cap) {
-        p->cap = (p->len + iov[i].len) * 2;
-        p->buf = realloc(p->buf, p->cap);
-        assert_non_null(p->buf);
-      }
-      memcpy(p->buf + p->len, iov[i].base, iov[i].len);
-      p->len += iov[i].len;
-      total += iov[i].len;
-    }
-    hr_session_consumed(from, total, w->now);
-    moved = 1;
-  }
-  size_t off = 0;
-  while (p->len - off >= HR_HEADER_SIZE) {
-    hr_msg_header h;
-    hr_wire_parse_header(p->buf + off, &h);
-    size_t whole = HR_HEADER_SIZE + h.payload_length;
-    if (p->len - off < whole)
-      break;
-    if (!(drop_ready && h.type == HR_MSG_RDMA_READY))
-      assert_true(hr_session_recv(to, p->buf + off, whole, w->now) >= 0);
-    off += whole;
-    moved = 1;
-  }
-  memmove(p->buf, p->buf + off, p->len - off);
-  p->len -= off;
-  return moved;
 }
 
 static void pump(world *w) {
   for (int idle = 0, i = 0; idle < 3 && i < 100000; i++) {
     w->now += 1000;
-    int a = move(w, w->c, w->s, &w->c2s, w->drop_ready);
-    int b = move(w, w->s, w->c, &w->s2c, 0);
+    int a = tu_pipe_move(&w->c2s, w->c, w->s, w->now,
+                         w->drop_ready ? HR_MSG_RDMA_READY : -1);
+    int b = tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
     int c = hr__fake_progress(w->ec) > 0;
     int d = hr__fake_progress(w->es) > 0;
     idle = a || b || c || d ? 0 : idle + 1;
