@@ -96,3 +96,25 @@ void tu_pipe_free(tu_pipe *p) {
   p->buf = NULL;
   p->len = p->cap = 0;
 }
+
+hr_gpu_buf *tu_host_buf(hr_gpu *g, uint64_t n) {
+  hr_gpu_caps caps;
+  hr_gpu_buf *b = NULL;
+  assert_int_equal(hr_gpu_query(g, &caps), 0);
+  if (caps.flags & HR_GPU_CAP_PINNED) {
+    assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_PINNED, n, &b), 0);
+  } else {
+    void *p = malloc(n);
+    assert_non_null(p);
+    assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &b), 0);
+  }
+  return b;
+}
+
+void tu_host_buf_del(hr_gpu_buf *b) {
+  void *p = hr_gpu_buf_host_ptr(b);
+  int wrapped = hr_gpu_buf_kind(b) == HR_GPU_MEM_HOST;
+  hr_gpu_buf_del(b);
+  if (wrapped)
+    free(p);
+}

@@ -2,8 +2,9 @@
  * Small helpers several test programs share (tests/unix, tests/gpu,
  * tests/metrics, tests/fabric, tests/inproc): counting this process's
  * descriptors to prove nothing leaked, the descriptor of a plain byte
- * tensor, reading one sample from a Prometheus exposition text, and a
- * pipe carrying one direction between two sans-IO sessions.
+ * tensor, reading one sample from a Prometheus exposition text, a pipe
+ * carrying one direction between two sans-IO sessions, and host memory a
+ * device copies to and from.
  * Link with LIBS hr_test_util.
  */
 #ifndef HR_TESTS_TEST_UTIL_H
@@ -11,6 +12,7 @@
 
 #include <stdint.h>
 
+#include <hurray/gpu.h>
 #include <hurray/session.h>
 #include <hurray/tensor.h>
 
@@ -43,5 +45,11 @@ int tu_pipe_move(tu_pipe *p, hr_session *from, hr_session *to, hr_tstamp now,
                  int drop_type);
 
 void tu_pipe_free(tu_pipe *p);
+
+/* `n` bytes of host memory `g` copies to and from: pinned where the
+ * device has pinned memory, else malloc()ed and wrapped.  Fails the
+ * calling cmocka test when it cannot be had.  Free with tu_host_buf_del(). */
+hr_gpu_buf *tu_host_buf(hr_gpu *g, uint64_t n);
+void tu_host_buf_del(hr_gpu_buf *b);
 
 #endif /* HR_TESTS_TEST_UTIL_H */

@@ -96,25 +96,6 @@ static void dev_close(dev *d) {
   assert_int_equal(hr_gpu_del(d->g), 0);
 }
 
-static hr_gpu_buf *host_buf(dev *d, uint64_t n) {
-  hr_gpu_buf *b = NULL;
-  if (d->caps.flags & HR_GPU_CAP_PINNED) {
-    assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_PINNED, n, &b), 0);
-  } else {
-    void *p = malloc(n);
-    assert_non_null(p);
-    assert_int_equal(hr_gpu_buf_wrap_host(d->g, p, n, &b), 0);
-  }
-  return b;
-}
-
-static void host_buf_del(dev *d, hr_gpu_buf *b) {
-  void *p = hr_gpu_buf_host_ptr(b);
-  hr_gpu_buf_del(b);
-  if (!(d->caps.flags & HR_GPU_CAP_PINNED))
-    free(p);
-}
-
 static void sleep_gate(void *arg) {
   (void)arg;
   hr__test_sleep(GATE_NS);
@@ -130,8 +111,8 @@ typedef struct produced {
 
 static void produce(dev *d, produced *pr, int with_event) {
   memset(pr, 0, sizeof *pr);
-  pr->oldb = host_buf(d, SIZE);
-  pr->newb = host_buf(d, SIZE);
+  pr->oldb = tu_host_buf(d->g, SIZE);
+  pr->newb = tu_host_buf(d->g, SIZE);
   gt_fill(hr_gpu_buf_host_ptr(pr->oldb), SIZE, 1);
   gt_fill(hr_gpu_buf_host_ptr(pr->newb), SIZE, 2);
   assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, SIZE, &pr->devb),
@@ -155,8 +136,8 @@ static void produced_free(dev *d, produced *pr) {
   hr_tensor_unref(pr->t);
   hr_gpu_event_del(pr->ev);
   hr_gpu_buf_del(pr->devb);
-  host_buf_del(d, pr->oldb);
-  host_buf_del(d, pr->newb);
+  tu_host_buf_del(pr->oldb);
+  tu_host_buf_del(pr->newb);
 }
 
 static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {

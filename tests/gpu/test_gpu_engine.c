@@ -149,27 +149,6 @@ static void fx_close(fx *f) {
   free(f);
 }
 
-/* Host memory the device can copy to and from. */
-static hr_gpu_buf *host_buf(fx *f, uint64_t n) {
-  hr_gpu_buf *b = NULL;
-  if (f->caps.flags & HR_GPU_CAP_PINNED) {
-    assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_PINNED, n, &b), 0);
-  } else {
-    void *p = malloc(n);
-    assert_non_null(p);
-    assert_int_equal(hr_gpu_buf_wrap_host(f->g, p, n, &b), 0);
-  }
-  return b;
-}
-
-static void host_buf_del(fx *f, hr_gpu_buf *b) {
-  void *p = hr_gpu_buf_host_ptr(b);
-  int wrapped = !(f->caps.flags & HR_GPU_CAP_PINNED);
-  hr_gpu_buf_del(b);
-  if (wrapped)
-    free(p);
-}
-
 static void sleep_gate(void *arg) {
   (void)arg;
   hr__test_sleep(GATE_NS);
@@ -189,8 +168,8 @@ static void served_release(void *ctx) {
 /* Resets the device buffer to OLD, then starts a slow producer writing
  * NEW (a gate, then the copy) on P; records its end in sv->ev. */
 static void produce(fx *f, served *sv, uint64_t n) {
-  sv->oldb = host_buf(f, n);
-  sv->newb = host_buf(f, n);
+  sv->oldb = tu_host_buf(f->g, n);
+  sv->newb = tu_host_buf(f->g, n);
   gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
   gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
   assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
@@ -206,8 +185,8 @@ static void served_free(fx *f, served *sv) {
   assert_int_equal(hr_gpu_stream_sync(f->P), 0);
   hr_gpu_event_del(sv->ev);
   hr_gpu_buf_del(sv->dev);
-  host_buf_del(f, sv->oldb);
-  host_buf_del(f, sv->newb);
+  tu_host_buf_del(sv->oldb);
+  tu_host_buf_del(sv->newb);
 }
 
 /* GETs `key` to the host; returns 1 when the bytes are NEW. */
@@ -231,7 +210,7 @@ static int get_is_new(fx *f, const char *key, uint8_t pref, served *sv,
  * want[off..off + n). */
 static int device_range_equals(fx *f, hr_tensor *t, hr_gpu_stream *s, int wait,
                                const uint8_t *want, uint64_t off, uint64_t n) {
-  hr_gpu_buf *out = host_buf(f, n);
+  hr_gpu_buf *out = tu_host_buf(f->g, n);
   memset(hr_gpu_buf_host_ptr(out), 0, n);
   if (wait && hr_tensor_gpu_event(t))
     assert_int_equal(hr_gpu_stream_wait_event(s, hr_tensor_gpu_event(t)), 0);
@@ -239,7 +218,7 @@ static int device_range_equals(fx *f, hr_tensor *t, hr_gpu_stream *s, int wait,
       hr_gpu_copy_async(s, out, 0, hr_tensor_gpu_buf(t, 0), off, n), 0);
   assert_int_equal(hr_gpu_stream_sync(s), 0);
   int eq = memcmp(hr_gpu_buf_host_ptr(out), want + off, n) == 0;
-  host_buf_del(f, out);
+  tu_host_buf_del(out);
   return eq;
 }
 
@@ -441,7 +420,7 @@ static void loop_never_blocks(void **state) {
   /* 2 MiB at 2 MiB/s: the staging takes about a second. */
   fx *f = fx_open(2ull << 20);
   uint64_t n = 8 * CHUNK;
-  hr_gpu_buf *dev, *src = host_buf(f, n);
+  hr_gpu_buf *dev, *src = tu_host_buf(f->g, n);
   gt_fill(hr_gpu_buf_host_ptr(src), n, 3);
   assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &dev), 0);
   assert_int_equal(hr_gpu_copy_async(f->P, dev, 0, src, 0, n), 0);
@@ -470,7 +449,7 @@ static void loop_never_blocks(void **state) {
   fx_close_net(f);
   assert_int_equal(sv.released, 1);
   hr_gpu_buf_del(dev);
-  host_buf_del(f, src);
+  tu_host_buf_del(src);
   fx_close(f);
 }
 

@@ -108,26 +108,6 @@ static void fx_close(fx *f) {
   free(f);
 }
 
-static hr_gpu_buf *host_buf(fx *f, uint64_t n) {
-  hr_gpu_buf *b = NULL;
-  if (f->caps.flags & HR_GPU_CAP_PINNED) {
-    assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_PINNED, n, &b), 0);
-  } else {
-    void *p = malloc(n);
-    assert_non_null(p);
-    assert_int_equal(hr_gpu_buf_wrap_host(f->g, p, n, &b), 0);
-  }
-  return b;
-}
-
-static void host_buf_del(fx *f, hr_gpu_buf *b) {
-  void *p = hr_gpu_buf_host_ptr(b);
-  int wrapped = !(f->caps.flags & HR_GPU_CAP_PINNED);
-  hr_gpu_buf_del(b);
-  if (wrapped)
-    free(p);
-}
-
 static void sleep_gate(void *arg) {
   (void)arg;
   hr__test_sleep(GATE_NS);
@@ -154,8 +134,8 @@ static void src_release(void *ctx) {
 /* Sets the device buffer to OLD, then starts a slow producer writing NEW
  * on P (a gate, then the copy) and records its end in sv->ev. */
 static void produce(fx *f, src *sv, uint64_t n) {
-  sv->oldb = host_buf(f, n);
-  sv->newb = host_buf(f, n);
+  sv->oldb = tu_host_buf(f->g, n);
+  sv->newb = tu_host_buf(f->g, n);
   gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
   gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
   assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
@@ -171,8 +151,8 @@ static void src_free(fx *f, src *sv) {
   assert_int_equal(hr_gpu_stream_sync(f->P), 0);
   hr_gpu_event_del(sv->ev);
   hr_gpu_buf_del(sv->dev);
-  host_buf_del(f, sv->oldb);
-  host_buf_del(f, sv->newb);
+  tu_host_buf_del(sv->oldb);
+  tu_host_buf_del(sv->newb);
 }
 
 /* The tensor handed to the PUT: its descriptor names the device (as a
