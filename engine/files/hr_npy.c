@@ -79,6 +79,9 @@ static int dtype_parse(const char *s, uint8_t *elem, int *big) {
       return 0;
     }
   }
+  /* An empty kind ("" or a bare "<") must not step past the NUL. */
+  if (*s == '\0')
+    return HR_ERR_UNSUPPORTED;
   kind = *s++;
   if (*s < '1' || *s > '9')
     return HR_ERR_UNSUPPORTED;

@@ -202,14 +202,21 @@ static int parse_header(hr_safetensors *f, const char *json, size_t len,
   for (i = 0; i < f->n; i++)
     order[i] = &f->v[i];
   qsort(order, f->n, sizeof *order, cmp_begin);
-  for (i = 1; i < f->n; i++) {
-    if (order[i]->begin < order[i - 1]->end &&
-        order[i]->begin != order[i]->end) {
+  /* Compared with the non-empty tensor that reaches furthest so far, not
+   * with the previous one: an empty tensor (which shares no byte) between
+   * two that overlap must not hide the overlap. */
+  st_tensor *reach = NULL;
+  for (i = 0; i < f->n; i++) {
+    if (order[i]->begin == order[i]->end)
+      continue;
+    if (reach && order[i]->begin < reach->end) {
       hr__files_why(why, why_len, "tensors \"%s\" and \"%s\" overlap",
-                    order[i - 1]->name, order[i]->name);
+                    reach->name, order[i]->name);
       rv = HR_ERR_INVALID_ARGUMENT;
       goto out;
     }
+    if (!reach || order[i]->end > reach->end)
+      reach = order[i];
   }
   qsort(f->v, f->n, sizeof *f->v, cmp_name);
   for (i = 1; i < f->n; i++) {

@@ -227,6 +227,11 @@ static void test_npy_rejects(void **state) {
             HR_ERR_UNSUPPORTED);
   load_dict("{'descr': '|V1', 'fortran_order': False, 'shape': (2,), }", d, 2,
             HR_ERR_UNSUPPORTED);
+  /* An empty dtype kind (the parser once read past its NUL). */
+  load_dict("{'descr': '<', 'fortran_order': False, 'shape': (2,), }", d, 2,
+            HR_ERR_UNSUPPORTED);
+  load_dict("{'descr': '', 'fortran_order': False, 'shape': (2,), }", d, 2,
+            HR_ERR_UNSUPPORTED);
   load_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (20,), }", d, 16,
             HR_ERR_INVALID_ARGUMENT); /* truncated data */
   load_dict("{'descr': '<f4', 'shape': (2,), }", d, 8,
@@ -486,6 +491,14 @@ static void test_safetensors_rejects(void **state) {
                   "\"data_offsets\": [0, 8]}, \"b\": {\"dtype\": \"F32\", "
                   "\"shape\": [2], \"data_offsets\": [4, 12]}}",
                   12, HR_ERR_INVALID_ARGUMENT); /* overlap */
+  /* An overlap with an empty tensor sorted between the two (found by
+   * fuzz_files: only neighbours were compared). */
+  expect_st_error("{\"a\": {\"dtype\": \"U8\", \"shape\": [40], "
+                  "\"data_offsets\": [0, 40]}, \"b\": {\"dtype\": \"U8\", "
+                  "\"shape\": [0], \"data_offsets\": [10, 10]}, \"c\": "
+                  "{\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": "
+                  "[20, 28]}}",
+                  40, HR_ERR_INVALID_ARGUMENT);
   expect_st_error("{\"a\": {\"dtype\": \"F32\", \"shape\": [2]}}", 8,
                   HR_ERR_INVALID_ARGUMENT);
   expect_st_error("{not json", 0, HR_ERR_INVALID_ARGUMENT);
