@@ -2,7 +2,9 @@
 # fuzz/run.sh [seconds]: builds the libFuzzer targets (clang, in their own
 # build folder), seeds their corpora from the test vectors and the corpus
 # committed under tests/fuzz_corpus/<target>/, and runs each target for its
-# share of `seconds` (default 60 in all, split evenly).
+# share of `seconds` (default 60 in all), split by weight: the whole-session
+# targets reach most code and get the most, the small parsers the least.
+# fuzz_rdma_sm exists only where fabric/ is built (libfabric's headers).
 # Exits non-zero on any crash, leak, timeout, UB or broken invariant; the
 # reproducer is left in the artifacts folder it names.
 #
@@ -19,11 +21,25 @@ fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HR_FUZZ_BUILD_DIR:-$root/build/fuzz}
 vectors=${HURRAY_VECTORS_DIR:-$root/../shared/vectors}
-targets=(fuzz_codec fuzz_reader fuzz_server_session fuzz_client_session)
+# target:weight
+weighted=(fuzz_codec:2 fuzz_reader:2 fuzz_server_session:4
+          fuzz_client_session:4 fuzz_rdma_sm:3 fuzz_files:2 fuzz_auth:1)
 
 CC=${CC:-clang} cmake -S "$root" -B "$build" -G Ninja -DHR_FUZZ=ON \
   -DHR_BUILD_TESTS=OFF -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+targets=()
+weights=()
+for tw in "${weighted[@]}"; do
+  t=${tw%%:*}
+  if [ "$t" = fuzz_rdma_sm ] && ! grep -q "^build fuzz/fuzz_rdma_sm:" \
+      "$build/build.ninja"; then
+    echo "fuzz/run.sh: fabric/ not built here: no fuzz_rdma_sm" >&2
+    continue
+  fi
+  targets+=("$t")
+  weights+=("${tw##*:}")
+done
 cmake --build "$build" -j2 --target "${targets[@]}"
 
 seeds=$build/fuzz-seeds
@@ -39,8 +55,10 @@ else
   for t in "${targets[@]}"; do mkdir -p "$seeds/${t#fuzz_}"; done
 fi
 
-# Each target gets an equal share, rounded up, so the total is >= $total.
-each=$(( (total + ${#targets[@]} - 1) / ${#targets[@]} ))
+# Each target gets its weight's share, rounded up (at least a second), so
+# the total is >= $total.
+wsum=0
+for w in "${weights[@]}"; do wsum=$((wsum + w)); done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 # libinfinipath (loaded through libfabric) would drop a backtrace file
 # into the working folder at every crash: the log has the stack already.
@@ -49,10 +67,13 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 logs=$build/fuzz-logs
 mkdir -p "$logs"
 status=0
-for t in "${targets[@]}"; do
+for i in "${!targets[@]}"; do
+  t=${targets[$i]}
+  each=$(( (total * weights[i] + wsum - 1) / wsum ))
   corpus=$build/fuzz-corpus/$t
   artifacts=$build/fuzz-artifacts/$t
-  mkdir -p "$corpus" "$artifacts"
+  # Targets the vectors do not seed start from their committed corpus.
+  mkdir -p "$corpus" "$artifacts" "$seeds/${t#fuzz_}"
   echo "== $t: ${each}s (log: $logs/$t.log)"
   # The first folder collects new inputs; the seeds and the committed
   # corpus are read only.
