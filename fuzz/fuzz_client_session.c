@@ -7,6 +7,7 @@
  * mode byte's high bits are this target's:
  *   bit 5 strict composites off (torn composites are handed out in parts)
  *   bit 6 the CLIENT_HELLO carries an AUTH_TOKEN
+ *   bit 7 GETs over RDMA register a destination (rdma_destination)
  * Action commands (op 7, arg): arg & 7 =
  *   0 GET: u8 key_len, the key, u8 flags, u8 max_shards, u8 layout count
  *     (mod 5) and per layout u8 tag, u8 ext_len (mod 16), ext bytes,
@@ -18,7 +19,8 @@
  *   2 LIST: u8 prefix_len, prefix, u8 start_after_len, start_after,
  *     u8 max_entries
  *   3 PING   4 CANCEL: u8 v, the v-th request issued (else stream v)
- *   5 hr_session_shutdown   6 hr_session_terminate   7 nothing
+ *   5 hr_session_shutdown   6 hr_session_terminate
+ *   7 a fabric command (fuzz_session.h: fz_fabric_action)
  *
  * Checked besides the driver's checks: every request's completion runs
  * exactly once, at the latest when the session is deleted; a successful
@@ -35,6 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MODE_LOOSE 0x20
 #define MODE_AUTH 0x40
+#define MODE_RDMA_DEST 0x80
 
 #define MAX_REQ 64
 
@@ -252,7 +255,7 @@ static void action(fz_driver *d, unsigned arg) {
   }
   case 5: fz_check_rv(d, hr_session_shutdown(d->s, d->now)); break;
   case 6: hr_session_terminate(d->s, d->now); break;
-  default: break;
+  default: fz_fabric_action(d); break;
   }
 }
 
@@ -277,6 +280,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hr_settings set;
   fz_settings(&d, &set);
   set.strict_composites = !(d.mode & MODE_LOOSE);
+  set.rdma_destination = (d.mode & MODE_RDMA_DEST) != 0;
   static const uint8_t token[] = "fuzz-token";
   if (d.mode & MODE_AUTH) {
     set.auth_token = token;

@@ -14,7 +14,8 @@
  *   0 hr_session_shutdown   1 hr_session_terminate
  *   2 answer pending GET (arg >> 3) (from the store)
  *   3 fail pending GET (arg >> 3) with NOT_FOUND
- *   4 answer every pending GET   5-7 nothing
+ *   4 answer every pending GET
+ *   5 a fabric command (fuzz_session.h: fz_fabric_action)   6-7 nothing
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ static void action(fz_driver *d, unsigned arg) {
     while (sv->npending > 0 && !d->dead)
       answer(d, sv, 0, 0);
     break;
+  case 5: fz_fabric_action(d); break;
   default: break;
   }
 }
@@ -203,6 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   hr_settings set;
   fz_settings(&d, &set);
+  set.rdma_destination = 1;
   hr_session_callbacks cb = fz_callbacks();
   if (hr_session_new(&d.s, HR_ROLE_SERVER, &set, &cb, &prov, &d, d.now,
                      &d.mem) != 0)

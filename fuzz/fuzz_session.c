@@ -59,6 +59,7 @@ void fz_settings(const fz_driver *d, hr_settings *set) {
   set->max_shards = 8;
   if (d->mode & FZ_MODE_SMALL_FRAMES)
     set->frame_data_size = 64;
+  fz_fabric_settings(d, set);
 }
 
 static int fz_submit(hr_session *s, hr_work *w, void *ud) {
@@ -93,7 +94,10 @@ static int sent_by(int role, uint8_t type) {
   case HR_MSG_ERROR:
   case HR_MSG_GOAWAY:
   case HR_MSG_PING:
-  case HR_MSG_PONG: return 1;
+  case HR_MSG_PONG:
+  /* The RDMA handshake runs either way: GET and PUT swap the roles. */
+  case HR_MSG_RDMA_REGISTER:
+  case HR_MSG_RDMA_READY: return 1;
   case HR_MSG_CLIENT_HELLO:
   case HR_MSG_TENSOR_REQUEST:
   case HR_MSG_TENSOR_PUT:
@@ -267,6 +271,7 @@ void fz_init(fz_driver *d, const uint8_t *data, size_t size, int role) {
     hr_fuzz_fail("hr_reader_new failed");
   d->role = role;
   d->trace = getenv("HR_FUZZ_TRACE") != NULL;
+  fz_fabric_init(d);
 }
 
 void fz_run(fz_driver *d) {
@@ -291,8 +296,10 @@ void fz_run(fz_driver *d) {
       break;
     default: d->action(d, arg); break;
     }
-    if (!manual)
+    if (!manual) {
+      fz_fabric_step(d);
       fz_drain(d);
+    }
   }
   /* The end: either every work item comes back first, or the session is
    * deleted with work out (it must then live until the last report). */
@@ -315,6 +322,8 @@ void fz_run(fz_driver *d) {
     w->run(w);
     hr_session_work_done(s, w, d->now);
   }
+  /* The data plane outlives the session until the fabric lets go. */
+  fz_fabric_done(d);
   hr_reader_del(d->out_rd);
 }
 

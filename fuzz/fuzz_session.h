@@ -76,6 +76,8 @@ struct fz_driver {
   /* The target's action for op 7. */
   void (*action)(fz_driver *d, unsigned arg);
   void *target;
+  /* The fake fabric (fuzz_fabric.c; NULL where fabric/ is not built). */
+  struct fz_fabric *fab;
 };
 
 /* Fills settings for a fuzzed session: short timeouts so the fake clock
@@ -94,6 +96,34 @@ void fz_run(fz_driver *d);
 void fz_drain(fz_driver *d);
 /* Checks a return of the session API: a fatal one marks the driver dead. */
 void fz_check_rv(fz_driver *d, int rv);
+
+/*
+ * The RDMA data plane on the fake fabric (fuzz_fabric.c).  Where fabric/
+ * is built (FZ_FABRIC), every fuzzed session gets a fake endpoint "me"
+ * and advertises RDMA_DATA_PLANE and RDMA_GPUDIRECT with its
+ * FABRIC_ADDRESS; a second endpoint "peer" of the same world stands for
+ * the fuzzed side's fabric.  A HELLO naming provider "fake" and endpoint
+ * "peer" with those flags makes the connection's RDMA usable, so the
+ * session's RDMA glue and handshakes run on hostile messages.
+ *
+ * fz_fabric_init() (called by fz_init) sets up the world, fz_settings()
+ * names it in the settings (fz_fabric_settings()); fz_fabric_step() runs both endpoints'
+ * fake progress (after each command unless the output is manual);
+ * fz_fabric_action() reads one fabric command from the input:
+ *   u8 c, c % 6 = 0 our progress, 1 one completion of ours, 2 the peer's
+ *   progress, 3 the peer posts receives (u16 size, u8 stream id), 4 the
+ *   peer sends tagged pieces (u16 size, u8 stream id, u8 piece x 8), 5 the
+ *   peer registers a buffer for RMA writes (u16 size); sizes big-endian,
+ *   at most 4096
+ * fz_fabric_done() runs after the session is deleted: it lets the fabric
+ * finish, checks that no remote registration of ours is left open, and
+ * frees the world.  Without FZ_FABRIC all of them do nothing.
+ */
+void fz_fabric_init(fz_driver *d);
+void fz_fabric_settings(const fz_driver *d, hr_settings *set);
+void fz_fabric_step(fz_driver *d);
+void fz_fabric_action(fz_driver *d);
+void fz_fabric_done(fz_driver *d);
 
 /* A dense tensor with deterministic contents (NULL on a bad
  * description). */

@@ -10,7 +10,8 @@ OUT_DIR/server_session/ and OUT_DIR/client_session/: whole conversations in
 the command format of fuzz/fuzz_session.h, built from the vectors' messages
 (a CLIENT_HELLO then requests, PUTs, LISTs, PINGs and CANCELs for the
 server; the requests issued, then a SERVER_HELLO and the answers for the
-client).  Only the Python standard library is used.  Exits 1 when the
+client; and RDMA conversations on the fuzzers' fake fabric).  Only the
+Python standard library is used.  Exits 1 when the
 folder holds no vectors.
 """
 import glob
@@ -262,6 +263,110 @@ def client_conversations(docs):
     return out
 
 
+# ---- the RDMA data plane on the fake fabric (fuzz/fuzz_fabric.c) ---------
+
+MSG_DESCRIPTOR, MSG_DATA_END, MSG_RDMA_REGISTER, MSG_RDMA_READY = 4, 6, 12, 13
+CAP_RDMA = 4 | 8  # RDMA_DATA_PLANE | RDMA_GPUDIRECT
+FAKE_KEY0 = 0x1000  # the fake fabric's first key in each world
+
+
+def fabric_hello(hello, caps=CAP_RDMA):
+    """`hello` with the RDMA flags and a FABRIC_ADDRESS naming the fuzzer's
+    fake endpoint "peer" as its only extension (the vector's extension list
+    must be its tail: the minimal HELLOs end in an empty one)."""
+    body = bytearray(hello[12:])
+    (flags,) = struct.unpack_from("<I", body, 8)
+    struct.pack_into("<I", body, 8, flags | caps)
+    assert body[-2:] == b"\0\0", "the HELLO must end in an empty list"
+    value = struct.pack("<H", 4) + b"fake" + struct.pack("<H", 4) + b"peer"
+    body = body[:-2] + struct.pack("<HHH", 1, 4, len(value)) + value
+    return struct.pack("<III", hello[0], 0, len(body)) + bytes(body)
+
+
+def msg(mtype, sid, payload=b""):
+    return struct.pack("<III", mtype, sid, len(payload)) + payload
+
+
+def rdma_register(sid, role, length, address, key):
+    return msg(MSG_RDMA_REGISTER, sid,
+               struct.pack("<BxxxQQQH", role, length, address, key, 0))
+
+
+def fabric_cmd_server(*b):
+    return bytes([7 << 5 | 5]) + bytes(b)
+
+
+def fabric_cmd_client(*b):
+    return bytes([7 << 5 | 7]) + bytes(b)
+
+
+def server_rdma_conversations(docs):
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    hello = fabric_hello(hellos["hello_client_minimal"])
+    # GET "big" (32 x 16 uint8: 512 bytes, over the 256-byte threshold).
+    key = b"big"
+    req = msg(MSG_REQUEST, 1, struct.pack("<H", len(key)) + key +
+              struct.pack("<IHBBH", 0, 0, 0, 0, 1))
+    ready = msg(MSG_RDMA_READY, 1)
+    convs = [
+        # Tagged: the peer posts its receives, then READY.
+        ("rdma-tagged", feed(hello + req) + fabric_cmd_server(3, 2, 0, 1) +
+         feed(ready)),
+        # The same with a CANCEL racing the transfer.
+        ("rdma-cancel", feed(hello + req) + fabric_cmd_server(3, 2, 0, 1) +
+         feed(ready + struct.pack("<BxxxII", MSG_CANCEL, 1, 0))),
+        # Destination: the peer registers 512 bytes (the second key of the
+        # world, after the server's SOURCE) and names it.
+        ("rdma-dest", feed(hello + req) + fabric_cmd_server(5, 2, 0) +
+         feed(rdma_register(1, 1, 512, 0, FAKE_KEY0 + 1) + ready)),
+        # READY before any receive is posted, then the receives.
+        ("rdma-late-recv", feed(hello + req + ready) +
+         fabric_cmd_server(3, 2, 0, 1) + fabric_cmd_server(2)),
+    ]
+    out = []
+    for name, body in convs:
+        for i, mode in enumerate(SERVER_MODES[:2]):
+            out.append(("%s-m%d" % (name, i), bytes([mode]) + body))
+    return out
+
+
+def client_rdma_conversations(docs):
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    # A SERVER_HELLO that ends in an empty extension list: the minimal
+    # client one, retyped.
+    minimal = hellos["hello_client_minimal"]
+    hello = fabric_hello(struct.pack("<I", MSG_SERVER_HELLO) + minimal[4:])
+    out = []
+    for v in docs.get("data_frames", []) + docs.get("descriptor_layouts", []):
+        seq = v.get("sequence")
+        if not seq or seq.get("direction") != "s2c":
+            continue
+        msgs = split(bytes.fromhex(v["hex"]))
+        if not msgs or msgs[0][0] != MSG_DESCRIPTOR or len(msgs[0]) < 28:
+            continue
+        desc = bytearray(restream(msgs[0], 1))
+        desc[-4] = 1  # data_plane RDMA
+        (total,) = struct.unpack_from("<Q", desc, len(desc) - 16)
+        if total == 0 or total > 4096:
+            continue
+        src = rdma_register(1, 0, total, 0, FAKE_KEY0 + 7)
+        body = (get_action(seq["request"]) + feed(hello + bytes(desc) + src) +
+                fabric_cmd_client(4, total >> 8, total & 255, 1, 0) +
+                feed(msg(MSG_DATA_END, 1)))
+        for i, mode in enumerate(CLIENT_MODES):
+            out.append(("rdma-%s-m%d" % (v["name"], i), bytes([mode]) + body))
+            # The same with a destination registered (mode bit 7).
+            out.append(("rdma-dest-%s-m%d" % (v["name"], i),
+                        bytes([mode | 128]) + body))
+        if len(out) >= 24:
+            break
+    return out
+
+
 def write_all(out_dir, sub, items):
     d = os.path.join(out_dir, sub)
     os.makedirs(d, exist_ok=True)
@@ -303,9 +408,11 @@ def main():
     n_server = n_client = 0
     if files:
         n_server = write_all(out_dir, "server_session",
-                             server_conversations(docs))
+                             server_conversations(docs) +
+                             server_rdma_conversations(docs))
         n_client = write_all(out_dir, "client_session",
-                             client_conversations(docs))
+                             client_conversations(docs) +
+                             client_rdma_conversations(docs))
     print("seeded %d codec, %d reader, %d server and %d client session "
           "inputs from %d files in %s"
           % (n_codec, n_reader, n_server, n_client, len(files), vectors_dir))
