@@ -20,7 +20,15 @@
  *     u8 max_entries
  *   3 PING   4 CANCEL: u8 v, the v-th request issued (else stream v)
  *   5 hr_session_shutdown   6 hr_session_terminate
- *   7 a fabric command (fuzz_session.h: fz_fabric_action)
+ *   7 u8 c: with bit 7 set, a file descriptor arrives with the next
+ *     (c & 127) + 1 bytes of input (hr_session_recv_fds: the SHM data
+ *     plane); else a fabric command (fuzz_session.h: fz_fabric_action)
+ *
+ * The SHM host is fake: descriptors are numbers (never real files), and
+ * shm_map hands out a zeroed heap block of the asked length (up to 1 MiB;
+ * longer ones are refused like a short segment).  Checked: every
+ * descriptor handed in is closed exactly once, by the end at the latest;
+ * no unknown one is closed; every mapping is unmapped exactly once.
  *
  * Checked besides the driver's checks: every request's completion runs
  * exactly once, at the latest when the session is deleted; a successful
@@ -51,12 +59,90 @@ typedef struct request {
   int dest_owned; /* the returned tensor's release frees dest */
 } request;
 
+#define MAX_FDS 64
+#define FD_BASE 1000
+#define MAX_MAP ((uint64_t)1 << 20)
+
+typedef struct mapping {
+  struct client *c;
+  void *block;
+  int unmapped;
+} mapping;
+
 typedef struct client {
   request req[MAX_REQ];
   int nreq;
   hr_tensor *tensors[5];
   int trace;
+  /* The fake SHM host: descriptor FD_BASE + i is fds[i] (0 never handed
+   * in, 1 handed in, 2 closed). */
+  uint8_t fds[MAX_FDS];
+  int nfds;
+  mapping *maps[MAX_REQ];
+  int nmaps;
 } client;
+
+static void fd_close(hr_session *s, int fd, void *ud) {
+  fz_driver *d = ud;
+  client *c = d->target;
+  (void)s;
+  int i = fd - FD_BASE;
+  if (i < 0 || i >= c->nfds || c->fds[i] != 1)
+    hr_fuzz_fail("fd_close of a descriptor not handed in, or closed twice");
+  c->fds[i] = 2;
+}
+
+static void unmap(void *ctx) {
+  mapping *m = ctx;
+  if (m->unmapped++)
+    hr_fuzz_fail("a mapping was unmapped twice");
+  free(m->block);
+  m->block = NULL;
+}
+
+static int shm_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
+                   uint64_t align, hr_shm_mapping *out, char *why,
+                   size_t why_len, void *ud) {
+  fz_driver *d = ud;
+  client *c = d->target;
+  (void)s;
+  int i = fd - FD_BASE;
+  if (i < 0 || i >= c->nfds || c->fds[i] != 1)
+    hr_fuzz_fail("shm_map of a descriptor not handed in, or closed");
+  if (align == 0 || (align & (align - 1)) != 0)
+    hr_fuzz_fail("shm_map: an alignment that is not a power of two");
+  if (len > MAX_MAP || offset > UINT64_MAX - len || align > 4096 ||
+      c->nmaps == MAX_REQ) {
+    snprintf(why, why_len, "fuzz: the segment is too short");
+    return -1;
+  }
+  mapping *m = calloc(1, sizeof *m);
+  size_t n = len ? (size_t)len : 1;
+  m->block = m ? aligned_alloc(4096, (n + 4095) & ~(size_t)4095) : NULL;
+  if (m == NULL || m->block == NULL)
+    hr_fuzz_fail("out of memory");
+  memset(m->block, 0x5A, n);
+  m->c = c;
+  c->maps[c->nmaps++] = m;
+  out->base = m->block;
+  out->unmap = unmap;
+  out->ctx = m;
+  return 0;
+}
+
+/* A descriptor arrives with the next `len` bytes of input. */
+static void recv_fd(fz_driver *d, client *c, size_t len) {
+  if (c->nfds == MAX_FDS)
+    return;
+  int fd = FD_BASE + c->nfds;
+  c->fds[c->nfds++] = 1;
+  int rv = hr_session_recv_fds(d->s, &fd, 1, len, d->now);
+  if (rv != 0 && rv != HR_ERR_NOMEM)
+    hr_fuzz_fail("hr_session_recv_fds: an undocumented return");
+  fz_check_rv(d, rv);
+  /* The bytes it came with, fed as the feed commands do. */
+  fz_feed(d, len);
+}
 
 static void release_dest(void *ctx) { free(ctx); }
 
@@ -255,7 +341,14 @@ static void action(fz_driver *d, unsigned arg) {
   }
   case 5: fz_check_rv(d, hr_session_shutdown(d->s, d->now)); break;
   case 6: hr_session_terminate(d->s, d->now); break;
-  default: fz_fabric_action(d); break;
+  default: {
+    uint8_t b = fz_take(&d->in);
+    if (b & 0x80)
+      recv_fd(d, c, (size_t)(b & 0x7f) + 1);
+    else
+      fz_fabric_action(d, b);
+    break;
+  }
   }
 }
 
@@ -287,6 +380,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     set.auth_token_len = sizeof(token) - 1;
   }
   hr_session_callbacks cb = fz_callbacks();
+  cb.shm_map = shm_map;
+  cb.fd_close = fd_close;
   if (hr_session_new(&d.s, HR_ROLE_CLIENT, &set, &cb, NULL, &d, d.now,
                      &d.mem) != 0)
     hr_fuzz_fail("hr_session_new failed");
@@ -301,5 +396,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   for (int i = 0; i < 5; i++)
     hr_tensor_unref(c.tensors[i]);
+  for (int i = 0; i < c.nfds; i++)
+    if (c.fds[i] != 2)
+      hr_fuzz_fail("a descriptor handed to the session was never closed");
+  for (int i = 0; i < c.nmaps; i++) {
+    if (c.maps[i]->unmapped != 1)
+      hr_fuzz_fail("a mapping was never unmapped");
+    free(c.maps[i]);
+  }
   return 0;
 }

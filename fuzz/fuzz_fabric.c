@@ -136,9 +136,8 @@ static void tagged(fz_driver *d, int recv) {
     p->active = 1;
 }
 
-void fz_fabric_action(fz_driver *d) {
+void fz_fabric_action(fz_driver *d, uint8_t c) {
   struct fz_fabric *f = d->fab;
-  uint8_t c = fz_take(&d->in);
   if (f == NULL)
     return;
   switch (c % 6) {
@@ -202,7 +201,10 @@ void fz_fabric_settings(const fz_driver *d, hr_settings *set) {
   (void)set;
 }
 void fz_fabric_step(fz_driver *d) { (void)d; }
-void fz_fabric_action(fz_driver *d) { (void)fz_take(&d->in); }
+void fz_fabric_action(fz_driver *d, uint8_t c) {
+  (void)d;
+  (void)c;
+}
 void fz_fabric_done(fz_driver *d) { (void)d; }
 
 #endif

@@ -107,7 +107,7 @@ static void action(fz_driver *d, unsigned arg) {
     while (sv->npending > 0 && !d->dead)
       answer(d, sv, 0, 0);
     break;
-  case 5: fz_fabric_action(d); break;
+  case 5: fz_fabric_action(d, fz_take(&d->in)); break;
   default: break;
   }
 }

@@ -102,7 +102,8 @@ static int sent_by(int role, uint8_t type) {
   case HR_MSG_TENSOR_REQUEST:
   case HR_MSG_TENSOR_PUT:
   case HR_MSG_CANCEL:
-  case HR_MSG_LIST_REQUEST: return role == HR_ROLE_CLIENT;
+  case HR_MSG_LIST_REQUEST:
+  case HR_MSG_BUFFER_RELEASE: return role == HR_ROLE_CLIENT;
   case HR_MSG_SERVER_HELLO:
   case HR_MSG_TENSOR_PUT_ACK:
   case HR_MSG_LIST_RESPONSE: return role == HR_ROLE_SERVER;
@@ -202,7 +203,7 @@ static void run_work(fz_driver *d, int i) {
 
 /* ---- input --------------------------------------------------------------- */
 
-static void feed(fz_driver *d, size_t len) {
+void fz_feed(fz_driver *d, size_t len) {
   if (len > d->in.n)
     len = d->in.n;
   const uint8_t *p = d->in.p;
@@ -287,7 +288,7 @@ void fz_run(fz_driver *d) {
     case 0:
     case 1:
     case 2:
-    case 3: feed(d, (size_t)(arg + 1) << (4 * op)); break;
+    case 3: fz_feed(d, (size_t)(arg + 1) << (4 * op)); break;
     case 4: advance(d, arg); break;
     case 5: pull_once(d, 1 + (int)(arg & 7), arg >> 3); break;
     case 6:

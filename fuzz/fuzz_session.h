@@ -92,6 +92,9 @@ hr_session_callbacks fz_callbacks(void);
 void fz_init(fz_driver *d, const uint8_t *data, size_t size, int role);
 /* Runs the commands, then drains and deletes the session. */
 void fz_run(fz_driver *d);
+/* Feeds the next `len` bytes of the input (fewer when it ends), as the
+ * feed commands do. */
+void fz_feed(fz_driver *d, size_t len);
 /* Pulls and consumes everything the session has to send. */
 void fz_drain(fz_driver *d);
 /* Checks a return of the session API: a fatal one marks the driver dead. */
@@ -109,8 +112,9 @@ void fz_check_rv(fz_driver *d, int rv);
  * fz_fabric_init() (called by fz_init) sets up the world, fz_settings()
  * names it in the settings (fz_fabric_settings()); fz_fabric_step() runs both endpoints'
  * fake progress (after each command unless the output is manual);
- * fz_fabric_action() reads one fabric command from the input:
- *   u8 c, c % 6 = 0 our progress, 1 one completion of ours, 2 the peer's
+ * fz_fabric_action() runs one fabric command, c (read by the target) and
+ * what follows it in the input:
+ *   c % 6 = 0 our progress, 1 one completion of ours, 2 the peer's
  *   progress, 3 the peer posts receives (u16 size, u8 stream id), 4 the
  *   peer sends tagged pieces (u16 size, u8 stream id, u8 piece x 8), 5 the
  *   peer registers a buffer for RMA writes (u16 size); sizes big-endian,
@@ -122,7 +126,7 @@ void fz_check_rv(fz_driver *d, int rv);
 void fz_fabric_init(fz_driver *d);
 void fz_fabric_settings(const fz_driver *d, hr_settings *set);
 void fz_fabric_step(fz_driver *d);
-void fz_fabric_action(fz_driver *d);
+void fz_fabric_action(fz_driver *d, uint8_t c);
 void fz_fabric_done(fz_driver *d);
 
 /* A dense tensor with deterministic contents (NULL on a bad

@@ -10,7 +10,8 @@ OUT_DIR/server_session/ and OUT_DIR/client_session/: whole conversations in
 the command format of fuzz/fuzz_session.h, built from the vectors' messages
 (a CLIENT_HELLO then requests, PUTs, LISTs, PINGs and CANCELs for the
 server; the requests issued, then a SERVER_HELLO and the answers for the
-client; and RDMA conversations on the fuzzers' fake fabric).  Only the
+client; RDMA conversations on the fuzzers' fake fabric, and SHM answers
+with a file descriptor for the client).  Only the
 Python standard library is used.  Exits 1 when the
 folder holds no vectors.
 """
@@ -367,6 +368,39 @@ def client_rdma_conversations(docs):
     return out
 
 
+CAP_SHM = 64  # SHM_DATA_PLANE
+
+
+def client_shm_conversations(docs):
+    """GETs answered over SHM: the descriptor (data_plane 2) arrives with a
+    file descriptor (the client target's action 7 with bit 7: the fd comes
+    with the next bytes), then TENSOR_DATA_END."""
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    minimal = hellos["hello_client_minimal"]
+    hello = fabric_hello(struct.pack("<I", MSG_SERVER_HELLO) + minimal[4:],
+                         CAP_RDMA | CAP_SHM)
+    out = []
+    for v in docs.get("data_frames", []) + docs.get("descriptor_layouts", []):
+        seq = v.get("sequence")
+        if not seq or seq.get("direction") != "s2c":
+            continue
+        msgs = split(bytes.fromhex(v["hex"]))
+        if not msgs or msgs[0][0] != MSG_DESCRIPTOR or len(msgs[0]) > 128:
+            continue
+        desc = bytearray(restream(msgs[0], 1))
+        desc[-4] = 2  # data_plane SHM
+        body = (get_action(seq["request"]) + feed(hello) +
+                bytes([7 << 5 | 7, 0x80 | (len(desc) - 1)]) + bytes(desc) +
+                feed(msg(MSG_DATA_END, 1)))
+        for i, mode in enumerate(CLIENT_MODES):
+            out.append(("shm-%s-m%d" % (v["name"], i), bytes([mode]) + body))
+        if len(out) >= 12:
+            break
+    return out
+
+
 def write_all(out_dir, sub, items):
     d = os.path.join(out_dir, sub)
     os.makedirs(d, exist_ok=True)
@@ -412,7 +446,8 @@ def main():
                              server_rdma_conversations(docs))
         n_client = write_all(out_dir, "client_session",
                              client_conversations(docs) +
-                             client_rdma_conversations(docs))
+                             client_rdma_conversations(docs) +
+                             client_shm_conversations(docs))
     print("seeded %d codec, %d reader, %d server and %d client session "
           "inputs from %d files in %s"
           % (n_codec, n_reader, n_server, n_client, len(files), vectors_dir))
