@@ -21,7 +21,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int blank(char c) { return c == ' ' || c == '\t'; }
+static int blank(char c) {
+  return c == ' ' || c == '\t';
+}
 
 /* The next field of [*p, end), or 0 when none is left. */
 static size_t field(const char **p, const char *end, const char **f) {
@@ -82,8 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (why[0] == '\0')
       hr_fuzz_fail("hr_auth_load refused a file without saying why");
     if (hr_auth_count(a) != 1 ||
-        hr_auth_check(a, (const uint8_t *)"fuzz-first-token", 16,
-                      HR_AUTH_READ, (const uint8_t *)"a/b", 3) != 0)
+        hr_auth_check(a, (const uint8_t *)"fuzz-first-token", 16, HR_AUTH_READ,
+                      (const uint8_t *)"a/b", 3) != 0)
       hr_fuzz_fail("a refused file changed the table");
     hr_auth_del(a);
     return 0;

@@ -46,8 +46,8 @@ void fz_fabric_init(fz_driver *d) {
     hr_fuzz_fail("the fake fabric could not be set up");
   uint8_t addr[128];
   int64_t n = hr__fake_address(f->me, addr, sizeof addr);
-  int e = n > 0 ? hr_ext_put(f->ext, sizeof f->ext, HR_EXT_FABRIC_ADDRESS,
-                             addr, (uint16_t)n)
+  int e = n > 0 ? hr_ext_put(f->ext, sizeof f->ext, HR_EXT_FABRIC_ADDRESS, addr,
+                             (uint16_t)n)
                 : -1;
   if (e <= 0)
     hr_fuzz_fail("the FABRIC_ADDRESS extension could not be built");
@@ -195,16 +195,22 @@ void fz_fabric_done(fz_driver *d) {
 
 #else /* !FZ_FABRIC */
 
-void fz_fabric_init(fz_driver *d) { d->fab = NULL; }
+void fz_fabric_init(fz_driver *d) {
+  d->fab = NULL;
+}
 void fz_fabric_settings(const fz_driver *d, hr_settings *set) {
   (void)d;
   (void)set;
 }
-void fz_fabric_step(fz_driver *d) { (void)d; }
+void fz_fabric_step(fz_driver *d) {
+  (void)d;
+}
 void fz_fabric_action(fz_driver *d, uint8_t c) {
   (void)d;
   (void)c;
 }
-void fz_fabric_done(fz_driver *d) { (void)d; }
+void fz_fabric_done(fz_driver *d) {
+  (void)d;
+}
 
 #endif

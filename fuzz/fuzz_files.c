@@ -77,8 +77,7 @@ static uint8_t touch(hr_tensor *t) {
 static void npy_parse(const uint8_t *p, size_t n, int unsized) {
   hr_npy_info info;
   char why[256];
-  int rv = hr_npy_parse(p, n, unsized ? UINT64_MAX : n, &info, why,
-                        sizeof why);
+  int rv = hr_npy_parse(p, n, unsized ? UINT64_MAX : n, &info, why, sizeof why);
   if (rv != 0) {
     if (rv != HR_ERR_INVALID_ARGUMENT && rv != HR_ERR_UNSUPPORTED)
       hr_fuzz_fail("hr_npy_parse: an undocumented return");

@@ -37,8 +37,9 @@
  * Checked: no crash, leak or UB; every message the handshake sends
  * encodes, decodes, is on its stream and of its side's direction, and
  * none follows the terminal event; COMPLETE or FAILED is reported at most
- * once, DATA_READY only on a PUT receiver, once, before it; the return codes are the documented ones;
- * after the terminal event the keys we sent open nothing; release runs
+ * once, DATA_READY only on a PUT receiver, once, before it; the return
+ * codes are the documented ones; after the terminal event the keys we
+ * sent open nothing; release runs
  * exactly once, and when everything is torn down none of our remote
  * registrations is left open.
  *
@@ -347,11 +348,10 @@ static void peer_register(fx *f, in_t *in, unsigned arg) {
   peer_region(f, &r, len);
   char why[128];
   int i = f->npeer;
-  if (hr__fake_ops()->reg(f->peer, &r,
-                          (arg & 1) ? HR_FABRIC_REMOTE_WRITE
-                                    : HR_FABRIC_REMOTE_READ,
-                          &f->peer_key[i], &f->peer_mr[i], why,
-                          sizeof why) == 0)
+  if (hr__fake_ops()->reg(
+          f->peer, &r,
+          (arg & 1) ? HR_FABRIC_REMOTE_WRITE : HR_FABRIC_REMOTE_READ,
+          &f->peer_key[i], &f->peer_mr[i], why, sizeof why) == 0)
     f->npeer++;
 }
 
@@ -420,8 +420,7 @@ static void call(fx *f, in_t *in, unsigned arg) {
   }
   case 2: {
     uint8_t c = take(in);
-    check_rv(f, hr_rdma_abort(f->x, c < 64 ? 0 : error_codes[c % 8], "off"),
-             1);
+    check_rv(f, hr_rdma_abort(f->x, c < 64 ? 0 : error_codes[c % 8], "off"), 1);
     break;
   }
   default:
@@ -457,8 +456,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     f->fail_from = 1 + (more >> 4);
 
   if (hr__fake_world_new(&f->w, NULL) != 0 ||
-      hr__fake_ep_new(&f->me, f->w, "me", (flags >> 5) & 1,
-                      (flags >> 6) & 1) != 0 ||
+      hr__fake_ep_new(&f->me, f->w, "me", (flags >> 5) & 1, (flags >> 6) & 1) !=
+          0 ||
       hr__fake_ep_new(&f->peer, f->w, "peer", (flags >> 5) & 1,
                       (flags >> 6) & 1) != 0)
     hr_fuzz_fail("the fake fabric could not be set up");
@@ -527,8 +526,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.release_ctx = f;
   hr_wire_status st;
   memset(&st, 0, sizeof st);
-  int rv = hr_rdma_new(&f->x, f->conn, &c, &cbs, f, NULL, &st, why,
-                       sizeof why);
+  int rv = hr_rdma_new(&f->x, f->conn, &c, &cbs, f, NULL, &st, why, sizeof why);
   int made = rv == 0;
   if (rv == HR_ERR_PROTO) {
     if (f->side != HR_RDMA_RECEIVER)

@@ -110,8 +110,9 @@ void fz_check_rv(fz_driver *d, int rv);
  * session's RDMA glue and handshakes run on hostile messages.
  *
  * fz_fabric_init() (called by fz_init) sets up the world, fz_settings()
- * names it in the settings (fz_fabric_settings()); fz_fabric_step() runs both endpoints'
- * fake progress (after each command unless the output is manual);
+ * names it in the settings (fz_fabric_settings()); fz_fabric_step() runs
+ * both endpoints' fake progress (after each command unless the output is
+ * manual);
  * fz_fabric_action() runs one fabric command, c (read by the target) and
  * what follows it in the input:
  *   c % 6 = 0 our progress, 1 one completion of ours, 2 the peer's
