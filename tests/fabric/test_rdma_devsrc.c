@@ -60,12 +60,20 @@ static int is_sim(void) {
 
 static const hr_gpu_ops *base_ops;
 static hr_gpu_ops fail_ops;
-static atomic_int wait_fails; /* stream_wait_event answers HR_ERR_IO */
+static atomic_int wait_fails;   /* stream_wait_event answers HR_ERR_IO */
+static atomic_int pinned_fails; /* pinned allocations answer NOMEM */
 
 static int failing_wait(void *dev, void *s, void *e) {
   if (atomic_load(&wait_fails))
     return HR_ERR_IO;
   return base_ops->stream_wait_event(dev, s, e);
+}
+
+static int failing_alloc(void *dev, int kind, uint64_t size,
+                         hr_gpu_mem_info *out) {
+  if (kind == HR_GPU_MEM_PINNED && atomic_load(&pinned_fails))
+    return HR_ERR_NOMEM;
+  return base_ops->mem_alloc(dev, kind, size, out);
 }
 
 typedef struct dev {
@@ -80,6 +88,7 @@ static void dev_open(dev *d) {
   base_ops = hr_gpu_get_ops(d->g);
   fail_ops = *base_ops;
   fail_ops.stream_wait_event = failing_wait;
+  fail_ops.mem_alloc = failing_alloc;
   assert_int_equal(hr_gpu_del(d->g), 0);
   hr_gpu_config cfg;
   hr_gpu_config_default(&cfg);
@@ -88,6 +97,7 @@ static void dev_open(dev *d) {
   assert_int_equal(hr_gpu_query(d->g, &d->caps), 0);
   assert_int_equal(hr_gpu_stream_new(d->g, &d->P), 0);
   atomic_store(&wait_fails, 0);
+  atomic_store(&pinned_fails, 0);
 }
 
 static void dev_close(dev *d) {
@@ -173,6 +183,11 @@ typedef struct world {
   } works[MAXW];
   int nworks;
   int started, ran_inline;
+  int inline_work; /* submit_work refuses: the session runs work inline */
+  int in_request;  /* inside hr_session_put() */
+  int cb_in_request; /* a PUT callback ran inside hr_session_put() */
+  atomic_int released; /* the PUT tensor's releases (put_release) */
+  int released_at_cb;  /* `released` when the PUT callback ran */
 } world;
 
 static void work_complete(hr_work *w, void *ctx) {
@@ -186,6 +201,8 @@ static void work_complete(hr_work *w, void *ctx) {
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   world *wd = ud;
+  if (wd->inline_work)
+    return 1;
   pthread_mutex_lock(&wd->mu);
   assert_true(wd->nworks < MAXW);
   int i = wd->nworks++;
@@ -361,6 +378,13 @@ static void pump_until(world *w, const int *stop) {
     int c = hr__fake_progress(w->ec) > 0;
     int d = hr__fake_progress(w->es) > 0;
     int e = 0, out = works_drain_n(w, &e);
+    /* Due deadlines, as a host runs them (a PUT's callback may be due). */
+    hr_session *both[2] = {w->c, w->s};
+    int before = w->done;
+    for (int k = 0; k < 2; k++)
+      if (hr_session_get_expiry(both[k]) <= w->now)
+        hr_session_handle_expiry(both[k], w->now);
+    e |= w->done != before;
     if (stop && *stop)
       return;
     idle = a || b || c || d || e ? 0 : idle + 1;
@@ -684,6 +708,9 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
                    void *ud) {
   world *w = ud;
   (void)s;
+  if (w->in_request)
+    w->cb_in_request++;
+  w->released_at_cb = atomic_load(&w->released);
   w->done++;
   w->sid = sid;
   w->rec = *rec;
@@ -862,6 +889,218 @@ static void test_put_cancel_while_waiting(void **state) {
   dev_close(&d);
 }
 
+/* ---- decision 78: no callback inside hr_session_put(); none before the
+ * fabric let go of the device memory ------------------------------------ */
+
+static void put_release(void *ctx) {
+  world *w = ctx;
+  atomic_fetch_add(&w->released, 1);
+}
+
+/* pr's device memory and event as a tensor whose release `w` counts. */
+static hr_tensor *counted_tensor(dev *d, produced *pr, world *w) {
+  hr_descriptor desc = tu_bytes_desc(SIZE, 0, d->caps.device_tag);
+  desc.buffers[0].device_index = d->caps.device_index;
+  hr_tensor *t;
+  assert_int_equal(hr_tensor_wrap_device(&t, &desc, &pr->devb, pr->ev,
+                                         put_release, w, NULL),
+                   0);
+  return t;
+}
+
+/* The first staging chunk fails inside hr_session_put() (no pinned
+ * memory; or, with the work run inline, the device refusing the wait for
+ * the producer): the callback does not run inside the call, the session's
+ * deadline is due at once, and the next hr_session_handle_expiry() runs
+ * it, after the tensor's release.  The connection PUTs again. */
+static void put_fails_at_once(int inline_wait) {
+  dev d;
+  dev_open(&d);
+  world *w = world_open(0, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  hr_tensor *t = counted_tensor(&d, &pr, w);
+  if (inline_wait) {
+    w->inline_work = 1;
+    atomic_store(&wait_fails, 1);
+  } else {
+    atomic_store(&pinned_fails, 1);
+  }
+  uint32_t sid = 0;
+  w->done = 0;
+  w->in_request = 1;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  t, on_put, w, &sid),
+                   0);
+  w->in_request = 0;
+  hr_tensor_unref(t);
+  assert_int_equal(w->cb_in_request, 0);
+  assert_int_equal(w->done, 0);
+  assert_true(sid != 0);
+  assert_int_equal(atomic_load(&w->released), 1);
+  /* Due now: the host's next step runs it. */
+  assert_true(hr_session_get_expiry(w->c) <= w->now);
+  assert_int_equal(hr_session_handle_expiry(w->c, w->now), 0);
+  assert_int_equal(w->done, 1);
+  assert_int_equal(w->sid, sid);
+  assert_int_equal(w->status, inline_wait ? HR_ERR_IO : HR_ERR_NOMEM);
+  assert_int_equal(w->released_at_cb, 1);
+  assert_true(hr_session_get_expiry(w->c) > w->now);
+  atomic_store(&wait_fails, 0);
+  atomic_store(&pinned_fails, 0);
+  w->inline_work = 0;
+  pump(w);
+  assert_int_equal(w->done, 1);
+  assert_null(w->committed);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_put_no_pinned_at_once(void **state) {
+  (void)state;
+  put_fails_at_once(0);
+}
+
+static void test_put_wait_fails_inline(void **state) {
+  (void)state;
+  put_fails_at_once(1);
+}
+
+/* Moves messages, runs `run`'s fabric (not `hold`'s) and the device's
+ * completions, until `hold` has an operation started and not yet run
+ * (the NIC reading the memory) or `steps` steps passed. */
+static void pump_holding(world *w, hr__fake_ep *run, hr__fake_ep *hold,
+                         int until_started, int steps) {
+  for (int i = 0; i < steps; i++) {
+    if (until_started && hr__fake_pending(hold) > 0)
+      return;
+    w->now += 1000;
+    int a = tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    int b = tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
+    int c = hr__fake_progress(run) > 0;
+    int e = 0;
+    works_drain_n(w, &e);
+    if (!a && !b && !c && !e)
+      hr__test_sleep(200000);
+  }
+}
+
+/* A GPUDirect PUT ends early (cancelled, or its connection lost) while
+ * the client's RMA write from the device has started and not finished:
+ * neither the tensor's release nor the callback comes before the fabric
+ * reports the operation ended; then the release, then the callback. */
+static void put_ends_while_nic_reads(int lost) {
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  hr_tensor *t = counted_tensor(&d, &pr, w);
+  uint32_t sid = 0;
+  w->done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  t, on_put, w, &sid),
+                   0);
+  hr_tensor_unref(t);
+  pump_holding(w, w->es, w->ec, 1, 20000);
+  assert_true(hr__fake_pending(w->ec) > 0);
+  assert_int_equal(w->done, 0);
+  if (lost) {
+    hr_session_terminate(w->c, w->now);
+  } else {
+    assert_int_equal(hr_session_cancel(w->c, sid), 0);
+    /* The CANCEL goes, the server's ERROR CANCELLED comes back. */
+    pump_holding(w, w->es, w->ec, 0, 50);
+  }
+  if (hr_session_get_expiry(w->c) <= w->now)
+    hr_session_handle_expiry(w->c, w->now);
+  assert_true(hr__fake_pending(w->ec) > 0);
+  assert_int_equal(w->done, 0);
+  assert_int_equal(atomic_load(&w->released), 0);
+  /* The fabric reports the write ended (cancelled): the registration is
+   * released, the tensor with it, and only then does the PUT call back. */
+  hr__fake_progress(w->ec);
+  assert_int_equal(w->done, 1);
+  assert_int_equal(w->sid, sid);
+  assert_int_not_equal(w->status, 0);
+  assert_int_equal(w->released_at_cb, 1);
+  assert_null(w->committed);
+  if (!lost) {
+    put(w, pr.t);
+    assert_int_equal(w->status, 0);
+    assert_true(bytes_are(w->committed, pr.newb));
+  }
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_put_cancel_while_nic_reads(void **state) {
+  (void)state;
+  put_ends_while_nic_reads(0);
+}
+
+static void test_put_lost_while_nic_reads(void **state) {
+  (void)state;
+  put_ends_while_nic_reads(1);
+}
+
+/* A served GET of a device tensor ends (the client cancels, or the
+ * server's connection is lost) while the server's RMA write from the
+ * device has started: the tensor's release waits for the fabric. */
+static void get_ends_while_nic_reads(int lost) {
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(GD, 1, 1);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = counted_tensor(&d, &pr, w);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  uint32_t sid = 0;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  pump_holding(w, w->ec, w->es, 1, 20000);
+  assert_true(hr__fake_pending(w->es) > 0);
+  /* The session's references are the last ones. */
+  hr_tensor_unref(w->served);
+  w->served = NULL;
+  if (lost) {
+    hr_session_terminate(w->s, w->now);
+  } else {
+    assert_int_equal(hr_session_cancel(w->c, sid), 0);
+    pump_holding(w, w->ec, w->es, 0, 50);
+    assert_int_equal(w->srv_recs, 1); /* the server's stream ended */
+  }
+  assert_true(hr__fake_pending(w->es) > 0);
+  assert_int_equal(atomic_load(&w->released), 0);
+  hr__fake_progress(w->es);
+  assert_int_equal(atomic_load(&w->released), 1);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+static void test_get_cancel_while_nic_reads(void **state) {
+  (void)state;
+  get_ends_while_nic_reads(0);
+}
+
+static void test_get_lost_while_nic_reads(void **state) {
+  (void)state;
+  get_ends_while_nic_reads(1);
+}
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -884,6 +1123,12 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_no_hmem),
       cmocka_unit_test(test_put_event_fails),
       cmocka_unit_test(test_put_cancel_while_waiting),
+      cmocka_unit_test(test_put_no_pinned_at_once),
+      cmocka_unit_test(test_put_wait_fails_inline),
+      cmocka_unit_test(test_put_cancel_while_nic_reads),
+      cmocka_unit_test(test_put_lost_while_nic_reads),
+      cmocka_unit_test(test_get_cancel_while_nic_reads),
+      cmocka_unit_test(test_get_lost_while_nic_reads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
