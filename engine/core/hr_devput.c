@@ -184,3 +184,12 @@ void hr__put_tails_flush(hr_session *s) {
   }
   s->put_due = 0;
 }
+
+int hr_session_callbacks_parked(const hr_session *s) {
+  if (!s)
+    return 0;
+  for (const hr_put_tail *t = s->put_tails; t; t = t->next)
+    if (t->refs && !t->fired)
+      return 1;
+  return 0;
+}

@@ -802,6 +802,14 @@ HR_EXTERN hr_tstamp hr_session_get_expiry(const hr_session *s);
  * e.g. HR_ERR_NOMEM). */
 HR_EXTERN int hr_session_handle_expiry(hr_session *s, hr_tstamp now);
 
+/* 1 while a completion callback is parked on work or the fabric: a PUT
+ * that ended early while staging copies or the fabric may still read its
+ * tensor (see hr_session_put()).  hr_session_del() would run it before
+ * they let go; a host that can wait keeps the session (its work and the
+ * fabric going on) until this is 0, as the engine does with a closed
+ * connection's session.  0 for NULL.  version-added: 0.3 */
+HR_EXTERN int hr_session_callbacks_parked(const hr_session *s);
+
 /* The peer closed or the transport failed: fails every open stream with
  * HR_ERR_CLOSED (completion callbacks run, due ones too; a device PUT's
  * still waits for its copies and the fabric, see hr_session_put()) and

@@ -1023,9 +1023,12 @@ static void put_ends_while_nic_reads(int lost) {
   assert_true(hr__fake_pending(w->ec) > 0);
   assert_int_equal(w->done, 0);
   assert_int_equal(atomic_load(&w->released), 0);
+  /* What a host asks before it deletes the session (the engine waits). */
+  assert_int_equal(hr_session_callbacks_parked(w->c), 1);
   /* The fabric reports the write ended (cancelled): the registration is
    * released, the tensor with it, and only then does the PUT call back. */
   hr__fake_progress(w->ec);
+  assert_int_equal(hr_session_callbacks_parked(w->c), 0);
   assert_int_equal(w->done, 1);
   assert_int_equal(w->sid, sid);
   assert_int_not_equal(w->status, 0);
