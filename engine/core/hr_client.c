@@ -403,6 +403,7 @@ static int request_end(hr_session *s, hr_stream *st, uint32_t id,
   if (rv && st) {
     st->cb_done = 1;
     hr__stream_end(s, st);
+    hr__put_tails_forget(s, id);
   }
   if (rv == 0 && stream_id)
     *stream_id = id;

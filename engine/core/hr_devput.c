@@ -153,6 +153,16 @@ void hr__put_tail_drop(hr_put_tail *t) {
   finish(t);
 }
 
+void hr__put_tails_forget(hr_session *s, uint32_t id) {
+  for (hr_put_tail *t = s->put_tails; t; t = t->next)
+    if (t->id == id && !t->fired) {
+      /* Nothing to call: the tail still waits for its holders, or for
+       * the next step when due, and is then freed silently. */
+      t->fired = 1;
+      t->cb = NULL;
+    }
+}
+
 void hr__put_tails_run_due(hr_session *s) {
   while (s->put_due && !s->req_calls && !s->deleted) {
     hr_put_tail *t = s->put_tails;

@@ -231,6 +231,8 @@ static void xwork_done(hr_work *w) {
 }
 
 int hr__tx_park_put(hr_session *s, hr_stream *st) {
+  /* The PUT's own session (lane 0), whichever lane ended it. */
+  s = st->s;
   hr_tx *tx = &st->tx;
   unsigned n = 0;
   for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {

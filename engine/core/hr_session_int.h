@@ -780,6 +780,9 @@ void hr__put_tail_hold(hr_put_tail *t);
  * request call; nothing for an orphan, whose session's delete fired it)
  * and frees the tail. */
 void hr__put_tail_drop(hr_put_tail *t);
+/* hr_session_put() fails after the PUT with stream `id` was parked: the
+ * call's error is its only report (no callback). */
+void hr__put_tails_forget(hr_session *s, uint32_t id);
 /* Fires the due tails (outside request calls). */
 void hr__put_tails_run_due(hr_session *s);
 /* hr_session_del: the parked callbacks fire now; tails still held become
