@@ -183,9 +183,9 @@ typedef struct world {
   } works[MAXW];
   int nworks;
   int started, ran_inline;
-  int inline_work; /* submit_work refuses: the session runs work inline */
-  int in_request;  /* inside hr_session_put() */
-  int cb_in_request; /* a PUT callback ran inside hr_session_put() */
+  int inline_work;     /* submit_work refuses: the session runs work inline */
+  int in_request;      /* inside hr_session_put() */
+  int cb_in_request;   /* a PUT callback ran inside hr_session_put() */
   atomic_int released; /* the PUT tensor's releases (put_release) */
   int released_at_cb;  /* `released` when the PUT callback ran */
 } world;
@@ -902,9 +902,9 @@ static hr_tensor *counted_tensor(dev *d, produced *pr, world *w) {
   hr_descriptor desc = tu_bytes_desc(SIZE, 0, d->caps.device_tag);
   desc.buffers[0].device_index = d->caps.device_index;
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &desc, &pr->devb, pr->ev,
-                                         put_release, w, NULL),
-                   0);
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &desc, &pr->devb, pr->ev, put_release, w, NULL),
+      0);
   return t;
 }
 

@@ -523,10 +523,14 @@ int main(int argc, char **argv) {
   if (rv != 0)
     return rv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(put_p2),          cmocka_unit_test(put_p1),
-      cmocka_unit_test(put_stale),       cmocka_unit_test(put_no_pinned),
-      cmocka_unit_test(put_event_fails), cmocka_unit_test(put_cancel_staging),
-      cmocka_unit_test(put_conn_lost),   cmocka_unit_test(put_refused),
+      cmocka_unit_test(put_p2),
+      cmocka_unit_test(put_p1),
+      cmocka_unit_test(put_stale),
+      cmocka_unit_test(put_no_pinned),
+      cmocka_unit_test(put_event_fails),
+      cmocka_unit_test(put_cancel_staging),
+      cmocka_unit_test(put_conn_lost),
+      cmocka_unit_test(put_refused),
       cmocka_unit_test(client_put_fails_at_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
