@@ -960,6 +960,34 @@ static void put_fails_at_once(int inline_wait) {
   dev_close(&d);
 }
 
+/* A due callback also comes with the connection's end, which a host
+ * reports without asking for the deadline first. */
+static void test_put_due_at_terminate(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(0, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  atomic_store(&pinned_fails, 1);
+  w->done = 0;
+  w->in_request = 1;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, 0, pr.t,
+                                  on_put, w, NULL),
+                   0);
+  w->in_request = 0;
+  atomic_store(&pinned_fails, 0);
+  assert_int_equal(w->done, 0);
+  assert_int_equal(hr_session_callbacks_parked(w->c), 0); /* due, not held */
+  hr_session_terminate(w->c, w->now);
+  assert_int_equal(w->done, 1);
+  assert_int_equal(w->cb_in_request, 0);
+  assert_int_equal(w->status, HR_ERR_NOMEM);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
 static void test_put_no_pinned_at_once(void **state) {
   (void)state;
   put_fails_at_once(0);
@@ -1127,6 +1155,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_event_fails),
       cmocka_unit_test(test_put_cancel_while_waiting),
       cmocka_unit_test(test_put_no_pinned_at_once),
+      cmocka_unit_test(test_put_due_at_terminate),
       cmocka_unit_test(test_put_wait_fails_inline),
       cmocka_unit_test(test_put_cancel_while_nic_reads),
       cmocka_unit_test(test_put_lost_while_nic_reads),
