@@ -22,6 +22,13 @@
  *    GPUDirect from the device after the event, the skipped event caught,
  *    no FI_HMEM (staged, framed, the client's record says why), the
  *    event failing (that PUT only).
+ *  - Decision 78: a PUT whose first staging chunk fails inside
+ *    hr_session_put() calls back at the next hr_session_handle_expiry()
+ *    (or hr_session_terminate()), never inside the call; a GPUDirect PUT
+ *    cancelled or cut off while its RMA write from the device is under
+ *    way calls back only after the fabric ended it and the tensor was
+ *    released; a served GET ended the same way releases its tensor only
+ *    after the fabric.
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its

@@ -13,6 +13,9 @@
  *    refused, the producer's event failing, a cancel while the copies
  *    wait for the producer, the connection lost meanwhile.  The same
  *    connection then PUTs again.
+ *  - No callback inside hr_session_put(): a first chunk failing there
+ *    calls back on the loop's next turn; hr_client_put() returns that
+ *    error at once, not after its timeout (decision 78).
  *
  * Usage: test_gpu_put [backend]  (default "sim"; 77 when unavailable).
  */
