@@ -47,6 +47,7 @@
 #include "../gpu/gpu_testutil.h"
 #include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
+#include "rdma_pair.h"
 
 #define SIZE ((uint64_t)1 << 20)
 #define GATE_NS 150000000ull /* the producer's gate: 150 ms */
@@ -152,17 +153,14 @@ static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
-  uint8_t ext_c[600], ext_s[600];
+  uint8_t ext_c[RP_EXT_CAP], ext_s[RP_EXT_CAP];
   hr_session *c, *s;
   hr_tstamp now;
   tu_pipe c2s, s2c;
-  hr_tensor *served, *committed;
+  rp_store st; /* what the server serves, and the last PUT stored */
   hr_transfer_record srv_rec;
   int srv_recs;
-  int done, status;
-  uint32_t sid;
-  hr_tensor *got;
-  hr_transfer_record rec;
+  rp_result r; /* the client's completion */
   /* Work the sessions submitted: started on the device, completed from
    * its thread; reported done on this thread by pump(). */
   pthread_mutex_t mu;
@@ -232,52 +230,12 @@ static int works_drain(world *w) {
   return works_drain_n(w, NULL);
 }
 
-static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
-  world *w = ud;
-  (void)s;
-  return hr_get_answer(g, w->served);
-}
-static int p_put_begin(hr_session *s, const hr_put_info *i, uint32_t *wire,
-                       void *ud) {
-  (void)s;
-  (void)i;
-  (void)wire;
-  (void)ud;
-  return 0;
-}
-static int p_put_commit(hr_session *s, const hr_put_info *i, hr_tensor *t,
-                        uint32_t *wire, void *ud) {
-  world *w = ud;
-  (void)s;
-  (void)i;
-  (void)wire;
-  hr_tensor_unref(w->committed);
-  w->committed = hr_tensor_ref(t);
-  return 0;
-}
 static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
   world *w = ud;
   if (s == w->s) {
     w->srv_rec = *r;
     w->srv_recs++;
   }
-}
-
-static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
-                         uint32_t caps, int dest) {
-  uint8_t addr[400];
-  int64_t n = hr__fake_address(ep, addr, sizeof addr);
-  assert_true(n > 0);
-  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
-  assert_true(e > 0);
-  hr_settings_default(st);
-  st->fabric_ops = hr__fake_ops();
-  st->fabric_ctx = ep;
-  st->fabric_caps = caps;
-  st->hello_ext = ext;
-  st->hello_ext_len = (uint16_t)e;
-  st->hello_ext_count = 1;
-  st->rdma_destination = dest;
 }
 
 static void pump(world *w);
@@ -288,24 +246,17 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
   pthread_mutex_init(&w->mu, NULL);
-  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
-  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
-  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem && is_sim()) {
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
     hr__fake_set_hmem(w->es, HR_GPU_DEV_SIM);
   }
   hr_settings sc, ss;
-  settings_for(&sc, w->ec, w->ext_c, caps, dest);
-  settings_for(&ss, w->es, w->ext_s, caps, dest);
+  rp_settings(&sc, w->ec, w->ext_c, caps, dest);
+  rp_settings(&ss, w->es, w->ext_s, caps, dest);
   ss.shard_bytes = SIZE / 4;
   hr_provider prov;
-  memset(&prov, 0, sizeof prov);
-  prov.size = sizeof prov;
-  prov.user_data = w;
-  prov.on_get = p_get;
-  prov.on_put_begin = p_put_begin;
-  prov.on_put_commit = p_put_commit;
+  rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
   memset(&cbs, 0, sizeof cbs);
   cbs.size = sizeof cbs;
@@ -330,21 +281,9 @@ static void world_close(world *w) {
   assert_int_equal(works_drain(w), 0);
   hr_session_del(w->c);
   hr_session_del(w->s);
-  for (int i = 0; i < 100; i++) {
-    hr__fake_progress(w->ec);
-    hr__fake_progress(w->es);
-  }
-  hr__fake_stats st;
-  hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_ep_del(w->ec);
-  hr__fake_ep_del(w->es);
-  hr__fake_world_del(w->fw);
-  hr_tensor_unref(w->served);
-  hr_tensor_unref(w->committed);
-  hr_tensor_unref(w->got);
+  rp_fabric_close(w->fw, w->ec, w->es);
+  rp_store_free(&w->st);
+  hr_tensor_unref(w->r.got);
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
   pthread_mutex_destroy(&w->mu);
@@ -375,26 +314,8 @@ static void pump(world *w) {
   pump_until(w, NULL);
 }
 
-static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done = 1;
-  w->sid = sid;
-  hr_tensor_unref(w->got);
-  w->got = t;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
 static void get(world *w, uint32_t *sid) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
-  o.preferred_device = HR_DEV_CPU;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, sid);
   pump(w);
 }
 
@@ -413,15 +334,15 @@ static void gpudirect_get(int dest) {
   world *w = world_open(GD, dest, 1);
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   if (is_sim())
     assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
   get(w, NULL);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, pr.newb));
   /* Network descriptors are producer-synced. */
-  assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode,
+  assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
   /* The wait went through the device (start), never inline; with
    * GPUDirect it was the only work: nothing was staged. */
@@ -434,7 +355,7 @@ static void gpudirect_get(int dest) {
   if (is_sim()) {
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
     assert_string_equal(w->srv_rec.fallback, "");
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
     /* The source registration was the device's memory, and the bytes
      * left from it (RMA writes into the destination, or tagged sends). */
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
@@ -470,25 +391,23 @@ static void test_get_parallel(void **state) {
   world *w = world_open(GD, 1, 1);
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
+  rp_get_opts(&o, "t");
   o.flags = HR_REQ_PARALLEL_OK;
   o.max_shards = 4;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  w->r.done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, rp_on_get, &w->r, NULL), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
-  assert_int_equal(w->rec.shards, 4);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_int_equal(w->r.rec.shards, 4);
   assert_int_equal(w->srv_recs, 4);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   if (is_sim()) {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
     assert_int_equal(st.regs, 4);
     assert_int_equal(st.writes, 4);
@@ -514,12 +433,12 @@ static void test_skipped_event_is_caught(void **state) {
   world *w = world_open(GD, 1, 1);
   produced pr;
   produce(&d, &pr, 0);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_false(bytes_are(w->got, pr.newb));
-  assert_true(bytes_are(w->got, pr.oldb));
+  assert_false(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, pr.oldb));
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -535,10 +454,10 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, pr.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->srv_rec, "device tensor staged and framed: ");
   if (is_sim())
@@ -576,14 +495,14 @@ static void test_event_fails(void **state) {
   world *w = world_open(GD, 1, 1);
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   atomic_store(&wait_fails, 1);
   get(w, NULL);
   atomic_store(&wait_fails, 0);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
-  assert_null(w->got);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_INTERNAL);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
@@ -603,16 +522,16 @@ static void peer_gone(int dest) {
   hr__fake_faults_of(w->es)->peer_gone_after = 4096;
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  w->st.served = hr_tensor_ref(pr.t);
   uint32_t sid = 0;
   get(w, &sid);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, pr.newb));
   if (is_sim()) {
-    assert_true(w->sid != sid); /* completed as the retry */
-    want_fallback(&w->rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
-                                : "transfer failed");
+    assert_true(w->r.sid != sid); /* completed as the retry */
+    want_fallback(&w->r.rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
+                                  : "transfer failed");
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
     want_fallback(&w->srv_rec, "frames since");
   }
@@ -643,13 +562,9 @@ static void test_cancel_while_waiting(void **state) {
   world *w = world_open(GD, 1, 1);
   produced pr;
   produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
+  w->st.served = hr_tensor_ref(pr.t);
   uint32_t sid = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
   /* Until the server holds the registration and waits. */
   hr__fake_stats st;
   for (int i = 0; i < 100; i++) {
@@ -664,15 +579,15 @@ static void test_cancel_while_waiting(void **state) {
   assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   /* The connection is fine afterwards. */
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, pr.newb));
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -680,23 +595,13 @@ static void test_cancel_while_waiting(void **state) {
 
 /* ---- PUT: the client is the source (decision 75) ------------------------ */
 
-static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
-                   void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done++;
-  w->sid = sid;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
 static void put(world *w, hr_tensor *t) {
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  t, on_put, w, NULL),
+                                  t, rp_on_put, &w->r, NULL),
                    0);
   pump(w);
-  assert_int_equal(w->done, 1);
+  assert_int_equal(w->r.done, 1);
 }
 
 /* A PUT of a device tensor whose producer is still running: GPUDirect
@@ -711,22 +616,22 @@ static void gpudirect_put(int dest) {
   if (is_sim())
     assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
   put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, pr.newb));
   assert_true(w->started > 0);
   assert_int_equal(w->ran_inline, 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   if (is_sim()) {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-    assert_string_equal(w->rec.fallback, "");
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    assert_string_equal(w->r.rec.fallback, "");
     /* Only the wait for the event ran on the device: nothing staged. */
     assert_int_equal(w->started, 1);
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
     assert_int_equal(st.bytes, SIZE);
   } else {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-    want_fallback(&w->rec, "device tensor staged and framed");
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->r.rec, "device tensor staged and framed");
     assert_int_equal(st.bytes, 0);
   }
   world_close(w);
@@ -754,9 +659,9 @@ static void test_put_skipped_event(void **state) {
   produced pr;
   produce(&d, &pr, 0);
   put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_false(bytes_are(w->committed, pr.newb));
-  assert_true(bytes_are(w->committed, pr.oldb));
+  assert_int_equal(w->r.status, 0);
+  assert_false(bytes_are(w->st.committed, pr.newb));
+  assert_true(bytes_are(w->st.committed, pr.oldb));
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -772,12 +677,12 @@ static void test_put_no_hmem(void **state) {
   produced pr;
   produce(&d, &pr, 1);
   put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-  want_fallback(&w->rec, "device tensor staged and framed: ");
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, pr.newb));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+  want_fallback(&w->r.rec, "device tensor staged and framed: ");
   if (is_sim())
-    want_fallback(&w->rec, "needs FI_HMEM");
+    want_fallback(&w->r.rec, "needs FI_HMEM");
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 0);
@@ -799,18 +704,18 @@ static void test_put_event_fails(void **state) {
   atomic_store(&wait_fails, 1);
   put(w, pr.t);
   atomic_store(&wait_fails, 0);
-  assert_int_equal(w->status, HR_ERR_IO);
-  assert_null(w->committed);
+  assert_int_equal(w->r.status, HR_ERR_IO);
+  assert_null(w->st.committed);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   put(w, pr.t);
-  if (w->status)
-    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->status), w->rec.message,
-           w->rec.wire_error);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  if (w->r.status)
+    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->r.status),
+           w->r.rec.message, w->r.rec.wire_error);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, pr.newb));
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -830,9 +735,9 @@ static void test_put_cancel_while_waiting(void **state) {
   produced pr;
   produce(&d, &pr, 1);
   uint32_t sid = 0;
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  pr.t, on_put, w, &sid),
+                                  pr.t, rp_on_put, &w->r, &sid),
                    0);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;
@@ -845,18 +750,18 @@ static void test_put_cancel_while_waiting(void **state) {
   assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   /* Not before the device got past the wait. */
-  assert_int_equal(w->done, 0);
+  assert_int_equal(w->r.done, 0);
   pump(w);
-  assert_int_equal(w->done, 1);
-  assert_int_equal(w->status, HR_ERR_CLOSED);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, HR_ERR_CLOSED);
   assert_int_equal(hr_gpu_event_query(pr.ev), 0);
-  assert_null(w->committed);
+  assert_null(w->st.committed);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, pr.newb));
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);

@@ -1,0 +1,82 @@
+/*
+ * Pieces the RDMA session tests share (test_rdma_session.c,
+ * test_rdma_devsrc.c, test_rdma_devalloc.c): a client and a server
+ * endpoint of the fake fabric and the settings that announce them, a
+ * server provider answering GETs with one tensor and keeping the last
+ * PUT, a client's completion, and byte checks of host and device
+ * tensors.  How each test drives its sessions (the pump) stays its own.
+ * Every helper fails the calling cmocka test when a step it takes fails.
+ */
+#ifndef HR_TESTS_RDMA_PAIR_H
+#define HR_TESTS_RDMA_PAIR_H
+
+#include <stdint.h>
+
+#include <hurray/gpu.h>
+#include <hurray/session.h>
+#include <hurray/tensor.h>
+
+#include "fabric/hr_fab_fake.h"
+
+/* The room for a HELLO extension carrying a fake fabric address. */
+#define RP_EXT_CAP 600
+
+/* A fake fabric with a "client" and a "server" endpoint. */
+void rp_fabric_open(hr__fake_world **fw, hr__fake_ep **ec, hr__fake_ep **es);
+/* Progresses both endpoints until what they still run ends (the
+ * buffers' release; the sessions are gone by then), checks that neither
+ * holds a registration, and frees them and the fabric. */
+void rp_fabric_close(hr__fake_world *fw, hr__fake_ep *ec, hr__fake_ep *es);
+
+/* Default session settings; with `ep`, its fabric too: the fake ops,
+ * `caps`, destination registration `dest` and a HELLO extension (written
+ * into `ext`, RP_EXT_CAP bytes, which must outlive the session) with the
+ * endpoint's FABRIC_ADDRESS. */
+void rp_settings(hr_settings *st, hr__fake_ep *ep, uint8_t *ext, uint32_t caps,
+                 int dest);
+
+/* A host UINT8 tensor of `n` bytes, 64-byte aligned, holding a pattern
+ * that differs with `seed`. */
+hr_tensor *rp_make_tensor(uint64_t n, uint32_t seed);
+
+/* Whether the first `n` bytes of device tensor `t` on `g` equal `want`
+ * (copied back after the tensor's event, when it has one). */
+int rp_device_equals(hr_gpu *g, hr_tensor *t, const void *want, uint64_t n);
+
+/* What a server's provider answers GETs with and what the last PUT
+ * committed (both owned references, or NULL). */
+typedef struct rp_store {
+  hr_tensor *served;
+  hr_tensor *committed;
+} rp_store;
+
+/* A provider (zeroed first) whose GET answers `st->served` and whose PUT
+ * is accepted and committed into `st->committed`. */
+void rp_provider(hr_provider *prov, rp_store *st);
+/* Drops both references. */
+void rp_store_free(rp_store *st);
+
+/* A client's completion of a GET or PUT. */
+typedef struct rp_result {
+  int done; /* callbacks since the request: a second one is a bug */
+  int status;
+  uint32_t sid;
+  hr_tensor *got; /* a GET's tensor (owned; a later GET replaces it) */
+  hr_transfer_record rec;
+} rp_result;
+
+/* Completion callbacks; `ud` is the rp_result. */
+void rp_on_get(hr_session *s, uint32_t sid, hr_tensor *t,
+               const hr_transfer_record *rec, void *ud);
+void rp_on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
+               void *ud);
+
+/* GET options of `key` (everything else zero: host memory). */
+void rp_get_opts(hr_get_opts *o, const char *key);
+/* Starts a GET of `key` on client session `c` (into device `g` with
+ * `sync` when `g` is set) completing into `r`, whose done is cleared;
+ * *sid (when not NULL) is its stream. */
+void rp_get_start(hr_session *c, rp_result *r, const char *key, hr_gpu *g,
+                  uint8_t sync, uint32_t *sid);
+
+#endif /* HR_TESTS_RDMA_PAIR_H */
