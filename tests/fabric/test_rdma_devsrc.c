@@ -161,6 +161,8 @@ typedef struct world {
   hr_transfer_record srv_rec;
   int srv_recs;
   rp_result r; /* the client's completion */
+  dev d;       /* the device, opened first */
+  produced pr; /* the served tensor, produced last */
   /* Work the sessions submitted: started on the device, completed from
    * its thread; reported done on this thread by pump(). */
   pthread_mutex_t mu;
@@ -240,11 +242,14 @@ static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
 
 static void pump(world *w);
 
-/* `hmem`: both fake endpoints reach the simulated device's memory (only
- * the simulated device's: the fake copies with memcpy). */
-static world *world_open(uint32_t caps, int dest, int hmem) {
+/* The device, two sessions over the fake fabric, and a tensor produced
+ * on the device (with its event when `with_event`) that the server
+ * serves.  `hmem`: both fake endpoints reach the simulated device's
+ * memory (only the simulated device's: the fake copies with memcpy). */
+static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
+  dev_open(&w->d);
   pthread_mutex_init(&w->mu, NULL);
   rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem && is_sim()) {
@@ -271,6 +276,8 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
       0);
   pump(w);
   assert_non_null(hr_session_peer_hello(w->c));
+  produce(&w->d, &w->pr, with_event);
+  w->st.served = hr_tensor_ref(w->pr.t);
   return w;
 }
 
@@ -287,6 +294,8 @@ static void world_close(world *w) {
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
   pthread_mutex_destroy(&w->mu);
+  produced_free(&w->d, &w->pr);
+  dev_close(&w->d);
   free(w);
 }
 
@@ -329,18 +338,13 @@ static void want_fallback(const hr_transfer_record *r, const char *what) {
 /* A GET of a device tensor whose producer is still running: GPUDirect
  * (on the simulated device) reads exactly NEW, after the event. */
 static void gpudirect_get(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
   get(w, NULL);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.newb));
   /* Network descriptors are producer-synced. */
   assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
@@ -368,8 +372,6 @@ static void gpudirect_get(int dest) {
     assert_int_equal(st.bytes, 0);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_get_tagged(void **state) {
@@ -386,12 +388,7 @@ static void test_get_destination(void **state) {
  * each shard waits for the producer's event on its own. */
 static void test_get_parallel(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 1);
   hr_get_opts o;
   rp_get_opts(&o, "t");
   o.flags = HR_REQ_PARALLEL_OK;
@@ -401,7 +398,7 @@ static void test_get_parallel(void **state) {
   pump(w);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.newb));
   assert_int_equal(w->r.rec.shards, 4);
   assert_int_equal(w->srv_recs, 4);
   hr__fake_stats st;
@@ -417,8 +414,6 @@ static void test_get_parallel(void **state) {
     assert_int_equal(st.bytes, 0);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The same producer declared without its event (a lying P1 producer):
@@ -428,36 +423,24 @@ static void test_skipped_event_is_caught(void **state) {
   (void)state;
   if (!is_sim())
     skip(); /* only the simulated device's gate is slow for sure */
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 0);
-  w->st.served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 0);
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_false(bytes_are(w->r.got, pr.newb));
-  assert_true(bytes_are(w->r.got, pr.oldb));
+  assert_false(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.oldb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* Cases where GPUDirect cannot be the source: the tensor is staged and
  * framed (after its event: NEW), the server's record says why. */
 static void staged_case(uint32_t caps, int hmem, int reg_fault,
                         const char *why) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(caps, 0, hmem);
+  world *w = world_open(caps, 0, hmem, 1);
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->srv_rec, "device tensor staged and framed: ");
   if (is_sim())
@@ -466,8 +449,6 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_registration_refused(void **state) {
@@ -490,12 +471,7 @@ static void test_no_gpudirect(void **state) {
  * staging error, and the registration made for it is gone. */
 static void test_event_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 1);
   atomic_store(&wait_fails, 1);
   get(w, NULL);
   atomic_store(&wait_fails, 0);
@@ -508,26 +484,19 @@ static void test_event_fails(void **state) {
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The peer goes away in the middle of the transfer from device memory:
  * the stream fails, the client retries once with frames (staged), and
  * gets exactly NEW. */
 static void peer_gone(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
+  world *w = world_open(GD, dest, 1, 1);
   hr__fake_faults_of(w->es)->peer_gone_after = 4096;
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
   uint32_t sid = 0;
   get(w, &sid);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.newb));
   if (is_sim()) {
     assert_true(w->r.sid != sid); /* completed as the retry */
     want_fallback(&w->r.rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
@@ -536,8 +505,6 @@ static void peer_gone(int dest) {
     want_fallback(&w->srv_rec, "frames since");
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_peer_gone_tagged(void **state) {
@@ -557,12 +524,7 @@ static void test_cancel_while_waiting(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->st.served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 1);
   uint32_t sid = 0;
   rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
   /* Until the server holds the registration and waits. */
@@ -576,7 +538,7 @@ static void test_cancel_while_waiting(void **state) {
       break;
   }
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
   assert_true(w->r.done);
@@ -587,10 +549,8 @@ static void test_cancel_while_waiting(void **state) {
   /* The connection is fine afterwards. */
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* ---- PUT: the client is the source (decision 75) ------------------------ */
@@ -608,16 +568,12 @@ static void put(world *w, hr_tensor *t) {
  * (simulated device) sends exactly NEW from the device memory, after the
  * event; on another backend it is staged and framed, and says so. */
 static void gpudirect_put(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
-  put(w, pr.t);
+    assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
+  put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.newb));
   assert_true(w->started > 0);
   assert_int_equal(w->ran_inline, 0);
   hr__fake_stats st;
@@ -635,8 +591,6 @@ static void gpudirect_put(int dest) {
     assert_int_equal(st.bytes, 0);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_put_tagged(void **state) {
@@ -653,32 +607,22 @@ static void test_put_destination(void **state) {
  * gpudirect_put would catch. */
 static void test_put_skipped_event(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 0);
-  put(w, pr.t);
+  world *w = world_open(GD, 1, 1, 0);
+  put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_false(bytes_are(w->st.committed, pr.newb));
-  assert_true(bytes_are(w->st.committed, pr.oldb));
+  assert_false(bytes_are(w->st.committed, w->pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.oldb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A fabric that cannot reach the device's memory: staged and framed, the
  * client's record says why, the bytes are NEW. */
 static void test_put_no_hmem(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
-  put(w, pr.t);
+  world *w = world_open(GD, 0, 0, 1);
+  put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.newb));
   assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->r.rec, "device tensor staged and framed: ");
   if (is_sim())
@@ -687,8 +631,6 @@ static void test_put_no_hmem(void **state) {
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The producer's event fails on the device while GPUDirect waits for it:
@@ -696,13 +638,9 @@ static void test_put_no_hmem(void **state) {
  * the next PUT goes. */
 static void test_put_event_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, 1, 1, 1);
   atomic_store(&wait_fails, 1);
-  put(w, pr.t);
+  put(w, w->pr.t);
   atomic_store(&wait_fails, 0);
   assert_int_equal(w->r.status, HR_ERR_IO);
   assert_null(w->st.committed);
@@ -710,15 +648,13 @@ static void test_put_event_fails(void **state) {
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
-  put(w, pr.t);
+  put(w, w->pr.t);
   if (w->r.status)
     printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->r.status),
            w->r.rec.message, w->r.rec.wire_error);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A cancel while the GPUDirect source waits for the producer's event,
@@ -729,15 +665,11 @@ static void test_put_cancel_while_waiting(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, 1, 1, 1);
   uint32_t sid = 0;
   w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  pr.t, rp_on_put, &w->r, &sid),
+                                  w->pr.t, rp_on_put, &w->r, &sid),
                    0);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;
@@ -747,24 +679,22 @@ static void test_put_cancel_while_waiting(void **state) {
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   /* Not before the device got past the wait. */
   assert_int_equal(w->r.done, 0);
   pump(w);
   assert_int_equal(w->r.done, 1);
   assert_int_equal(w->r.status, HR_ERR_CLOSED);
-  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
+  assert_int_equal(hr_gpu_event_query(w->pr.ev), 0);
   assert_null(w->st.committed);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
-  put(w, pr.t);
+  put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 int main(int argc, char **argv) {
