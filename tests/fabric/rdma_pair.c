@@ -163,3 +163,66 @@ void rp_get_start(hr_session *c, rp_result *r, const char *key, hr_gpu *g,
   r->status = 0;
   assert_int_equal(hr_session_get(c, &o, rp_on_get, r, sid), 0);
 }
+
+void rp_works_init(rp_works *k) {
+  memset(k, 0, sizeof *k);
+  pthread_mutex_init(&k->mu, NULL);
+}
+
+void rp_works_fini(rp_works *k) {
+  pthread_mutex_destroy(&k->mu);
+}
+
+void rp_works_add(rp_works *k, hr_session *s, hr_work *w) {
+  pthread_mutex_lock(&k->mu);
+  assert_true(k->n < RP_MAXW);
+  int i = k->n++;
+  k->e[i].w = w;
+  k->e[i].s = s;
+  k->e[i].has_th = 0;
+  k->e[i].finished = 0;
+  pthread_mutex_unlock(&k->mu);
+}
+
+void rp_works_set_thread(rp_works *k, hr_work *w, pthread_t th) {
+  pthread_mutex_lock(&k->mu);
+  for (int i = 0; i < k->n; i++)
+    if (k->e[i].w == w) {
+      k->e[i].th = th;
+      k->e[i].has_th = 1;
+    }
+  pthread_mutex_unlock(&k->mu);
+}
+
+void rp_works_finish(hr_work *w, void *works) {
+  rp_works *k = works;
+  pthread_mutex_lock(&k->mu);
+  for (int i = 0; i < k->n; i++)
+    if (k->e[i].w == w)
+      k->e[i].finished = 1;
+  pthread_mutex_unlock(&k->mu);
+}
+
+int rp_works_drain(rp_works *k, hr_tstamp now, int *reported) {
+  for (;;) {
+    int found = 0;
+    rp_work x;
+    pthread_mutex_lock(&k->mu);
+    for (int i = 0; i < k->n; i++)
+      if (k->e[i].finished) {
+        x = k->e[i];
+        k->e[i] = k->e[--k->n];
+        found = 1;
+        break;
+      }
+    int left = k->n;
+    pthread_mutex_unlock(&k->mu);
+    if (!found)
+      return left;
+    if (x.has_th)
+      pthread_join(x.th, NULL);
+    hr_session_work_done(x.s, x.w, now);
+    if (reported)
+      ++*reported;
+  }
+}

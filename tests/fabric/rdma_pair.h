@@ -10,6 +10,7 @@
 #ifndef HR_TESTS_RDMA_PAIR_H
 #define HR_TESTS_RDMA_PAIR_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include <hurray/gpu.h>
@@ -78,5 +79,37 @@ void rp_get_opts(hr_get_opts *o, const char *key);
  * *sid (when not NULL) is its stream. */
 void rp_get_start(hr_session *c, rp_result *r, const char *key, hr_gpu *g,
                   uint8_t sync, uint32_t *sid);
+
+/* Work the sessions submitted (submit_work), out until reported done on
+ * the driving thread; any thread may mark one finished. */
+#define RP_MAXW 64
+typedef struct rp_work {
+  hr_work *w;
+  hr_session *s;
+  pthread_t th; /* joined when reported, when has_th */
+  int has_th;
+  int finished;
+} rp_work;
+
+typedef struct rp_works {
+  pthread_mutex_t mu;
+  rp_work e[RP_MAXW];
+  int n;
+} rp_works;
+
+void rp_works_init(rp_works *k);
+void rp_works_fini(rp_works *k);
+/* Records work `w` that session `s` submitted (driving thread). */
+void rp_works_add(rp_works *k, hr_session *s, hr_work *w);
+/* Records `th` as the thread running `w` (driving thread, before the
+ * next rp_works_drain()). */
+void rp_works_set_thread(rp_works *k, hr_work *w, pthread_t th);
+/* Marks `w` finished; `works` is the rp_works (any thread; the shape of
+ * hr_work.start's completion). */
+void rp_works_finish(hr_work *w, void *works);
+/* Reports each finished work to its session at `now` (after joining its
+ * thread), adding how many to *reported when not NULL; returns how many
+ * are still out.  Driving thread. */
+int rp_works_drain(rp_works *k, hr_tstamp now, int *reported);
 
 #endif /* HR_TESTS_RDMA_PAIR_H */

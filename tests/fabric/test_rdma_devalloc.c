@@ -46,7 +46,6 @@
   300000000ull /* per allocation: device, then a pinned piece                  \
                 */
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
-#define MAXW 16
 
 /* One connection: a client and a server session. */
 typedef struct conn {
@@ -67,14 +66,7 @@ typedef struct world {
   conn a; /* RDMA, the device GETs */
   conn b; /* frames: the other connection of the loop */
   /* Work the sessions submitted, each run on a thread of its own. */
-  pthread_mutex_t mu;
-  struct {
-    hr_work *w;
-    hr_session *s;
-    pthread_t th;
-    int finished;
-  } works[MAXW];
-  int nworks;
+  rp_works works;
 } world;
 
 static uint64_t now_ns(void) {
@@ -93,66 +85,35 @@ static void sleep_ns(uint64_t ns) {
  */
 
 typedef struct wctx {
-  world *w;
+  rp_works *k;
   hr_work *work;
 } wctx;
 
 static void *work_thread(void *arg) {
   wctx *x = arg;
   x->work->run(x->work);
-  pthread_mutex_lock(&x->w->mu);
-  for (int i = 0; i < x->w->nworks; i++)
-    if (x->w->works[i].w == x->work)
-      x->w->works[i].finished = 1;
-  pthread_mutex_unlock(&x->w->mu);
+  rp_works_finish(x->work, x->k);
   free(x);
   return NULL;
 }
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   conn *c = ud;
-  world *wd = c->w;
   wctx *x = malloc(sizeof *x);
   assert_non_null(x);
-  x->w = wd;
+  x->k = &c->w->works;
   x->work = w;
-  pthread_mutex_lock(&wd->mu);
-  assert_true(wd->nworks < MAXW);
-  int i = wd->nworks++;
-  wd->works[i].w = w;
-  wd->works[i].s = s;
-  wd->works[i].finished = 0;
-  int rc = pthread_create(&wd->works[i].th, NULL, work_thread, x);
-  pthread_mutex_unlock(&wd->mu);
-  assert_int_equal(rc, 0);
+  rp_works_add(x->k, s, w);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, work_thread, x), 0);
+  rp_works_set_thread(&c->w->works, w, th);
   return 0;
 }
 
 /* Reports finished work on this (the driving) thread; returns how many
  * are still out (*reported: how many were reported now). */
 static int works_drain_n(world *w, int *reported) {
-  for (;;) {
-    hr_work *done = NULL;
-    hr_session *s = NULL;
-    pthread_t th;
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->nworks; i++)
-      if (w->works[i].finished) {
-        done = w->works[i].w;
-        s = w->works[i].s;
-        th = w->works[i].th;
-        w->works[i] = w->works[--w->nworks];
-        break;
-      }
-    int left = w->nworks;
-    pthread_mutex_unlock(&w->mu);
-    if (!done)
-      return left;
-    pthread_join(th, NULL);
-    hr_session_work_done(s, done, w->now);
-    if (reported)
-      ++*reported;
-  }
+  return rp_works_drain(&w->works, w->now, reported);
 }
 
 static int works_drain(world *w) {
@@ -244,7 +205,7 @@ static void conn_open(world *w, conn *c, hr__fake_ep *ec, hr__fake_ep *es,
 static world *world_open(uint32_t caps, int dest, int hmem) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
-  pthread_mutex_init(&w->mu, NULL);
+  rp_works_init(&w->works);
   rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem)
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
@@ -276,7 +237,7 @@ static void world_close(world *w) {
   rp_fabric_close(w->fw, w->ec, w->es);
   hr_tensor_unref(w->served);
   hr_tensor_unref(w->small);
-  pthread_mutex_destroy(&w->mu);
+  rp_works_fini(&w->works);
   free(w);
 }
 

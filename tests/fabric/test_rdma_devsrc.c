@@ -148,8 +148,6 @@ static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
 
 /* ---- two sessions over the fake fabric ---------------------------------- */
 
-#define MAXW 64
-
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
@@ -165,67 +163,28 @@ typedef struct world {
   produced pr; /* the served tensor, produced last */
   /* Work the sessions submitted: started on the device, completed from
    * its thread; reported done on this thread by pump(). */
-  pthread_mutex_t mu;
-  struct {
-    hr_work *w;
-    hr_session *s;
-    int finished;
-  } works[MAXW];
-  int nworks;
+  rp_works works;
   int started, ran_inline;
 } world;
 
-static void work_complete(hr_work *w, void *ctx) {
-  world *wd = ctx;
-  pthread_mutex_lock(&wd->mu);
-  for (int i = 0; i < wd->nworks; i++)
-    if (wd->works[i].w == w)
-      wd->works[i].finished = 1;
-  pthread_mutex_unlock(&wd->mu);
-}
-
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   world *wd = ud;
-  pthread_mutex_lock(&wd->mu);
-  assert_true(wd->nworks < MAXW);
-  int i = wd->nworks++;
-  wd->works[i].w = w;
-  wd->works[i].s = s;
-  wd->works[i].finished = 0;
-  pthread_mutex_unlock(&wd->mu);
-  if (w->start && w->start(w, work_complete, wd) == 0) {
+  rp_works_add(&wd->works, s, w);
+  if (w->start && w->start(w, rp_works_finish, &wd->works) == 0) {
     wd->started++;
     return 0;
   }
   /* Not started: the host runs it (here, inline) and reports it. */
   wd->ran_inline++;
   w->run(w);
-  work_complete(w, wd);
+  rp_works_finish(w, &wd->works);
   return 0;
 }
 
 /* Reports finished work; returns how many are still out (*reported: how
  * many were reported now, when not NULL). */
 static int works_drain_n(world *w, int *reported) {
-  for (;;) {
-    hr_work *done = NULL;
-    hr_session *s = NULL;
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->nworks; i++)
-      if (w->works[i].finished) {
-        done = w->works[i].w;
-        s = w->works[i].s;
-        w->works[i] = w->works[--w->nworks];
-        break;
-      }
-    int left = w->nworks;
-    pthread_mutex_unlock(&w->mu);
-    if (!done)
-      return left;
-    hr_session_work_done(s, done, w->now);
-    if (reported)
-      ++*reported;
-  }
+  return rp_works_drain(&w->works, w->now, reported);
 }
 
 static int works_drain(world *w) {
@@ -250,7 +209,7 @@ static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
   dev_open(&w->d);
-  pthread_mutex_init(&w->mu, NULL);
+  rp_works_init(&w->works);
   rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem && is_sim()) {
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
@@ -293,7 +252,7 @@ static void world_close(world *w) {
   hr_tensor_unref(w->r.got);
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
-  pthread_mutex_destroy(&w->mu);
+  rp_works_fini(&w->works);
   produced_free(&w->d, &w->pr);
   dev_close(&w->d);
   free(w);
