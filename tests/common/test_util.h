@@ -3,8 +3,8 @@
  * tests/metrics, tests/fabric, tests/inproc): counting this process's
  * descriptors to prove nothing leaked, the descriptor of a plain byte
  * tensor, reading one sample from a Prometheus exposition text, a pipe
- * carrying one direction between two sans-IO sessions, and host memory a
- * device copies to and from.
+ * carrying one direction between two sans-IO sessions, host memory a
+ * device copies to and from, and a device tensor's bytes compared.
  * Link with LIBS hr_test_util.
  */
 #ifndef HR_TESTS_TEST_UTIL_H
@@ -51,5 +51,10 @@ void tu_pipe_free(tu_pipe *p);
  * calling cmocka test when it cannot be had.  Free with tu_host_buf_del(). */
 hr_gpu_buf *tu_host_buf(hr_gpu *g, uint64_t n);
 void tu_host_buf_del(hr_gpu_buf *b);
+
+/* Whether the first `n` bytes of device tensor `t` on `g` equal `want`:
+ * copied back on a stream of its own after the tensor's event, when it
+ * has one.  Fails the calling cmocka test when a device step fails. */
+int tu_device_equals(hr_gpu *g, hr_tensor *t, const void *want, uint64_t n);
 
 #endif /* HR_TESTS_TEST_UTIL_H */

@@ -19,6 +19,7 @@
 
 #include <hurray/gpu.h>
 
+#include "common/test_util.h"
 #include "engine_core/harness.h"
 
 #define PIECE 4096u
@@ -76,28 +77,6 @@ static hr_gpu *open_sim(void) {
   return open_sim_max(0);
 }
 
-/* The device tensor's bytes, copied back to the host. */
-static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
-                         uint64_t n) {
-  hr_gpu_stream *s;
-  hr_gpu_buf *h;
-  void *p = calloc(1, n ? n : 1);
-  assert_non_null(p);
-  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n ? n : 1, &h), 0);
-  hr_gpu_event *ev = hr_tensor_gpu_event(t);
-  if (ev)
-    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
-  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
-                   0);
-  assert_int_equal(hr_gpu_stream_sync(s), 0);
-  int same = memcmp(p, want, n) == 0;
-  hr_gpu_buf_del(h);
-  hr_gpu_stream_del(s);
-  free(p);
-  return same;
-}
-
 /* Opens a pair whose client receives into `g` through a 2 x PIECE ring,
  * work items held back, and stores an n-byte tensor under "k". */
 static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
@@ -152,7 +131,7 @@ static void get_through_spill(int zero_copy, uint8_t sync) {
   assert_non_null(r.t);
   assert_true(hr_tensor_on_device(r.t));
   assert_int_equal(hr_tensor_descriptor(r.t)->buffers[0].sync_mode, sync);
-  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  assert_true(tu_device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
   assert_true(pinned_peak <= 2 * PIECE);
   hr_tensor_unref(r.t);
   hr_tensor_unref(t);
@@ -317,7 +296,7 @@ static void paused_time_not_counted(void **state) {
   assert_int_equal(p.errors_c, 0);
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, 0);
-  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  assert_true(tu_device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
   /* The record counts the pauses, the long one included. */
   assert_true(r.rec.recv_pauses >= 2);
   assert_true(r.rec.recv_paused_ns >= 10 * SEC);
@@ -388,9 +367,9 @@ static void alloc_fails(int async) {
    * held-back item fails it once every byte arrived (no ERROR then). */
   if (!async)
     assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_non_null(strstr(r.rec.message,
-                         async ? "out of device memory"
-                               : "device memory could not be allocated"));
+  assert_non_null(
+      strstr(r.rec.message, async ? "out of device memory"
+                                  : "device memory could not be allocated"));
   assert_null(r.t);
   assert_int_equal(device_live, 0);
   result pr;

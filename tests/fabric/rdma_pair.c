@@ -64,26 +64,6 @@ hr_tensor *rp_make_tensor(uint64_t n, uint32_t seed) {
   return t;
 }
 
-int rp_device_equals(hr_gpu *g, hr_tensor *t, const void *want, uint64_t n) {
-  hr_gpu_stream *s;
-  hr_gpu_buf *h;
-  void *p = calloc(1, n);
-  assert_non_null(p);
-  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &h), 0);
-  hr_gpu_event *ev = hr_tensor_gpu_event(t);
-  if (ev)
-    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
-  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
-                   0);
-  assert_int_equal(hr_gpu_stream_sync(s), 0);
-  int eq = memcmp(p, want, n) == 0;
-  hr_gpu_buf_del(h);
-  hr_gpu_stream_del(s);
-  free(p);
-  return eq;
-}
-
 static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
   rp_store *st = ud;
   (void)s;

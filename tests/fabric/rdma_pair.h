@@ -3,8 +3,8 @@
  * test_rdma_devsrc.c, test_rdma_devalloc.c): a client and a server
  * endpoint of the fake fabric and the settings that announce them, a
  * server provider answering GETs with one tensor and keeping the last
- * PUT, a client's completion, and byte checks of host and device
- * tensors.  How each test drives its sessions (the pump) stays its own.
+ * PUT, a client's completion, and a tracker of the work the sessions
+ * submit.  How each test drives its sessions (the pump) stays its own.
  * Every helper fails the calling cmocka test when a step it takes fails.
  */
 #ifndef HR_TESTS_RDMA_PAIR_H
@@ -39,10 +39,6 @@ void rp_settings(hr_settings *st, hr__fake_ep *ep, uint8_t *ext, uint32_t caps,
 /* A host UINT8 tensor of `n` bytes, 64-byte aligned, holding a pattern
  * that differs with `seed`. */
 hr_tensor *rp_make_tensor(uint64_t n, uint32_t seed);
-
-/* Whether the first `n` bytes of device tensor `t` on `g` equal `want`
- * (copied back after the tensor's event, when it has one). */
-int rp_device_equals(hr_gpu *g, hr_tensor *t, const void *want, uint64_t n);
 
 /* What a server's provider answers GETs with and what the last PUT
  * committed (both owned references, or NULL). */

@@ -298,7 +298,7 @@ static void slow_case(uint32_t caps, int dest, int hmem) {
   assert_int_equal(w->a.r.status, 0);
   assert_true(hr_tensor_on_device(w->a.r.got));
   assert_true(
-      rp_device_equals(g, w->a.r.got, hr_tensor_buffer(w->served, 0), SIZE));
+      tu_device_equals(g, w->a.r.got, hr_tensor_buffer(w->served, 0), SIZE));
   assert_int_equal(w->a.r.rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);

@@ -162,7 +162,7 @@ static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
   assert_true(hr_tensor_on_device(w->r.got));
   assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode, sync);
   assert_true(
-      rp_device_equals(g, w->r.got, hr_tensor_buffer(w->st.served, 0), SIZE));
+      tu_device_equals(g, w->r.got, hr_tensor_buffer(w->st.served, 0), SIZE));
   assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
   if (direct) {
