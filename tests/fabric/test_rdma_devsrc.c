@@ -97,48 +97,27 @@ static void dev_close(dev *d) {
   assert_int_equal(hr_gpu_del(d->g), 0);
 }
 
-static void sleep_gate(void *arg) {
-  (void)arg;
-  hr__test_sleep(GATE_NS);
-}
-
 /* A device tensor of SIZE bytes holding OLD, then written NEW by a slow
- * producer on P whose end is `ev` (the tensor's event when with_event). */
+ * producer on P whose end is p.ev (the tensor's event when with_event). */
 typedef struct produced {
-  hr_gpu_buf *devb, *oldb, *newb;
-  hr_gpu_event *ev;
+  tu_produced p;
   hr_tensor *t;
 } produced;
 
 static void produce(dev *d, produced *pr, int with_event) {
-  memset(pr, 0, sizeof *pr);
-  pr->oldb = tu_host_buf(d->g, SIZE);
-  pr->newb = tu_host_buf(d->g, SIZE);
-  gt_fill(hr_gpu_buf_host_ptr(pr->oldb), SIZE, 1);
-  gt_fill(hr_gpu_buf_host_ptr(pr->newb), SIZE, 2);
-  assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, SIZE, &pr->devb),
-                   0);
-  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->oldb, 0, SIZE), 0);
-  assert_int_equal(hr_gpu_stream_sync(d->P), 0);
-  assert_int_equal(hr_gpu_event_new(d->g, 0, &pr->ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(d->P, sleep_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->newb, 0, SIZE), 0);
-  assert_int_equal(hr_gpu_event_record(pr->ev, d->P), 0);
+  tu_produce(d->g, d->P, SIZE, GATE_NS, &pr->p);
   hr_descriptor desc = tu_bytes_desc(SIZE, 0, d->caps.device_tag);
   desc.buffers[0].device_index = d->caps.device_index;
-  assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->devb,
-                                         with_event ? pr->ev : NULL, NULL, NULL,
-                                         NULL),
+  assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->p.dev,
+                                         with_event ? pr->p.ev : NULL, NULL,
+                                         NULL, NULL),
                    0);
 }
 
 static void produced_free(dev *d, produced *pr) {
   assert_int_equal(hr_gpu_stream_sync(d->P), 0);
   hr_tensor_unref(pr->t);
-  hr_gpu_event_del(pr->ev);
-  hr_gpu_buf_del(pr->devb);
-  tu_host_buf_del(pr->oldb);
-  tu_host_buf_del(pr->newb);
+  tu_produced_free(d->P, &pr->p);
 }
 
 static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
@@ -299,11 +278,11 @@ static void want_fallback(const hr_transfer_record *r, const char *what) {
 static void gpudirect_get(int dest) {
   world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   get(w, NULL);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   /* Network descriptors are producer-synced. */
   assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
@@ -357,7 +336,7 @@ static void test_get_parallel(void **state) {
   pump(w);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   assert_int_equal(w->r.rec.shards, 4);
   assert_int_equal(w->srv_recs, 4);
   hr__fake_stats st;
@@ -386,8 +365,8 @@ static void test_skipped_event_is_caught(void **state) {
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_false(bytes_are(w->r.got, w->pr.newb));
-  assert_true(bytes_are(w->r.got, w->pr.oldb));
+  assert_false(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.oldb));
   world_close(w);
 }
 
@@ -399,7 +378,7 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->srv_rec, "device tensor staged and framed: ");
   if (is_sim())
@@ -455,7 +434,7 @@ static void peer_gone(int dest) {
   get(w, &sid);
   assert_true(w->r.done);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   if (is_sim()) {
     assert_true(w->r.sid != sid); /* completed as the retry */
     want_fallback(&w->r.rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
@@ -497,7 +476,7 @@ static void test_cancel_while_waiting(void **state) {
       break;
   }
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
   assert_true(w->r.done);
@@ -508,7 +487,7 @@ static void test_cancel_while_waiting(void **state) {
   /* The connection is fine afterwards. */
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   world_close(w);
 }
 
@@ -529,10 +508,10 @@ static void put(world *w, hr_tensor *t) {
 static void gpudirect_put(int dest) {
   world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, w->pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   assert_true(w->started > 0);
   assert_int_equal(w->ran_inline, 0);
   hr__fake_stats st;
@@ -569,8 +548,8 @@ static void test_put_skipped_event(void **state) {
   world *w = world_open(GD, 1, 1, 0);
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_false(bytes_are(w->st.committed, w->pr.newb));
-  assert_true(bytes_are(w->st.committed, w->pr.oldb));
+  assert_false(bytes_are(w->st.committed, w->pr.p.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.oldb));
   world_close(w);
 }
 
@@ -581,7 +560,7 @@ static void test_put_no_hmem(void **state) {
   world *w = world_open(GD, 0, 0, 1);
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, w->pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->r.rec, "device tensor staged and framed: ");
   if (is_sim())
@@ -612,7 +591,7 @@ static void test_put_event_fails(void **state) {
     printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->r.status),
            w->r.rec.message, w->r.rec.wire_error);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, w->pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
 }
 
@@ -638,21 +617,21 @@ static void test_put_cancel_while_waiting(void **state) {
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(w->pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   /* Not before the device got past the wait. */
   assert_int_equal(w->r.done, 0);
   pump(w);
   assert_int_equal(w->r.done, 1);
   assert_int_equal(w->r.status, HR_ERR_CLOSED);
-  assert_int_equal(hr_gpu_event_query(w->pr.ev), 0);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
   assert_null(w->st.committed);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->st.committed, w->pr.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
 }
 
