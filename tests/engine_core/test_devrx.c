@@ -77,6 +77,18 @@ static hr_gpu *open_sim(void) {
   return open_sim_max(0);
 }
 
+/* Opens `p` (its fields set by the caller; client settings `cs`, NULL:
+ * the defaults) and stores an n-byte tensor of pattern `seed` under "k". */
+static hr_tensor *open_pair_k(pair *p, const hr_settings *cs, uint64_t n,
+                              uint64_t seed) {
+  assert_int_equal(pair_open(p, cs, NULL), 0);
+  uint64_t shape[1] = {n};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, seed);
+  store_put(&p->st, "k", t);
+  return t;
+}
+
 /* Opens a pair whose client receives into `g` through a 2 x PIECE ring,
  * work items held back, and stores an n-byte tensor under "k". */
 static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
@@ -88,12 +100,17 @@ static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
   hr_settings_default(&cs);
   cs.device_piece = PIECE;
   cs.device_pieces = 2;
-  assert_int_equal(pair_open(p, &cs, NULL), 0);
-  uint64_t shape[1] = {n};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 11);
-  store_put(&p->st, "k", t);
-  return t;
+  return open_pair_k(p, &cs, n, 11);
+}
+
+/* Starts a GET of "k" into device `g` (`sync`) completing into `r`
+ * (zeroed first). */
+static void get_k(pair *p, hr_gpu *g, uint8_t sync, result *r, uint32_t *sid) {
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = sync;
+  memset(r, 0, sizeof *r);
+  assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, sid), 0);
 }
 
 /* Moves bytes both ways without running work; returns 1 if any moved. */
@@ -108,12 +125,8 @@ static void get_through_spill(int zero_copy, uint8_t sync) {
   const uint64_t n = 40 * PIECE + 3;
   hr_gpu *g = open_sim();
   hr_tensor *t = open_pair(&p, zero_copy, n);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = sync;
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, sync, &r, NULL);
   /* Every byte reaches the client while no copy completes: the ring
    * fills, the session asks to pause, the rest is kept aside. */
   int paused = 0;
@@ -158,12 +171,8 @@ static void spill_bound(void **state) {
   const uint64_t n = (uint64_t)6 << 20;
   hr_gpu *g = open_sim();
   hr_tensor *t = open_pair(&p, 0, n);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   while (pump_only(&p))
     ;
   assert_int_equal(r.calls, 1);
@@ -231,7 +240,6 @@ static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
                                uint64_t n) {
   memset(p, 0, sizeof *p);
   memset(w, 0, sizeof *w);
-  memset(r, 0, sizeof *r);
   p->async_work = 1;
   p->now = 1000 * SEC;
   hr_settings cs;
@@ -240,15 +248,8 @@ static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
   cs.device_pieces = 2;
   cs.read_timeout = 1 * SEC;
   cs.keepalive_interval = 1 * SEC;
-  assert_int_equal(pair_open(p, &cs, NULL), 0);
-  uint64_t shape[1] = {n};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 7);
-  store_put(&p->st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
-  assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, NULL), 0);
+  hr_tensor *t = open_pair_k(p, &cs, n, 7);
+  get_k(p, g, HR_SYNC_PRODUCER_SYNCED, r, NULL);
   while (pump_honouring(p, w))
     ;
   /* First the device memory is allocated (a work item, off the driving
@@ -349,17 +350,9 @@ static void alloc_fails(int async) {
   memset(&p, 0, sizeof p);
   p.async_work = async;
   hr_gpu *g = open_sim_max(1000);
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {5000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 3);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 5000, 3);
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   assert_int_equal(run(&p), 0);
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, HR_ERR_LIMIT);
@@ -405,19 +398,11 @@ static void cancel_while_allocating(void **state) {
   result r;
   memset(&p, 0, sizeof p);
   memset(&w, 0, sizeof w);
-  memset(&r, 0, sizeof r);
   p.async_work = 1;
   hr_gpu *g = open_sim();
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {100000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 5);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 100000, 5);
   uint32_t sid;
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, &sid), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, &sid);
   while (pump_honouring(&p, &w))
     ;
   assert_true(hr_session_recv_paused(p.c));
@@ -456,17 +441,9 @@ static void delete_while_allocating(void **state) {
   memset(&p, 0, sizeof p);
   p.async_work = 1;
   hr_gpu *g = open_sim();
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {100000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 6);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 100000, 6);
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   while (pump_only(&p))
     ;
   assert_int_equal(p.wq.n, 1);
