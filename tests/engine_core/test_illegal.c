@@ -144,22 +144,13 @@ typedef struct outs {
 static void drain(hr_session *s, outs *o) {
   memset(o, 0, sizeof *o);
   for (;;) {
-    hr_iov iov[64];
-    int n = hr_session_pull(s, iov, 64, 0);
-    assert_true(n >= 0);
-    if (n == 0)
+    uint8_t *buf;
+    int64_t got = pull_all(s, 64, 0, &buf);
+    assert_true(got >= 0);
+    if (got == 0)
       return;
-    size_t total = 0;
-    for (int i = 0; i < n; i++)
-      total += iov[i].len;
-    uint8_t *buf = malloc(total);
-    size_t pos = 0;
-    for (int i = 0; i < n; i++) {
-      memcpy(buf + pos, iov[i].base, iov[i].len);
-      pos += iov[i].len;
-    }
-    hr_session_consumed(s, total, 0);
-    for (pos = 0; pos + 12 <= total && o->n < 256;) {
+    size_t total = (size_t)got;
+    for (size_t pos = 0; pos + 12 <= total && o->n < 256;) {
       hr_msg_header h;
       hr_wire_parse_header(buf + pos, &h);
       o->type[o->n] = h.type;
