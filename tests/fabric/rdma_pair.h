@@ -71,8 +71,8 @@ void rp_on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
 /* GET options of `key` (everything else zero: host memory). */
 void rp_get_opts(hr_get_opts *o, const char *key);
 /* Starts a GET of `key` on client session `c` (into device `g` with
- * `sync` when `g` is set) completing into `r`, whose done is cleared;
- * *sid (when not NULL) is its stream. */
+ * `sync` when `g` is set) completing into `r`, whose done and status
+ * are cleared; *sid (when not NULL) is its stream. */
 void rp_get_start(hr_session *c, rp_result *r, const char *key, hr_gpu *g,
                   uint8_t sync, uint32_t *sid);
 
