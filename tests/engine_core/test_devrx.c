@@ -209,20 +209,15 @@ typedef struct wire {
  * may).  Returns 1 if any byte moved. */
 static int pump_honouring(pair *p, wire *w) {
   int moved = pump(p, p->c, p->s) > 0;
-  hr_iov iov[64];
-  int n = hr_session_pull(p->s, iov, 64, p->now);
-  assert_true(n >= 0);
-  size_t total = 0;
-  for (int i = 0; i < n; i++)
-    total += iov[i].len;
+  uint8_t *out;
+  int64_t total = pull_all(p->s, 64, p->now, &out);
+  assert_true(total >= 0);
   if (total) {
-    w->b = realloc(w->b, w->len + total);
+    w->b = realloc(w->b, w->len + (size_t)total);
     assert_non_null(w->b);
-    for (int i = 0; i < n; i++) {
-      memcpy(w->b + w->len, iov[i].base, iov[i].len);
-      w->len += iov[i].len;
-    }
-    hr_session_consumed(p->s, total, p->now);
+    memcpy(w->b + w->len, out, (size_t)total);
+    w->len += (size_t)total;
+    free(out);
     moved = 1;
   }
   while (w->pos < w->len && !hr_session_recv_paused(p->c)) {
