@@ -395,9 +395,11 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
 
 /* The end of hr_session_get/put/list: a request that failed before it was
  * sent vanishes without a callback, its id goes to *stream_id (may be
- * NULL) once it is queued, and a fatal error fails the session.  Between
- * request_begin() and here no completion callback runs: what ends is due
- * at the session's next step (decision 78).  Returns rv. */
+ * NULL) once it is queued, and a fatal error fails the session.  While
+ * s->req_calls counts the call no completion callback runs: a request
+ * that ends meanwhile is due at the session's next step (decision 78),
+ * or, when the call fails after all, reported by its error alone.
+ * Returns rv. */
 static int request_end(hr_session *s, hr_stream *st, uint32_t id,
                        uint32_t *stream_id, int rv) {
   if (rv && st) {
