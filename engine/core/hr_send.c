@@ -231,22 +231,27 @@ static void xwork_done(hr_work *w) {
 }
 
 int hr__tx_park_put(hr_session *s, hr_stream *st) {
+  /* The PUT's own session (lane 0), whichever lane ended it. */
+  s = st->s;
   hr_tx *tx = &st->tx;
   unsigned n = 0;
   for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     n += c->work && c->work->src_t;
   }
-  if (!n)
+  unsigned holds = hr__rdma_put_holds(s, st);
+  if (!n && !holds && !s->req_calls)
     return 0;
-  hr_put_tail *t = hr__put_tail_new(s, st, n);
+  hr_put_tail *t = hr__put_tail_new(s, st, n + holds);
   if (!t)
     return 0; /* no memory: the callback goes now, the tensor still waits */
-  for (uint32_t i = 0; i < tx->win_count; i++) {
+  for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     if (c->work && c->work->src_t)
       c->work->tail = t;
   }
+  if (holds)
+    hr__rdma_put_park(s, st, t);
   return 1;
 }
 

@@ -1272,10 +1272,26 @@ static void conn_close_socket(hr_conn *c) {
       e->nrejecting--;
   }
   c->state = CS_DEAD;
-  if (c->work_inflight)
+  /* Its work, and a PUT callback waiting for the fabric to release the
+   * tensor (decision 78), end before the session goes. */
+  if (c->work_inflight || hr_session_callbacks_parked(c->s))
     list_push(&e->dead, c);
   else
     conn_free(c);
+}
+
+/* Frees the dead connections whose work is back and whose session has no
+ * callback parked any more. */
+static void dead_reap(hr_engine *e) {
+  hr_conn *c, *next;
+
+  for (c = e->dead; c; c = next) {
+    next = c->next;
+    if (!c->work_inflight && !hr_session_callbacks_parked(c->s)) {
+      list_remove(&e->dead, c);
+      conn_free(c);
+    }
+  }
 }
 
 /* Turns a finished connection into a lingering socket (or closes it when
@@ -1734,6 +1750,8 @@ static void settle(hr_engine *e) {
     }
     if (fabric_due(e, now_of(e)))
       busy = 1;
+    if (e->dead)
+      dead_reap(e);
     if (!busy)
       break;
   }
@@ -1932,7 +1950,8 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
         c->work_inflight--;
         e->bulk_out--;
         bulk_done(c, b, now);
-        if (c->state == CS_DEAD && c->work_inflight == 0) {
+        if (c->state == CS_DEAD && c->work_inflight == 0 &&
+            !hr_session_callbacks_parked(c->s)) {
           list_remove(&e->dead, c);
           conn_free(c);
         }
@@ -1953,7 +1972,8 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
       if (c->state == CS_OPEN && c->tls && hr__tls_pending(c->tls) &&
           !hr_session_recv_paused(c->s) && hr_err_is_fatal(conn_read(c, now)))
         c->want_close = 1;
-      if (c->state == CS_DEAD && c->work_inflight == 0) {
+      if (c->state == CS_DEAD && c->work_inflight == 0 &&
+          !hr_session_callbacks_parked(c->s)) {
         list_remove(&e->dead, c);
         conn_free(c);
       }
@@ -2153,8 +2173,15 @@ struct hr_fabric *hr_engine_fabric(const hr_engine *e) {
 
 int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
                   const hr_engine_config *cfg, const hr_mem *mem) {
+  /* The CPUs this process may use: its affinity mask capped by its
+   * cgroup's CPU quota, for the bulk jobs and the pool alike. */
+  return hr__engine_new_cpus(out, ops, loop_data, cfg, mem, hr__bulk_cpus());
+}
+
+int hr__engine_new_cpus(hr_engine **out, const hr_loop_ops *ops,
+                        void *loop_data, const hr_engine_config *cfg,
+                        const hr_mem *mem, long ncpu) {
   hr_engine *e;
-  long ncpu;
   int rv;
 
   if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) || !ops->watch ||
@@ -2197,9 +2224,6 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     goto fail;
   e->bulk_min = e->cfg.bulk_offload_min ? e->cfg.bulk_offload_min
                                          : (uint64_t)1 << 20;
-  /* The CPUs this process may use: its affinity mask capped by its
-   * cgroup's CPU quota, for the bulk jobs and the pool alike. */
-  ncpu = hr__bulk_cpus();
   e->bulk_max_remote = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 0);
   e->bulk_max_local = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 1);
   e->pool_threads = e->cfg.worker_threads;
@@ -2401,6 +2425,12 @@ int hr_engine_del(hr_engine *e) {
     struct pollfd p = {e->wake_fd, POLLIN, 0};
     poll(&p, 1, 10);
     reap_jobs(e, now_of(e));
+#ifdef HR_HAVE_FABRIC
+    /* A cancelled fabric operation reports its end on progress. */
+    if (e->fabric)
+      hr_fabric_progress(e->fabric, now_of(e));
+#endif
+    dead_reap(e);
   }
   while (e->listeners) {
     hr_listener *l = e->listeners;

@@ -13,9 +13,13 @@
  *    refused, the producer's event failing, a cancel while the copies
  *    wait for the producer, the connection lost meanwhile.  The same
  *    connection then PUTs again.
+ *  - No callback inside hr_session_put(): a first chunk failing there
+ *    calls back on the loop's next turn; hr_client_put() returns that
+ *    error at once, not after its timeout (decision 78).
  *
  * Usage: test_gpu_put [backend]  (default "sim"; 77 when unavailable).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -24,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include <hurray/client.h>
 #include <hurray/store.h>
 #include <hurray/tensor.h>
 
@@ -108,16 +113,10 @@ static void fx_close(fx *f) {
   free(f);
 }
 
-static void sleep_gate(void *arg) {
-  (void)arg;
-  hr__test_sleep(GATE_NS);
-}
-
 /* The application's tensor: device memory a producer writes, its event,
  * and what its release callback saw. */
 typedef struct src {
-  hr_gpu_buf *dev, *oldb, *newb;
-  hr_gpu_event *ev;
+  tu_produced p; /* OLD, then NEW after the gate; the end in p.ev */
   _Atomic int released;
   _Atomic int released_early; /* released before the producer's event */
 } src;
@@ -126,33 +125,19 @@ static void src_release(void *ctx) {
   src *sv = ctx;
   /* The engine's copies wait for the event: a release before it means a
    * copy could still read the buffer. */
-  if (sv->ev && hr_gpu_event_query(sv->ev) != 0)
+  if (sv->p.ev && hr_gpu_event_query(sv->p.ev) != 0)
     atomic_fetch_add(&sv->released_early, 1);
   atomic_fetch_add(&sv->released, 1);
 }
 
 /* Sets the device buffer to OLD, then starts a slow producer writing NEW
- * on P (a gate, then the copy) and records its end in sv->ev. */
+ * on P (a gate, then the copy) and records its end in sv->p.ev. */
 static void produce(fx *f, src *sv, uint64_t n) {
-  sv->oldb = tu_host_buf(f->g, n);
-  sv->newb = tu_host_buf(f->g, n);
-  gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
-  gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
-  assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->oldb, 0, n), 0);
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  assert_int_equal(hr_gpu_event_new(f->g, 0, &sv->ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(f->P, sleep_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->newb, 0, n), 0);
-  assert_int_equal(hr_gpu_event_record(sv->ev, f->P), 0);
+  tu_produce(f->g, f->P, n, GATE_NS, &sv->p);
 }
 
 static void src_free(fx *f, src *sv) {
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  hr_gpu_event_del(sv->ev);
-  hr_gpu_buf_del(sv->dev);
-  tu_host_buf_del(sv->oldb);
-  tu_host_buf_del(sv->newb);
+  tu_produced_free(f->P, &sv->p);
 }
 
 /* The tensor handed to the PUT: its descriptor names the device (as a
@@ -160,16 +145,22 @@ static void src_free(fx *f, src *sv) {
 static hr_tensor *wrap_src(fx *f, src *sv, uint64_t n, int with_event) {
   hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->dev,
-                                         with_event ? sv->ev : NULL,
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->p.dev,
+                                         with_event ? sv->p.ev : NULL,
                                          src_release, sv, NULL),
                    0);
   assert_true(hr_tensor_on_device(t));
   return t;
 }
 
+/* Set while hr_session_put() runs: no PUT callback may come then
+ * (decision 78). */
+static int in_put;
+
 /* A PUT's completion, and what held when it came. */
 typedef struct put_res {
+  int inside;          /* a callback ran inside hr_session_put() */
+  int calls_at_return; /* callbacks when hr_session_put() returned */
   int calls;
   int status;
   int event_done; /* the producer's event had completed */
@@ -183,11 +174,12 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
   put_res *r = ud;
   (void)s;
   (void)sid;
+  r->inside |= in_put;
   r->calls++;
   r->status = rec ? rec->status : HR_ERR_CLOSED;
   if (rec)
     snprintf(r->msg, sizeof r->msg, "%s", rec->message);
-  r->event_done = !r->sv->ev || hr_gpu_event_query(r->sv->ev) == 0;
+  r->event_done = !r->sv->p.ev || hr_gpu_event_query(r->sv->p.ev) == 0;
   r->released = atomic_load(&r->sv->released);
 }
 
@@ -197,8 +189,11 @@ static int put_done(void *ud) {
 
 static int put_start(fx *f, const char *key, hr_tensor *t, put_res *r,
                      uint32_t *sid) {
+  in_put = 1;
   int rv = hr_session_put(hr_conn_session(f->cli.c), (const uint8_t *)key,
                           (uint16_t)strlen(key), 0, t, on_put, r, sid);
+  in_put = 0;
+  r->calls_at_return = r->calls;
   if (rv == 0)
     assert_int_equal(hr_engine_flush(f->cli.e), 0);
   return rv;
@@ -206,6 +201,7 @@ static int put_start(fx *f, const char *key, hr_tensor *t, put_res *r,
 
 static void put_wait(fx *f, put_res *r) {
   assert_true(tl_run(f->env, put_done, r, 30000));
+  assert_int_equal(r->inside, 0);
   /* Exactly once: nothing more comes. */
   tl_spin(f->env, 20);
   assert_int_equal(r->calls, 1);
@@ -256,12 +252,12 @@ static void put_p2(void **state) {
   hr_tensor_unref(t);
   /* The producer is still inside its gate. */
   if (strcmp(gt_backend, "sim") == 0)
-    assert_int_equal(hr_gpu_event_query(sv.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(sv.p.ev), HR_ERR_WOULDBLOCK);
   put_wait(f, &r);
   if (r.status)
     printf("PUT: %s: %s\n", hr_strerror(r.status), r.msg);
   assert_int_equal(r.status, 0);
-  assert_true(stored_equals(f, "p2", hr_gpu_buf_host_ptr(sv.newb), n));
+  assert_true(stored_equals(f, "p2", hr_gpu_buf_host_ptr(sv.p.newb), n));
   assert_int_equal(atomic_load(&sv.released), 1);
   assert_int_equal(atomic_load(&sv.released_early), 0);
   src_free(f, &sv);
@@ -282,7 +278,7 @@ static void put_p1(void **state) {
   hr_tensor_unref(t);
   put_wait(f, &r);
   assert_int_equal(r.status, 0);
-  assert_true(stored_equals(f, "p1", hr_gpu_buf_host_ptr(sv.newb), n));
+  assert_true(stored_equals(f, "p1", hr_gpu_buf_host_ptr(sv.p.newb), n));
   assert_int_equal(atomic_load(&sv.released), 1);
   src_free(f, &sv);
   fx_close(f);
@@ -303,8 +299,8 @@ static void put_stale(void **state) {
   hr_tensor_unref(t);
   put_wait(f, &r);
   assert_int_equal(r.status, 0);
-  assert_false(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.newb), n));
-  assert_true(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.oldb), n));
+  assert_false(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.p.newb), n));
+  assert_true(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.p.oldb), n));
   src_free(f, &sv);
   fx_close(f);
 }
@@ -335,6 +331,11 @@ static void put_no_pinned(void **state) {
   atomic_store(&fail_pinned, 1);
   assert_int_equal(put_start(f, "nopin", t, &r, NULL), 0);
   hr_tensor_unref(t);
+  /* The first chunk failed inside hr_session_put(): the callback comes
+   * after it returned, at the loop's next turn, not with a timeout (the
+   * session's shortest is 10 s). */
+  assert_int_equal(r.calls_at_return, 0);
+  assert_true(tl_run(f->env, put_done, &r, 5000));
   put_wait(f, &r);
   assert_int_equal(r.status, HR_ERR_NOMEM);
   /* Nothing was enqueued: nothing to wait for. */
@@ -407,7 +408,7 @@ static void put_conn_lost(void **state) {
   assert_int_equal(r.status, HR_ERR_CLOSED);
   /* The engine still holds the tensor until its copies are done. */
   hr_engine *ce = f->cli.e;
-  assert_int_equal(hr_gpu_event_sync(sv.ev), 0);
+  assert_int_equal(hr_gpu_event_sync(sv.p.ev), 0);
   for (int i = 0; i < 3000 && atomic_load(&sv.released) == 0; i++)
     tl_spin(f->env, 10);
   assert_int_equal(atomic_load(&sv.released), 1);
@@ -418,6 +419,69 @@ static void put_conn_lost(void **state) {
   tl_server_stop(f->env, &f->srv);
   tl_free(f->env);
   f->env = NULL;
+  src_free(f, &sv);
+  fx_close(f);
+}
+
+/* The blocking client, on a thread of its own (the server runs on the
+ * test's loop). */
+typedef struct cput {
+  const char *url;
+  hr_tensor *t;
+  int rv;
+  uint64_t ms; /* how long hr_client_put() took */
+  atomic_int done;
+} cput;
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *cput_main(void *arg) {
+  cput *c = arg;
+  hr_client *cl = NULL;
+  hr_client_options o;
+  hr_client_options_default(&o); /* its timeout: 30 s */
+  c->rv = hr_client_connect(&cl, c->url, &o, NULL, NULL);
+  if (c->rv == 0) {
+    uint64_t t0 = mono_ms();
+    hr_transfer_record rec;
+    c->rv = hr_client_put(cl, (const uint8_t *)"blocking", 8, 0, c->t, &rec);
+    c->ms = mono_ms() - t0;
+    hr_client_close(cl);
+  }
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+static int cput_done(void *ud) {
+  return atomic_load(&((cput *)ud)->done);
+}
+
+/* hr_client_put() of a device tensor whose first chunk fails inside
+ * hr_session_put(): the error comes back at once (the callback is due at
+ * the next turn of the client's loop), not after a timeout. */
+static void client_put_fails_at_once(void **state) {
+  (void)state;
+  fx *f = fx_open();
+  uint64_t n = 3 * CHUNK;
+  src sv = {0};
+  produce(f, &sv, n);
+  hr_tensor *t = wrap_src(f, &sv, n, 1);
+  atomic_store(&fail_pinned, 1);
+  cput c = {.url = f->srv.url, .t = t};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cput_main, &c), 0);
+  assert_true(tl_run(f->env, cput_done, &c, 25000));
+  pthread_join(th, NULL);
+  atomic_store(&fail_pinned, 0);
+  assert_int_equal(c.rv, HR_ERR_NOMEM);
+  assert_true(c.ms < 5000);
+  assert_false(stored(f, "blocking"));
+  hr_tensor_unref(t);
+  assert_int_equal(atomic_load(&sv.released), 1);
   src_free(f, &sv);
   fx_close(f);
 }
@@ -442,10 +506,15 @@ int main(int argc, char **argv) {
   if (rv != 0)
     return rv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(put_p2),          cmocka_unit_test(put_p1),
-      cmocka_unit_test(put_stale),       cmocka_unit_test(put_no_pinned),
-      cmocka_unit_test(put_event_fails), cmocka_unit_test(put_cancel_staging),
-      cmocka_unit_test(put_conn_lost),   cmocka_unit_test(put_refused),
+      cmocka_unit_test(put_p2),
+      cmocka_unit_test(put_p1),
+      cmocka_unit_test(put_stale),
+      cmocka_unit_test(put_no_pinned),
+      cmocka_unit_test(put_event_fails),
+      cmocka_unit_test(put_cancel_staging),
+      cmocka_unit_test(put_conn_lost),
+      cmocka_unit_test(put_refused),
+      cmocka_unit_test(client_put_fails_at_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
