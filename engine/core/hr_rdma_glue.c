@@ -632,7 +632,7 @@ static int device_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
 
 /* Short texts: the record's fallback has 127 characters for them. */
 static const char dev_framed[] = "device tensor staged and framed";
-static const char dev_staged[] = "device tensor staged in host memory for RDMA";
+static const char dev_staged[] = "device tensor staged for RDMA";
 static const char xc_framed[] = "transcoded output goes as frames";
 
 /* A staged part's host region is complete (decision 76): its descriptor
@@ -645,7 +645,7 @@ static int staged_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
   if (hr__rstage_local(p, &local, bufs) != 0)
     return 0;
   return sender_new(s, g, st, p, &local, bufs,
-                    "RDMA from the staged host copy refused", NULL, 0);
+                    "RDMA refused the staged copy", NULL, 0);
 }
 
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {

@@ -13,8 +13,18 @@
  *    RDMA without a fallback, the descriptor is producer-synced.
  *  - The same producer declared without its event (skipping the wait) is
  *    shown to deliver OLD: the wait is what makes the cases above right.
- *  - Failures: the source registration refused, a fabric without FI_HMEM,
- *    no RDMA_GPUDIRECT in the HELLOs (staged, framed, the record says why);
+ *  - Where GPUDirect cannot be the source (the source registration
+ *    refused, a fabric without FI_HMEM, no RDMA_GPUDIRECT in the HELLOs):
+ *    staged into one pinned host region after the event, then RDMA from
+ *    that region (decision 76), the record says why; the fabric refusing
+ *    the region too sends frames from it;
+ *  - staged sources' failures: the region's allocation, the copy's wait
+ *    for the event, the budget spent or off (frames), a cancel, a PUT's
+ *    cancel and a session's teardown while the copy runs (the region goes
+ *    once, after the copy), the peer answering ERROR instead of READY
+ *    (the client retries with frames); a wrong producer is caught staged
+ *    as unstaged;
+ *  - Failures of GPUDirect:
  *    the producer's event failing on the device (the GET fails, nothing
  *    stays registered); the peer gone in the middle of the write (the
  *    client retries with frames); a cancel while the event is awaited.
@@ -25,7 +35,8 @@
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
- * memory, so each must take the staged fallback and still be byte-exact.
+ * memory, so each must take the staged RDMA source and still be
+ * byte-exact.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -61,11 +72,19 @@ static int is_sim(void) {
 static const hr_gpu_ops *base_ops;
 static hr_gpu_ops fail_ops;
 static atomic_int wait_fails; /* stream_wait_event answers HR_ERR_IO */
+static atomic_int pin_fails;  /* pinned allocations answer HR_ERR_NOMEM */
 
 static int failing_wait(void *dev, void *s, void *e) {
   if (atomic_load(&wait_fails))
     return HR_ERR_IO;
   return base_ops->stream_wait_event(dev, s, e);
+}
+
+static int failing_alloc(void *dev, int kind, uint64_t size,
+                         hr_gpu_mem_info *out) {
+  if (kind == HR_GPU_MEM_PINNED && atomic_load(&pin_fails))
+    return HR_ERR_NOMEM;
+  return base_ops->mem_alloc(dev, kind, size, out);
 }
 
 typedef struct dev {
@@ -80,6 +99,7 @@ static void dev_open(dev *d) {
   base_ops = hr_gpu_get_ops(d->g);
   fail_ops = *base_ops;
   fail_ops.stream_wait_event = failing_wait;
+  fail_ops.mem_alloc = failing_alloc;
   assert_int_equal(hr_gpu_del(d->g), 0);
   hr_gpu_config cfg;
   hr_gpu_config_default(&cfg);
@@ -88,6 +108,7 @@ static void dev_open(dev *d) {
   assert_int_equal(hr_gpu_query(d->g, &d->caps), 0);
   assert_int_equal(hr_gpu_stream_new(d->g, &d->P), 0);
   atomic_store(&wait_fails, 0);
+  atomic_store(&pin_fails, 0);
 }
 
 static void dev_close(dev *d) {
@@ -284,7 +305,8 @@ static void pump(world *w);
 
 /* `hmem`: both fake endpoints reach the simulated device's memory (only
  * the simulated device's: the fake copies with memcpy). */
-static world *world_open(uint32_t caps, int dest, int hmem) {
+static world *world_open_b(uint32_t caps, int dest, int hmem,
+                           uint64_t budget) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
   pthread_mutex_init(&w->mu, NULL);
@@ -299,6 +321,8 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
   settings_for(&sc, w->ec, w->ext_c, caps, dest);
   settings_for(&ss, w->es, w->ext_s, caps, dest);
   ss.shard_bytes = SIZE / 4;
+  sc.rdma_stage_budget = budget;
+  ss.rdma_stage_budget = budget;
   hr_provider prov;
   memset(&prov, 0, sizeof prov);
   prov.size = sizeof prov;
@@ -321,6 +345,12 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
   pump(w);
   assert_non_null(hr_session_peer_hello(w->c));
   return w;
+}
+
+static world *world_open(uint32_t caps, int dest, int hmem) {
+  hr_settings def;
+  hr_settings_default(&def);
+  return world_open_b(caps, dest, hmem, def.rdma_stage_budget);
 }
 
 static void world_close(world *w) {
@@ -424,9 +454,10 @@ static void gpudirect_get(int dest) {
   assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
   /* The wait went through the device (start), never inline; with
-   * GPUDirect it was the only work: nothing was staged. */
+   * GPUDirect it was the only work: nothing was staged.  Staged, the
+   * host region's allocation is the one item this host runs itself. */
   assert_true(w->started > 0);
-  assert_int_equal(w->ran_inline, 0);
+  assert_int_equal(w->ran_inline, is_sim() ? 0 : 1);
   if (is_sim())
     assert_int_equal(w->started, 1);
   hr__fake_stats st;
@@ -441,10 +472,12 @@ static void gpudirect_get(int dest) {
     assert_int_equal(st.bytes, SIZE);
     assert_int_equal(dest ? st.writes : st.sends, 1);
   } else {
-    /* The fake cannot read this device's memory: staged and framed. */
-    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
-    want_fallback(&w->srv_rec, "device tensor staged and framed");
-    assert_int_equal(st.bytes, 0);
+    /* The fake cannot read this device's memory: staged into host
+     * memory, then RDMA from there (decision 76). */
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    want_fallback(&w->srv_rec, "device tensor staged for RDMA");
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
   produced_free(&d, &pr);
@@ -495,7 +528,11 @@ static void test_get_parallel(void **state) {
     assert_int_equal(st.bytes, SIZE);
     assert_int_equal(w->started, 4); /* one wait per shard, no staging */
   } else {
-    assert_int_equal(st.bytes, 0);
+    /* Each shard staged its own range, then RDMA from it. */
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(st.regs, 4);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
   }
   world_close(w);
   produced_free(&d, &pr);
@@ -525,10 +562,12 @@ static void test_skipped_event_is_caught(void **state) {
   dev_close(&d);
 }
 
-/* Cases where GPUDirect cannot be the source: the tensor is staged and
- * framed (after its event: NEW), the server's record says why. */
+/* Cases where GPUDirect cannot be the source: the tensor is staged into
+ * one host region (after its event: NEW) and goes over RDMA from there,
+ * the server's record says why; a fabric that refuses the region too
+ * gets frames from it. */
 static void staged_case(uint32_t caps, int hmem, int reg_fault,
-                        const char *why) {
+                        const char *why, int refused) {
   dev d;
   dev_open(&d);
   world *w = world_open(caps, 0, hmem);
@@ -539,13 +578,25 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
   get(w, NULL);
   assert_int_equal(w->status, 0);
   assert_true(bytes_are(w->got, pr.newb));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
-  want_fallback(&w->srv_rec, "device tensor staged and framed: ");
+  want_fallback(&w->srv_rec, "device tensor staged for RDMA: ");
   if (is_sim())
     want_fallback(&w->srv_rec, why);
+  assert_null(strstr(w->srv_rec.fallback, "staged and framed"));
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.regs, 0);
+  if (refused) {
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "RDMA refused the staged copy");
+    assert_int_equal(st.regs, 0);
+    assert_int_equal(st.bytes, 0);
+  } else {
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    /* One registration, of host memory: the staged region. */
+    assert_int_equal(st.regs, 1);
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
+  }
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -553,18 +604,28 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
 
 static void test_registration_refused(void **state) {
   (void)state;
-  staged_case(GD, 1, 1, "registering the source failed: injected");
+  /* Only the simulated device has a GPUDirect registration to refuse. */
+  staged_case(GD, 1, is_sim(), "registering the source failed: injected",
+              0);
+}
+
+/* No GPUDirect, and the fabric refuses the staged region as well: frames
+ * from the host copy (NEW), the record says both. */
+static void test_staged_region_refused(void **state) {
+  (void)state;
+  staged_case(HR_CAP_RDMA_DATA_PLANE, 1, 1,
+              "RDMA_GPUDIRECT is not in both HELLOs", 1);
 }
 
 static void test_no_hmem(void **state) {
   (void)state;
-  staged_case(GD, 0, 0, "needs FI_HMEM");
+  staged_case(GD, 0, 0, "needs FI_HMEM", 0);
 }
 
 static void test_no_gpudirect(void **state) {
   (void)state;
   staged_case(HR_CAP_RDMA_DATA_PLANE, 1, 0,
-              "RDMA_GPUDIRECT is not in both HELLOs");
+              "RDMA_GPUDIRECT is not in both HELLOs", 0);
 }
 
 /* The producer's event fails on the device: the GET fails with the
@@ -714,7 +775,7 @@ static void gpudirect_put(int dest) {
   assert_int_equal(w->status, 0);
   assert_true(bytes_are(w->committed, pr.newb));
   assert_true(w->started > 0);
-  assert_int_equal(w->ran_inline, 0);
+  assert_int_equal(w->ran_inline, is_sim() ? 0 : 1);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   if (is_sim()) {
@@ -725,9 +786,10 @@ static void gpudirect_put(int dest) {
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
     assert_int_equal(st.bytes, SIZE);
   } else {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-    want_fallback(&w->rec, "device tensor staged and framed");
-    assert_int_equal(st.bytes, 0);
+    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    want_fallback(&w->rec, "device tensor staged for RDMA");
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
   produced_free(&d, &pr);
@@ -762,8 +824,8 @@ static void test_put_skipped_event(void **state) {
   dev_close(&d);
 }
 
-/* A fabric that cannot reach the device's memory: staged and framed, the
- * client's record says why, the bytes are NEW. */
+/* A fabric that cannot reach the device's memory: staged, then RDMA from
+ * the host region, the client's record says why, the bytes are NEW. */
 static void test_put_no_hmem(void **state) {
   (void)state;
   dev d;
@@ -774,13 +836,15 @@ static void test_put_no_hmem(void **state) {
   put(w, pr.t);
   assert_int_equal(w->status, 0);
   assert_true(bytes_are(w->committed, pr.newb));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-  want_fallback(&w->rec, "device tensor staged and framed: ");
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  want_fallback(&w->rec, "device tensor staged for RDMA: ");
   if (is_sim())
     want_fallback(&w->rec, "needs FI_HMEM");
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.regs, 0);
+  assert_int_equal(st.regs, 1);
+  assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+  assert_int_equal(st.bytes, SIZE);
   world_close(w);
   produced_free(&d, &pr);
   dev_close(&d);
@@ -874,6 +938,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_registration_refused),
       cmocka_unit_test(test_no_hmem),
       cmocka_unit_test(test_no_gpudirect),
+      cmocka_unit_test(test_staged_region_refused),
       cmocka_unit_test(test_event_fails),
       cmocka_unit_test(test_peer_gone_tagged),
       cmocka_unit_test(test_peer_gone_write),
