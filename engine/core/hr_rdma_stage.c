@@ -542,6 +542,10 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
              : p->xmode == HR_XM_WINDOW ? RS_WINDOW
              : p->xmode == HR_XM_WHOLE  ? RS_WHOLE
                                         : 0;
+  if (kind != RS_WHOLE && (!acct || !cap)) {
+    snprintf(why, why_cap, "RDMA staging is off (rdma_stage_budget 0)");
+    return 0;
+  }
   /* The framed window must not have begun (a sparse transcode's one job
    * fills its whole tensor, which is what is sent). */
   if (!kind || p->rstage || st->tx.nparts != 1 ||
@@ -571,10 +575,6 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
     return 0;
   }
   if (kind != RS_WHOLE) {
-    if (!acct || !cap) {
-      snprintf(why, why_cap, "RDMA staging is off (rdma_stage_budget 0)");
-      return 0;
-    }
     if (!acct_take(acct, size, cap)) {
       snprintf(why, why_cap,
                "the RDMA staging budget is spent (%llu of %llu bytes)",

@@ -926,6 +926,301 @@ static void test_put_cancel_while_waiting(void **state) {
   dev_close(&d);
 }
 
+/* ---- staged sources (decision 76) ---------------------------------------- */
+
+/* No RDMA_GPUDIRECT: every device tensor is staged into a host region. */
+#define STAGED HR_CAP_RDMA_DATA_PLANE
+
+/* Moves messages (draining finished work) until the server's staging
+ * copy is on the device, waiting for the producer's gate. */
+static void until_copy_started(world *w) {
+  for (int i = 0; i < 2000 && w->started == 0; i++) {
+    w->now += 1000;
+    tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
+    works_drain(w);
+  }
+  assert_int_equal(w->started, 1);
+}
+
+/* A wrong producer (no event declared) staged: the copy reads the device
+ * at once and the client gets OLD over RDMA; staged_case shows the right
+ * one gets NEW. */
+static void test_staged_skipped_event(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip(); /* only the simulated device's gate is slow for sure */
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  produced pr;
+  produce(&d, &pr, 0);
+  w->served = hr_tensor_ref(pr.t);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_false(bytes_are(w->got, pr.newb));
+  assert_true(bytes_are(w->got, pr.oldb));
+  /* The same for a PUT. */
+  produced pr2;
+  produce(&d, &pr2, 0);
+  put(w, pr2.t);
+  assert_int_equal(w->status, 0);
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->committed, pr2.oldb));
+  world_close(w);
+  produced_free(&d, &pr);
+  produced_free(&d, &pr2);
+  dev_close(&d);
+}
+
+/* The host region cannot be allocated: that GET fails with
+ * RESOURCE_EXHAUSTED, that PUT with HR_ERR_NOMEM (before its TENSOR_PUT
+ * went: locally), nothing is registered, and the next ones go. */
+static void test_staged_alloc_fails(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  atomic_store(&pin_fails, 1);
+  get(w, NULL);
+  assert_true(w->done);
+  assert_int_not_equal(w->status, 0);
+  assert_null(w->got);
+  assert_int_equal(w->rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+  put(w, pr.t);
+  assert_int_equal(w->status, HR_ERR_NOMEM);
+  assert_int_equal(w->rec.wire_error, 0);
+  assert_null(w->committed);
+  atomic_store(&pin_fails, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The staging copy's wait for the producer's event fails on the device:
+ * that GET fails with INTERNAL, that PUT with HR_ERR_IO, the region goes,
+ * nothing is registered. */
+static void test_staged_copy_fails(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  atomic_store(&wait_fails, 1);
+  get(w, NULL);
+  assert_true(w->done);
+  assert_null(w->got);
+  assert_int_equal(w->rec.wire_error, HR_WIRE_INTERNAL);
+  put(w, pr.t);
+  assert_int_equal(w->status, HR_ERR_IO);
+  assert_null(w->committed);
+  atomic_store(&wait_fails, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* A budget too small for the tensor, and a budget of 0: staged and framed
+ * as before, the record says why. */
+static void test_staged_budget(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  for (int i = 0; i < 2; i++) {
+    world *w = world_open_b(STAGED, 0, 0, i ? 0 : SIZE / 2);
+    produced pr;
+    produce(&d, &pr, 1);
+    w->served = hr_tensor_ref(pr.t);
+    get(w, NULL);
+    assert_int_equal(w->status, 0);
+    assert_true(bytes_are(w->got, pr.newb));
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "device tensor staged and framed");
+    want_fallback(&w->srv_rec, i ? "RDMA staging is off"
+                                 : "RDMA staging budget is spent");
+    put(w, pr.t);
+    assert_int_equal(w->status, 0);
+    assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+    assert_true(bytes_are(w->committed, pr.newb));
+    hr__fake_stats st;
+    hr__fake_get_stats(w->es, &st);
+    assert_int_equal(st.regs, 0);
+    world_close(w);
+    produced_free(&d, &pr);
+  }
+  dev_close(&d);
+}
+
+/* The client cancels while the server's staging copy waits for the
+ * producer: the stream ends at once, the region goes once the copy
+ * landed (the budget, room for one region, takes the next GET), nothing
+ * was registered. */
+static void test_staged_cancel(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open_b(STAGED, 0, 0, SIZE + 4096);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  uint32_t sid = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  until_copy_started(w);
+  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  pump(w);
+  assert_true(w->done);
+  assert_int_not_equal(w->status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  assert_int_equal(st.bytes, 0);
+  get(w, NULL);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* A PUT cancelled while its staging copy waits for the producer: it ends
+ * here (its TENSOR_PUT never went), its one callback comes only once the
+ * copy landed (ADR-018 § 5), and the connection PUTs again. */
+static void test_staged_put_cancel(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  uint32_t sid = 0;
+  w->done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  pr.t, on_put, w, &sid),
+                   0);
+  until_copy_started(w);
+  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  assert_int_equal(w->done, 0);
+  pump(w);
+  assert_int_equal(w->done, 1);
+  assert_int_equal(w->status, HR_ERR_CLOSED);
+  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
+  assert_null(w->committed);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  put(w, pr.t);
+  assert_int_equal(w->status, 0);
+  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->committed, pr.newb));
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The serving session is deleted while its staging copy runs: the copy
+ * finishes on its own, the region goes with it, nothing stays
+ * registered, and the client's GET fails once. */
+static void test_staged_teardown(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  w->done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  until_copy_started(w);
+  hr_session_del(w->s);
+  w->s = NULL;
+  for (int i = 0; i < 2000 && works_drain(w); i++)
+    hr__test_sleep(1000000);
+  assert_int_equal(works_drain(w), 0);
+  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  assert_false(w->done);
+  hr_session_del(w->c);
+  w->c = NULL;
+  assert_true(w->done);
+  assert_int_not_equal(w->status, 0);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
+/* The client cannot post its receives and answers ERROR instead of
+ * RDMA_READY: the server's staged source ends, the client retries once,
+ * with frames, and gets NEW. */
+static void test_staged_peer_refuses(void **state) {
+  (void)state;
+  dev d;
+  dev_open(&d);
+  world *w = world_open(STAGED, 0, 0);
+  hr__fake_faults_of(w->ec)->recv_start = 1;
+  produced pr;
+  produce(&d, &pr, 1);
+  w->served = hr_tensor_ref(pr.t);
+  uint32_t sid = 0;
+  get(w, &sid);
+  assert_true(w->done);
+  assert_int_equal(w->status, 0);
+  assert_true(bytes_are(w->got, pr.newb));
+  assert_true(w->sid != sid); /* completed as the retry */
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  want_fallback(&w->srv_rec, "frames since");
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  world_close(w);
+  produced_free(&d, &pr);
+  dev_close(&d);
+}
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -949,6 +1244,14 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_no_hmem),
       cmocka_unit_test(test_put_event_fails),
       cmocka_unit_test(test_put_cancel_while_waiting),
+      cmocka_unit_test(test_staged_skipped_event),
+      cmocka_unit_test(test_staged_alloc_fails),
+      cmocka_unit_test(test_staged_copy_fails),
+      cmocka_unit_test(test_staged_budget),
+      cmocka_unit_test(test_staged_cancel),
+      cmocka_unit_test(test_staged_put_cancel),
+      cmocka_unit_test(test_staged_teardown),
+      cmocka_unit_test(test_staged_peer_refuses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
