@@ -137,6 +137,7 @@ struct hr_rstage {
   hr_gpu *g;
   hr_gpu_stream *gs;
   uint64_t next, done_bytes; /* RS_WINDOW: output submitted / produced */
+  uint64_t out_size;         /* RS_WINDOW: of out_size bytes */
 };
 
 struct sjob {
@@ -393,7 +394,7 @@ static void xc_done(hr_work *w) {
       stage_fail(s, rs, rc, HR_WIRE_TRANSCODE_FAILED, "transcoding failed");
     } else {
       rs->done_bytes += n;
-      if (rs->done_bytes >= part_of(rs)->xj->out_size)
+      if (rs->done_bytes >= rs->out_size)
         stage_ready(s, rs);
       else
         fill_window(s, rs);
@@ -411,9 +412,9 @@ static void fill_window(hr_session *s, hr_rstage *rs) {
   if (p->xj->grain > 1 && chunk > p->xj->grain)
     chunk -= chunk % p->xj->grain;
   uint8_t *out = hr_tensor_buffer(rs->region, 0);
-  while (rs->works < cap && rs->next < p->xj->out_size && rs->st &&
-         !rs->st->tx.failed) {
-    uint64_t len = p->xj->out_size - rs->next;
+  while (rs->works < cap && rs->next < rs->out_size && rs->st &&
+         !rs->ready && !rs->st->tx.failed) {
+    uint64_t len = rs->out_size - rs->next;
     if (len > chunk)
       len = chunk;
     sjob *x = hr__mem_calloc(&s->mem, 1, sizeof *x);
@@ -601,6 +602,7 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
   memcpy(rs->off, off, sizeof off);
   rs->span = span;
   rs->align = align;
+  rs->out_size = kind == RS_WINDOW ? p->xj->out_size : 0;
   p->rstage = rs;
   if (kind == RS_WHOLE)
     return 1; /* the transcode's own job fills its whole tensor */
