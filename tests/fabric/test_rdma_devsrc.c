@@ -762,7 +762,8 @@ static void put(world *w, hr_tensor *t) {
 
 /* A PUT of a device tensor whose producer is still running: GPUDirect
  * (simulated device) sends exactly NEW from the device memory, after the
- * event; on another backend it is staged and framed, and says so. */
+ * event; on another backend it is staged into host memory and goes over
+ * RDMA from there, and says so. */
 static void gpudirect_put(int dest) {
   dev d;
   dev_open(&d);
@@ -1195,7 +1196,8 @@ static void test_staged_teardown(void **state) {
 
 /* The client cannot post its receives and answers ERROR instead of
  * RDMA_READY: the server's staged source ends, the client retries once,
- * with frames, and gets NEW. */
+ * with frames, and gets NEW.  The same for a PUT whose server cannot
+ * post its receives: the retry goes as frames from the staged copy. */
 static void test_staged_peer_refuses(void **state) {
   (void)state;
   dev d;
@@ -1215,6 +1217,21 @@ static void test_staged_peer_refuses(void **state) {
   want_fallback(&w->srv_rec, "frames since");
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  world_close(w);
+  w = world_open(STAGED, 0, 0);
+  hr__fake_faults_of(w->es)->recv_start = 1;
+  w->done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  pr.t, on_put, w, &sid),
+                   0);
+  pump(w);
+  assert_int_equal(w->done, 1); /* one callback, the retry's */
+  assert_int_equal(w->status, 0);
+  assert_true(w->sid != sid);
+  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_true(bytes_are(w->committed, pr.newb));
+  hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   world_close(w);
   produced_free(&d, &pr);
