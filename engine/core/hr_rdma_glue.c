@@ -10,7 +10,9 @@
  *  - source owner (server GET, client PUT): a single plain tensor sent
  *    straight from memory goes over RDMA when hr_rdma_conn_can_source()
  *    agrees; the descriptor then carries data_plane 1 and the part waits in
- *    HR_TXP_RDMA until the handshake's events end it;
+ *    HR_TXP_RDMA until the handshake's events end it.  A device tensor is
+ *    read from the device (GPUDirect, decision 70) or, like transcoded
+ *    output, from a host copy made first (hr_rdma_stage.c, decision 76);
  *  - receiver (client GET, server PUT): a descriptor with data_plane 1 lands
  *    in the tensor the session allocated (or the application's destination
  *    buffer), each buffer of which must be one contiguous run;
