@@ -745,7 +745,8 @@ int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
   if (!g || !g->conn || p->shm || p->dipc || p->rstage ||
       st->tx.nparts != 1 || p->xp.total_data_bytes < min ||
       p->desc.layout.tag == HR_LAYOUT_COMPOSITE ||
-      !hr_rdma_conn_usable(g->conn, NULL))
+      !hr_rdma_conn_can_source(g->conn, &p->desc, p->xp.total_data_bytes,
+                               NULL, 0))
     return 0;
   if (p->xmode == HR_XM_STAGE)
     return hr_rdma_conn_gpudirect(g->conn, NULL) || g->stage_budget;
