@@ -261,6 +261,15 @@ static void on_hup(evutil_socket_t sig, short what, void *ud) {
        sv->token_file);
 }
 
+/* Why listening failed (rv): `invalid` when the address is unusable
+ * (HR_ERR_INVALID_ARGUMENT), the system's reason for HR_ERR_IO (errno
+ * as the call left it), else the error's name. */
+static const char *listen_why(int rv, const char *invalid) {
+  return rv == HR_ERR_INVALID_ARGUMENT ? invalid
+         : rv == HR_ERR_IO             ? strerror(errno)
+                                       : hr_strerror(rv);
+}
+
 int cli_serve(int argc, char **argv) {
   const char *listen_addr = NULL, *unix_path = NULL, *fabric = NULL,
              *metrics_addr = NULL;
@@ -551,9 +560,7 @@ int cli_serve(int argc, char **argv) {
             "cannot listen on %s: %s (is the port in use? try "
             "--listen 127.0.0.1:0)",
             listen_addr,
-            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
-            : rv == HR_ERR_IO             ? strerror(errno)
-                                          : hr_strerror(rv));
+            listen_why(rv, "not a usable HOST:PORT address"));
     status = CLI_EXIT_FAIL;
     goto out;
   }
@@ -563,9 +570,7 @@ int cli_serve(int argc, char **argv) {
             "cannot listen on unix:%s: %s (is another server using it, or "
             "is the directory missing?)",
             unix_path,
-            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable socket path"
-            : rv == HR_ERR_IO             ? strerror(errno)
-                                          : hr_strerror(rv));
+            listen_why(rv, "not a usable socket path"));
     status = CLI_EXIT_FAIL;
     goto out;
   }
@@ -597,9 +602,7 @@ int cli_serve(int argc, char **argv) {
             "cannot serve metrics on %s: %s (give HOST:PORT, e.g. "
             "127.0.0.1:9464, on a free port)",
             metrics_addr,
-            rv == HR_ERR_INVALID_ARGUMENT ? "not a usable HOST:PORT address"
-            : rv == HR_ERR_IO             ? strerror(errno)
-                                          : hr_strerror(rv));
+            listen_why(rv, "not a usable HOST:PORT address"));
     status = CLI_EXIT_FAIL;
     goto out;
   }

@@ -36,31 +36,11 @@ static inline uint64_t min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
 
-/* Element size in bytes; 0 for INT4/UINT4 (never transcoded), -1 for a
- * value v1 cannot size. */
+/* Element size in bytes (§ 4, hr_elem_bits); 0 for INT4/UINT4 (never
+ * transcoded), -1 for NONE or a value v1 cannot size. */
 static int elem_size(uint8_t t) {
-  switch (t) {
-  case HR_ELEM_BOOL:
-  case HR_ELEM_INT8:
-  case HR_ELEM_UINT8:
-  case HR_ELEM_FLOAT8_E4M3FN:
-  case HR_ELEM_FLOAT8_E5M2: return 1;
-  case HR_ELEM_INT16:
-  case HR_ELEM_UINT16:
-  case HR_ELEM_FLOAT16:
-  case HR_ELEM_BFLOAT16: return 2;
-  case HR_ELEM_INT32:
-  case HR_ELEM_UINT32:
-  case HR_ELEM_FLOAT32: return 4;
-  case HR_ELEM_INT64:
-  case HR_ELEM_UINT64:
-  case HR_ELEM_FLOAT64:
-  case HR_ELEM_COMPLEX64: return 8;
-  case HR_ELEM_COMPLEX128: return 16;
-  case HR_ELEM_INT4:
-  case HR_ELEM_UINT4: return 0;
-  default: return -1;
-  }
+  unsigned bits = hr_elem_bits(t);
+  return bits ? (int)(bits / 8) : -1;
 }
 
 static int is_dense_source(uint8_t tag) {

@@ -133,14 +133,11 @@ static int sum_sizes(const hr_descriptor *d, uint64_t *out) {
   return 0;
 }
 
-int hr_tensor_wrap(hr_tensor **out, const hr_descriptor *desc,
-                   void *const *buffers, hr_release_fn release,
-                   void *release_ctx, const hr_mem *mem) {
-  if (!out || !desc || !plain_args_ok(desc) || (desc->buffer_count && !buffers))
-    return HR_ERR_INVALID_ARGUMENT;
-  for (unsigned k = 0; k < desc->buffer_count; k++)
-    if (!buffers[k] && desc->buffers[k].size_bytes)
-      return HR_ERR_INVALID_ARGUMENT;
+/* A new tensor holding a copy of the plain descriptor `desc` and its byte
+ * count: HR_ERR_INVALID_ARGUMENT when the buffer sizes overflow,
+ * HR_ERR_NOMEM. */
+static int tensor_for(hr_tensor **out, const hr_descriptor *desc,
+                      const hr_mem *mem) {
   uint64_t bytes;
   if (sum_sizes(desc, &bytes))
     return HR_ERR_INVALID_ARGUMENT;
@@ -151,9 +148,25 @@ int hr_tensor_wrap(hr_tensor **out, const hr_descriptor *desc,
     tensor_free(t);
     return HR_ERR_NOMEM;
   }
+  t->bytes = bytes;
+  *out = t;
+  return 0;
+}
+
+int hr_tensor_wrap(hr_tensor **out, const hr_descriptor *desc,
+                   void *const *buffers, hr_release_fn release,
+                   void *release_ctx, const hr_mem *mem) {
+  if (!out || !desc || !plain_args_ok(desc) || (desc->buffer_count && !buffers))
+    return HR_ERR_INVALID_ARGUMENT;
+  for (unsigned k = 0; k < desc->buffer_count; k++)
+    if (!buffers[k] && desc->buffers[k].size_bytes)
+      return HR_ERR_INVALID_ARGUMENT;
+  hr_tensor *t;
+  int rv = tensor_for(&t, desc, mem);
+  if (rv)
+    return rv;
   for (unsigned k = 0; k < desc->buffer_count; k++)
     t->buf[k] = buffers[k];
-  t->bytes = bytes;
   /* Only now, when nothing can fail any more, is the release taken over. */
   t->release = release;
   t->release_ctx = release_ctx;
@@ -178,23 +191,16 @@ int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
   }
   if (ready && hr_gpu_event_device(ready) != hr_gpu_buf_device(bufs[0]))
     return HR_ERR_INVALID_ARGUMENT;
-  uint64_t bytes;
-  if (sum_sizes(desc, &bytes))
-    return HR_ERR_INVALID_ARGUMENT;
-  hr_tensor *t = tensor_new(mem);
-  if (!t)
-    return HR_ERR_NOMEM;
-  if (copy_descriptor(t, desc)) {
-    tensor_free(t);
-    return HR_ERR_NOMEM;
-  }
+  hr_tensor *t;
+  int rv = tensor_for(&t, desc, mem);
+  if (rv)
+    return rv;
   for (unsigned k = 0; k < desc->buffer_count; k++) {
     t->buf[k] = host[k];
     t->gbuf[k] = bufs[k];
   }
   t->gready = ready;
   t->on_device = 1;
-  t->bytes = bytes;
   t->release = release;
   t->release_ctx = release_ctx;
   *out = t;
@@ -203,18 +209,13 @@ int hr_tensor_wrap_device(hr_tensor **out, const hr_descriptor *desc,
 
 int hr__tensor_shell(hr_tensor **out, const hr_descriptor *desc,
                      const hr_mem *mem) {
-  uint64_t bytes;
-  if (!out || !desc || !plain_args_ok(desc) || sum_sizes(desc, &bytes))
+  if (!out || !desc || !plain_args_ok(desc))
     return HR_ERR_INVALID_ARGUMENT;
-  hr_tensor *t = tensor_new(mem);
-  if (!t)
-    return HR_ERR_NOMEM;
-  if (copy_descriptor(t, desc)) {
-    tensor_free(t);
-    return HR_ERR_NOMEM;
-  }
+  hr_tensor *t;
+  int rv = tensor_for(&t, desc, mem);
+  if (rv)
+    return rv;
   t->on_device = 1;
-  t->bytes = bytes;
   *out = t;
   return 0;
 }
@@ -265,9 +266,8 @@ int hr_tensor_alloc(hr_tensor **out, const hr_descriptor *desc,
                     unsigned min_alignment_log2, const hr_mem *mem) {
   if (!out || !desc || !plain_args_ok(desc))
     return HR_ERR_INVALID_ARGUMENT;
-  uint64_t off[HR_MAX_BUFFERS], span, align, bytes;
-  if (hr__tensor_placement(desc, min_alignment_log2, off, &span, &align) ||
-      sum_sizes(desc, &bytes))
+  uint64_t off[HR_MAX_BUFFERS], span, align;
+  if (hr__tensor_placement(desc, min_alignment_log2, off, &span, &align))
     return HR_ERR_INVALID_ARGUMENT;
   int huge = span >= HR_HUGE_THRESHOLD;
   if (huge && align < HR_HUGE_THRESHOLD)
@@ -278,11 +278,10 @@ int hr_tensor_alloc(hr_tensor **out, const hr_descriptor *desc,
   uint64_t total;
   if (!hr__add_u64(span, pad, &total) || total > SIZE_MAX)
     return HR_ERR_NOMEM;
-  hr_tensor *t = tensor_new(mem);
-  if (!t)
-    return HR_ERR_NOMEM;
-  if (copy_descriptor(t, desc))
-    goto nomem;
+  hr_tensor *t;
+  int rv = tensor_for(&t, desc, mem);
+  if (rv)
+    return rv;
   t->block = hr__mem_malloc(&t->mem, (size_t)total);
   if (!t->block)
     goto nomem;
@@ -292,7 +291,6 @@ int hr_tensor_alloc(hr_tensor **out, const hr_descriptor *desc,
     t->buf[k] = (void *)(base + (uintptr_t)off[k]);
   if (huge)
     hr__huge_advise((void *)base, (size_t)span);
-  t->bytes = bytes;
   *out = t;
   return 0;
 nomem:
@@ -459,7 +457,9 @@ void *hr_tensor_buffer(const hr_tensor *t, unsigned k) {
   return t && k < t->desc.buffer_count ? t->buf[k] : NULL;
 }
 
-uint64_t hr_tensor_bytes(const hr_tensor *t) { return t ? t->bytes : 0; }
+uint64_t hr_tensor_bytes(const hr_tensor *t) {
+  return t ? t->bytes : 0;
+}
 
 size_t hr_tensor_member_count(const hr_tensor *t) {
   return t ? t->member_count : 0;
@@ -469,7 +469,9 @@ hr_tensor *hr_tensor_member(const hr_tensor *t, size_t i) {
   return t && i < t->member_count ? t->members[i] : NULL;
 }
 
-unsigned hr__tensor_depth(const hr_tensor *t) { return t->depth; }
+unsigned hr__tensor_depth(const hr_tensor *t) {
+  return t->depth;
+}
 
 void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx) {
   t->release = fn;
@@ -479,8 +481,8 @@ void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx) {
 /* ---- shared segments ----------------------------------------------------- */
 
 int hr_tensor_set_segment(hr_tensor *t, int fd, uint64_t byte_offset) {
-  if (!t || fd < 0 || t->member_count || t->desc.layout.tag ==
-      HR_LAYOUT_COMPOSITE)
+  if (!t || fd < 0 || t->member_count ||
+      t->desc.layout.tag == HR_LAYOUT_COMPOSITE)
     return HR_ERR_INVALID_ARGUMENT;
   /* The peer finds buffer k > 0 by § 7.1 alone: where it starts must
    * agree with where it lies in our memory. */

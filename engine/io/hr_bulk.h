@@ -23,6 +23,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <hurray/engine.h>
+
 #include "hr_pool.h"
 
 #define HR__BULK_IOV 128
@@ -95,11 +97,18 @@ int hr__bulk_fd_same_host(int fd);
  * mask (the online CPUs when the mask cannot be read), capped by
  * ceil(quota / period) of its cgroup's CPU quota (hr__cgroup_cpu_quota);
  * at least 1.  Reads /proc and /sys each call: an engine calls it once,
- * in hr_engine_new(). */
+ * in hr_engine_new() (the blocking client once per connect, passing the
+ * count to hr__engine_new_cpus()). */
 long hr__bulk_cpus(void);
 /* The same with every file read under `root` (a directory standing for
  * "/", for tests; NULL: the real files). */
 long hr__bulk_cpus_at(const char *root);
+/* hr_engine_new() with `cpus` (hr__bulk_cpus(), read by the caller) as
+ * the CPUs this process may use, so that a caller which sized its own
+ * settings by them (the blocking client) reads the files once. */
+int hr__engine_new_cpus(hr_engine **out, const hr_loop_ops *ops,
+                        void *loop_data, const hr_engine_config *cfg,
+                        const hr_mem *mem, long cpus);
 /* The CPU quota of this process's cgroup, in CPUs rounded up: the
  * tightest of the limits from its cgroup (named by root/proc/self/cgroup)
  * up to the hierarchy's root, read from root/sys/fs/cgroup/PATH/cpu.max

@@ -204,6 +204,7 @@ int hr_client_connect(hr_client **out, const char *url,
   hr_client *cl;
   hr_engine_config cfg;
   hr_loop_ops ops;
+  long ncpu;
   int rv;
 
   if (err)
@@ -244,8 +245,8 @@ int hr_client_connect(hr_client **out, const char *url,
    * PUT's writes) run on a thread of their own, so that lanes use as many
    * cores; more threads than cores would only take turns (a job that
    * would wait yields to queued ones, so fewer threads serve all lanes). */
+  ncpu = hr__bulk_cpus(); /* affinity, capped by the cgroup quota */
   {
-    long ncpu = hr__bulk_cpus(); /* affinity, capped by the cgroup quota */
     unsigned lanes = cl->o.lanes > 1 ? cl->o.lanes : 1;
     cfg.worker_threads =
         ncpu >= 1 && (unsigned long)ncpu < lanes ? (unsigned)ncpu : lanes;
@@ -260,7 +261,9 @@ int hr_client_connect(hr_client **out, const char *url,
   if (cl->o.timeout_ms > 0)
     cfg.drain_timeout = (uint64_t)cl->o.timeout_ms * 1000000u;
   hr__ploop_ops(&ops);
-  rv = hr_engine_new(&cl->e, &ops, cl->loop, &cfg, mem);
+  /* The engine sizes its bulk jobs by the same count: the cgroup files
+   * are read once per connect. */
+  rv = hr__engine_new_cpus(&cl->e, &ops, cl->loop, &cfg, mem, ncpu);
   if (rv) {
     char m[300];
     snprintf(m, sizeof m, "cannot start the engine%s: %s",

@@ -9,8 +9,9 @@
  * kernel then throttles in 100 ms steps.  So the CPUs are the smaller of
  * the mask and ceil(quota / period).
  *
- * The files are read once per engine (hr_engine_new), never cached in a
- * global.  Every path goes under `root` ("/" in production, a directory
+ * The files are read once per engine (hr_engine_new; the blocking
+ * client once per connect, for its pool and its engine), never cached in
+ * a global.  Every path goes under `root` ("/" in production, a directory
  * of fake files in the tests).  Anything missing, unreadable or malformed
  * means "no limit from there": the quota can only lower the count.
  */

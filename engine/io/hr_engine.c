@@ -2164,8 +2164,15 @@ struct hr_fabric *hr_engine_fabric(const hr_engine *e) {
 
 int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
                   const hr_engine_config *cfg, const hr_mem *mem) {
+  /* The CPUs this process may use: its affinity mask capped by its
+   * cgroup's CPU quota, for the bulk jobs and the pool alike. */
+  return hr__engine_new_cpus(out, ops, loop_data, cfg, mem, hr__bulk_cpus());
+}
+
+int hr__engine_new_cpus(hr_engine **out, const hr_loop_ops *ops,
+                        void *loop_data, const hr_engine_config *cfg,
+                        const hr_mem *mem, long ncpu) {
   hr_engine *e;
-  long ncpu;
   int rv;
 
   if (!out || !ops || ops->size < offsetof(hr_loop_ops, now) || !ops->watch ||
@@ -2208,9 +2215,6 @@ int hr_engine_new(hr_engine **out, const hr_loop_ops *ops, void *loop_data,
     goto fail;
   e->bulk_min = e->cfg.bulk_offload_min ? e->cfg.bulk_offload_min
                                          : (uint64_t)1 << 20;
-  /* The CPUs this process may use: its affinity mask capped by its
-   * cgroup's CPU quota, for the bulk jobs and the pool alike. */
-  ncpu = hr__bulk_cpus();
   e->bulk_max_remote = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 0);
   e->bulk_max_local = hr__bulk_jobs_max(e->cfg.bulk_offload_jobs, ncpu, 1);
   e->pool_threads = e->cfg.worker_threads;

@@ -14,6 +14,8 @@
 
 #include <hurray/wire.h>
 
+#include "../gpu/gpu_testutil.h"
+
 int tu_fd_count(void) {
   DIR *d = opendir("/proc/self/fd");
   int n = 0;
@@ -117,4 +119,54 @@ void tu_host_buf_del(hr_gpu_buf *b) {
   hr_gpu_buf_del(b);
   if (wrapped)
     free(p);
+}
+
+static void sleep_gate(void *arg) {
+  const tu_produced *pr = arg;
+  hr__test_sleep(pr->gate_ns);
+}
+
+void tu_produce(hr_gpu *g, hr_gpu_stream *P, uint64_t n, uint64_t gate_ns,
+                tu_produced *pr) {
+  memset(pr, 0, sizeof *pr);
+  pr->gate_ns = gate_ns;
+  pr->oldb = tu_host_buf(g, n);
+  pr->newb = tu_host_buf(g, n);
+  gt_fill(hr_gpu_buf_host_ptr(pr->oldb), n, 1);
+  gt_fill(hr_gpu_buf_host_ptr(pr->newb), n, 2);
+  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &pr->dev), 0);
+  assert_int_equal(hr_gpu_copy_async(P, pr->dev, 0, pr->oldb, 0, n), 0);
+  assert_int_equal(hr_gpu_stream_sync(P), 0);
+  assert_int_equal(hr_gpu_event_new(g, 0, &pr->ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(P, sleep_gate, pr), 0);
+  assert_int_equal(hr_gpu_copy_async(P, pr->dev, 0, pr->newb, 0, n), 0);
+  assert_int_equal(hr_gpu_event_record(pr->ev, P), 0);
+}
+
+void tu_produced_free(hr_gpu_stream *P, tu_produced *pr) {
+  assert_int_equal(hr_gpu_stream_sync(P), 0);
+  hr_gpu_event_del(pr->ev);
+  hr_gpu_buf_del(pr->dev);
+  tu_host_buf_del(pr->oldb);
+  tu_host_buf_del(pr->newb);
+}
+
+int tu_device_equals(hr_gpu *g, hr_tensor *t, const void *want, uint64_t n) {
+  hr_gpu_stream *s;
+  hr_gpu_buf *h;
+  void *p = calloc(1, n ? n : 1);
+  assert_non_null(p);
+  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
+  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n ? n : 1, &h), 0);
+  hr_gpu_event *ev = hr_tensor_gpu_event(t);
+  if (ev)
+    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
+  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
+                   0);
+  assert_int_equal(hr_gpu_stream_sync(s), 0);
+  int eq = memcmp(p, want, n) == 0;
+  hr_gpu_buf_del(h);
+  hr_gpu_stream_del(s);
+  free(p);
+  return eq;
 }

@@ -441,12 +441,15 @@ static inline int64_t feed(pair *p, hr_session *to, const uint8_t *b,
   return 0;
 }
 
-/* Moves what `from` has to send into `to`.  Returns bytes moved, or a
+/* Pulls what `from` has to send at `now` (one pull of at most `iov_max`
+ * pieces, 256 at the most) into one malloc()ed buffer, *buf, and marks
+ * it consumed.  Returns its bytes (0: nothing, *buf NULL), or the pull's
  * negative error. */
-static inline int64_t pump(pair *p, hr_session *from, hr_session *to) {
+static inline int64_t pull_all(hr_session *from, int iov_max, hr_tstamp now,
+                               uint8_t **buf) {
   hr_iov iov[256];
-  int max = p->iov_max < 256 ? p->iov_max : 256;
-  int n = hr_session_pull(from, iov, max, p->now);
+  *buf = NULL;
+  int n = hr_session_pull(from, iov, iov_max < 256 ? iov_max : 256, now);
   if (n < 0)
     return n;
   size_t total = 0;
@@ -454,16 +457,27 @@ static inline int64_t pump(pair *p, hr_session *from, hr_session *to) {
     total += iov[i].len;
   if (!total)
     return 0;
-  uint8_t *buf = malloc(total);
+  *buf = malloc(total);
+  assert_non_null(*buf);
   size_t pos = 0;
   for (int i = 0; i < n; i++) {
-    memcpy(buf + pos, iov[i].base, iov[i].len);
+    memcpy(*buf + pos, iov[i].base, iov[i].len);
     pos += iov[i].len;
   }
-  hr_session_consumed(from, total, p->now);
-  int64_t rv = to ? feed(p, to, buf, total) : 0;
+  hr_session_consumed(from, total, now);
+  return (int64_t)total;
+}
+
+/* Moves what `from` has to send into `to`.  Returns bytes moved, or a
+ * negative error. */
+static inline int64_t pump(pair *p, hr_session *from, hr_session *to) {
+  uint8_t *buf;
+  int64_t total = pull_all(from, p->iov_max, p->now, &buf);
+  if (total <= 0)
+    return total;
+  int64_t rv = to ? feed(p, to, buf, (size_t)total) : 0;
   free(buf);
-  return rv < 0 ? rv : (int64_t)total;
+  return rv < 0 ? rv : total;
 }
 
 /* Picks the descriptors that travel with one pulled message, as a Unix
@@ -496,8 +510,8 @@ static inline int64_t pump_fds(pair *p, hr_session *from, hr_session *to,
   int fds[2];
   int nfds = pick(ud, from, fd, fds);
   if (nfds)
-    assert_int_equal(
-        hr_session_recv_fds(to, fds, (size_t)nfds, total, p->now), 0);
+    assert_int_equal(hr_session_recv_fds(to, fds, (size_t)nfds, total, p->now),
+                     0);
   int64_t rv = hr_session_recv(to, buf, total, p->now);
   free(buf);
   return rv < 0 ? rv : (int64_t)total;

@@ -19,6 +19,7 @@
 
 #include <hurray/gpu.h>
 
+#include "common/test_util.h"
 #include "engine_core/harness.h"
 
 #define PIECE 4096u
@@ -76,26 +77,16 @@ static hr_gpu *open_sim(void) {
   return open_sim_max(0);
 }
 
-/* The device tensor's bytes, copied back to the host. */
-static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
-                         uint64_t n) {
-  hr_gpu_stream *s;
-  hr_gpu_buf *h;
-  void *p = calloc(1, n ? n : 1);
-  assert_non_null(p);
-  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n ? n : 1, &h), 0);
-  hr_gpu_event *ev = hr_tensor_gpu_event(t);
-  if (ev)
-    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
-  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
-                   0);
-  assert_int_equal(hr_gpu_stream_sync(s), 0);
-  int same = memcmp(p, want, n) == 0;
-  hr_gpu_buf_del(h);
-  hr_gpu_stream_del(s);
-  free(p);
-  return same;
+/* Opens `p` (its fields set by the caller; client settings `cs`, NULL:
+ * the defaults) and stores an n-byte tensor of pattern `seed` under "k". */
+static hr_tensor *open_pair_k(pair *p, const hr_settings *cs, uint64_t n,
+                              uint64_t seed) {
+  assert_int_equal(pair_open(p, cs, NULL), 0);
+  uint64_t shape[1] = {n};
+  hr_tensor *t =
+      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, seed);
+  store_put(&p->st, "k", t);
+  return t;
 }
 
 /* Opens a pair whose client receives into `g` through a 2 x PIECE ring,
@@ -109,12 +100,17 @@ static hr_tensor *open_pair(pair *p, int zero_copy, uint64_t n) {
   hr_settings_default(&cs);
   cs.device_piece = PIECE;
   cs.device_pieces = 2;
-  assert_int_equal(pair_open(p, &cs, NULL), 0);
-  uint64_t shape[1] = {n};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 11);
-  store_put(&p->st, "k", t);
-  return t;
+  return open_pair_k(p, &cs, n, 11);
+}
+
+/* Starts a GET of "k" into device `g` (`sync`) completing into `r`
+ * (zeroed first). */
+static void get_k(pair *p, hr_gpu *g, uint8_t sync, result *r, uint32_t *sid) {
+  hr_get_opts o = get_opts("k");
+  o.device = g;
+  o.device_sync = sync;
+  memset(r, 0, sizeof *r);
+  assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, sid), 0);
 }
 
 /* Moves bytes both ways without running work; returns 1 if any moved. */
@@ -129,12 +125,8 @@ static void get_through_spill(int zero_copy, uint8_t sync) {
   const uint64_t n = 40 * PIECE + 3;
   hr_gpu *g = open_sim();
   hr_tensor *t = open_pair(&p, zero_copy, n);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = sync;
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, sync, &r, NULL);
   /* Every byte reaches the client while no copy completes: the ring
    * fills, the session asks to pause, the rest is kept aside. */
   int paused = 0;
@@ -152,7 +144,7 @@ static void get_through_spill(int zero_copy, uint8_t sync) {
   assert_non_null(r.t);
   assert_true(hr_tensor_on_device(r.t));
   assert_int_equal(hr_tensor_descriptor(r.t)->buffers[0].sync_mode, sync);
-  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  assert_true(tu_device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
   assert_true(pinned_peak <= 2 * PIECE);
   hr_tensor_unref(r.t);
   hr_tensor_unref(t);
@@ -179,12 +171,8 @@ static void spill_bound(void **state) {
   const uint64_t n = (uint64_t)6 << 20;
   hr_gpu *g = open_sim();
   hr_tensor *t = open_pair(&p, 0, n);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   while (pump_only(&p))
     ;
   assert_int_equal(r.calls, 1);
@@ -221,20 +209,15 @@ typedef struct wire {
  * may).  Returns 1 if any byte moved. */
 static int pump_honouring(pair *p, wire *w) {
   int moved = pump(p, p->c, p->s) > 0;
-  hr_iov iov[64];
-  int n = hr_session_pull(p->s, iov, 64, p->now);
-  assert_true(n >= 0);
-  size_t total = 0;
-  for (int i = 0; i < n; i++)
-    total += iov[i].len;
+  uint8_t *out;
+  int64_t total = pull_all(p->s, 64, p->now, &out);
+  assert_true(total >= 0);
   if (total) {
-    w->b = realloc(w->b, w->len + total);
+    w->b = realloc(w->b, w->len + (size_t)total);
     assert_non_null(w->b);
-    for (int i = 0; i < n; i++) {
-      memcpy(w->b + w->len, iov[i].base, iov[i].len);
-      w->len += iov[i].len;
-    }
-    hr_session_consumed(p->s, total, p->now);
+    memcpy(w->b + w->len, out, (size_t)total);
+    w->len += (size_t)total;
+    free(out);
     moved = 1;
   }
   while (w->pos < w->len && !hr_session_recv_paused(p->c)) {
@@ -252,7 +235,6 @@ static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
                                uint64_t n) {
   memset(p, 0, sizeof *p);
   memset(w, 0, sizeof *w);
-  memset(r, 0, sizeof *r);
   p->async_work = 1;
   p->now = 1000 * SEC;
   hr_settings cs;
@@ -261,15 +243,8 @@ static hr_tensor *start_paused(pair *p, wire *w, hr_gpu *g, result *r,
   cs.device_pieces = 2;
   cs.read_timeout = 1 * SEC;
   cs.keepalive_interval = 1 * SEC;
-  assert_int_equal(pair_open(p, &cs, NULL), 0);
-  uint64_t shape[1] = {n};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 7);
-  store_put(&p->st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
-  assert_int_equal(hr_session_get(p->c, &o, on_get_done, r, NULL), 0);
+  hr_tensor *t = open_pair_k(p, &cs, n, 7);
+  get_k(p, g, HR_SYNC_PRODUCER_SYNCED, r, NULL);
   while (pump_honouring(p, w))
     ;
   /* First the device memory is allocated (a work item, off the driving
@@ -317,7 +292,7 @@ static void paused_time_not_counted(void **state) {
   assert_int_equal(p.errors_c, 0);
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, 0);
-  assert_true(device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
+  assert_true(tu_device_equals(g, r.t, hr_tensor_buffer(t, 0), n));
   /* The record counts the pauses, the long one included. */
   assert_true(r.rec.recv_pauses >= 2);
   assert_true(r.rec.recv_paused_ns >= 10 * SEC);
@@ -370,17 +345,9 @@ static void alloc_fails(int async) {
   memset(&p, 0, sizeof p);
   p.async_work = async;
   hr_gpu *g = open_sim_max(1000);
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {5000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 3);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 5000, 3);
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   assert_int_equal(run(&p), 0);
   assert_int_equal(r.calls, 1);
   assert_int_equal(r.status, HR_ERR_LIMIT);
@@ -388,9 +355,9 @@ static void alloc_fails(int async) {
    * held-back item fails it once every byte arrived (no ERROR then). */
   if (!async)
     assert_int_equal(r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
-  assert_non_null(strstr(r.rec.message,
-                         async ? "out of device memory"
-                               : "device memory could not be allocated"));
+  assert_non_null(
+      strstr(r.rec.message, async ? "out of device memory"
+                                  : "device memory could not be allocated"));
   assert_null(r.t);
   assert_int_equal(device_live, 0);
   result pr;
@@ -426,19 +393,11 @@ static void cancel_while_allocating(void **state) {
   result r;
   memset(&p, 0, sizeof p);
   memset(&w, 0, sizeof w);
-  memset(&r, 0, sizeof r);
   p.async_work = 1;
   hr_gpu *g = open_sim();
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {100000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 5);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 100000, 5);
   uint32_t sid;
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, &sid), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, &sid);
   while (pump_honouring(&p, &w))
     ;
   assert_true(hr_session_recv_paused(p.c));
@@ -477,17 +436,9 @@ static void delete_while_allocating(void **state) {
   memset(&p, 0, sizeof p);
   p.async_work = 1;
   hr_gpu *g = open_sim();
-  assert_int_equal(pair_open(&p, NULL, NULL), 0);
-  uint64_t shape[1] = {100000};
-  hr_tensor *t =
-      dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1, shape, NULL, 0, 6);
-  store_put(&p.st, "k", t);
-  hr_get_opts o = get_opts("k");
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
+  hr_tensor *t = open_pair_k(&p, NULL, 100000, 6);
   result r;
-  memset(&r, 0, sizeof r);
-  assert_int_equal(hr_session_get(p.c, &o, on_get_done, &r, NULL), 0);
+  get_k(&p, g, HR_SYNC_PRODUCER_SYNCED, &r, NULL);
   while (pump_only(&p))
     ;
   assert_int_equal(p.wq.n, 1);

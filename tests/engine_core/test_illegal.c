@@ -144,22 +144,13 @@ typedef struct outs {
 static void drain(hr_session *s, outs *o) {
   memset(o, 0, sizeof *o);
   for (;;) {
-    hr_iov iov[64];
-    int n = hr_session_pull(s, iov, 64, 0);
-    assert_true(n >= 0);
-    if (n == 0)
+    uint8_t *buf;
+    int64_t got = pull_all(s, 64, 0, &buf);
+    assert_true(got >= 0);
+    if (got == 0)
       return;
-    size_t total = 0;
-    for (int i = 0; i < n; i++)
-      total += iov[i].len;
-    uint8_t *buf = malloc(total);
-    size_t pos = 0;
-    for (int i = 0; i < n; i++) {
-      memcpy(buf + pos, iov[i].base, iov[i].len);
-      pos += iov[i].len;
-    }
-    hr_session_consumed(s, total, 0);
-    for (pos = 0; pos + 12 <= total && o->n < 256;) {
+    size_t total = (size_t)got;
+    for (size_t pos = 0; pos + 12 <= total && o->n < 256;) {
       hr_msg_header h;
       hr_wire_parse_header(buf + pos, &h);
       o->type[o->n] = h.type;
@@ -188,6 +179,36 @@ static int find_error(const outs *o, uint32_t *sid, uint32_t *code) {
   return 0;
 }
 
+/* Feeds a table row's bytes (`build`) to `s` one byte at a time (header
+ * checks happen before payloads), then checks what `s` answered: an
+ * ERROR `want_code` on stream `want_sid` (none when `want_code` is 0),
+ * and whether it stopped reading (`closed`). */
+static void feed_row(hr_session *s, const char *name, void (*build)(raw *r),
+                     uint32_t want_sid, uint32_t want_code, int closed) {
+  static raw r;
+  outs o;
+  r.n = 0;
+  build(&r);
+  for (size_t k = 0; k < r.n && hr_session_want_read(s); k++)
+    assert_true(hr_session_recv(s, r.b + k, 1, 0) >= 0);
+  drain(s, &o);
+  uint32_t sid = 99, code = 0;
+  int got = find_error(&o, &sid, &code);
+  if (!want_code) {
+    if (got)
+      fail_msg("%s: unexpected ERROR %u on %u", name, code, sid);
+  } else {
+    if (!got)
+      fail_msg("%s: no ERROR", name);
+    if (sid != want_sid || code != want_code)
+      fail_msg("%s: ERROR %s on %u, want %s on %u", name,
+               hr_wire_error_name(code), sid, hr_wire_error_name(want_code),
+               want_sid);
+  }
+  if (!!closed != !hr_session_want_read(s))
+    fail_msg("%s: closed %d, want %d", name, !hr_session_want_read(s), closed);
+}
+
 /* ---- server table -------------------------------------------------------- */
 
 enum { S_FRESH, S_EST, S_OPEN, S_ENDED, S_PUT };
@@ -201,29 +222,59 @@ typedef struct srow {
   int closed;    /* the connection closes */
 } srow;
 
-static void b_request1(raw *r) { request(r, 1, "k", 0, 1); }
-static void b_ping(raw *r) { ping(r, HR_MSG_PING, 0); }
-static void b_server_hello(raw *r) { hello(r, 1, HR_MAGIC, 1, 0, NULL, 0); }
-static void b_bad_magic(raw *r) { hello(r, 0, 0x12345678, 1, 0, NULL, 0); }
-static void b_major2(raw *r) { hello(r, 0, HR_MAGIC, 2, 0, NULL, 0); }
+static void b_request1(raw *r) {
+  request(r, 1, "k", 0, 1);
+}
+static void b_ping(raw *r) {
+  ping(r, HR_MSG_PING, 0);
+}
+static void b_server_hello(raw *r) {
+  hello(r, 1, HR_MAGIC, 1, 0, NULL, 0);
+}
+static void b_bad_magic(raw *r) {
+  hello(r, 0, 0x12345678, 1, 0, NULL, 0);
+}
+static void b_major2(raw *r) {
+  hello(r, 0, HR_MAGIC, 2, 0, NULL, 0);
+}
 static void b_big_hello(raw *r) {
   hr_wire_put_header(r->b, HR_MSG_CLIENT_HELLO, 0, 65537);
   r->n = 12;
 }
-static void b_client_hello(raw *r) { hello(r, 0, HR_MAGIC, 1, 0, NULL, 0); }
-static void b_request_reuse(raw *r) { request(r, 1, "k", 0, 1); }
+static void b_client_hello(raw *r) {
+  hello(r, 0, HR_MAGIC, 1, 0, NULL, 0);
+}
+static void b_request_reuse(raw *r) {
+  request(r, 1, "k", 0, 1);
+}
 static void b_request_lower(raw *r) {
   request(r, 9, "k", 0, 1);
   request(r, 5, "k", 0, 1);
 }
-static void b_data_never(raw *r) { data_msg(r, 9, 0, 4); }
-static void b_cancel_never(raw *r) { empty(r, HR_MSG_CANCEL, 9); }
-static void b_cancel_ended(raw *r) { empty(r, HR_MSG_CANCEL, 1); }
-static void b_error_ended(raw *r) { error_msg(r, 1, HR_WIRE_INTERNAL); }
-static void b_release_ended(raw *r) { empty(r, HR_MSG_BUFFER_RELEASE, 1); }
-static void b_end_ended(raw *r) { empty(r, HR_MSG_TENSOR_DATA_END, 1); }
-static void b_ack_open(raw *r) { empty(r, HR_MSG_TENSOR_PUT_ACK, 1); }
-static void b_ack_never(raw *r) { empty(r, HR_MSG_TENSOR_PUT_ACK, 9); }
+static void b_data_never(raw *r) {
+  data_msg(r, 9, 0, 4);
+}
+static void b_cancel_never(raw *r) {
+  empty(r, HR_MSG_CANCEL, 9);
+}
+static void b_cancel_ended(raw *r) {
+  empty(r, HR_MSG_CANCEL, 1);
+}
+static void b_error_ended(raw *r) {
+  error_msg(r, 1, HR_WIRE_INTERNAL);
+}
+static void b_release_ended(raw *r) {
+  empty(r, HR_MSG_BUFFER_RELEASE, 1);
+}
+static void b_end_ended(raw *r) {
+  empty(r, HR_MSG_TENSOR_DATA_END, 1);
+}
+static void b_ack_open(raw *r) {
+  empty(r, HR_MSG_TENSOR_PUT_ACK, 1);
+}
+static void b_ack_never(raw *r) {
+  empty(r, HR_MSG_TENSOR_PUT_ACK, 9);
+}
 static void b_list_resp_never(raw *r) {
   hr_msg m;
   memset(&m, 0, sizeof m);
@@ -231,22 +282,40 @@ static void b_list_resp_never(raw *r) {
   m.hdr.stream_id = 9;
   put_msg(r, &m);
 }
-static void b_unknown_s3(raw *r) { put_hdr(r, 0x13, 3, 4); }
-static void b_unknown_s0(raw *r) { put_hdr(r, 0x13, 0, 4); }
-static void b_private_s3(raw *r) { put_hdr(r, 0xF0, 3, 0); }
-static void b_ping_s3(raw *r) { ping(r, HR_MSG_PING, 3); }
-static void b_ping_s1(raw *r) { ping(r, HR_MSG_PING, 1); }
-static void b_short_data(raw *r) { put_hdr(r, HR_MSG_TENSOR_DATA, 5, 12); }
-static void b_rdma_open(raw *r) { empty(r, HR_MSG_RDMA_READY, 1); }
+static void b_unknown_s3(raw *r) {
+  put_hdr(r, 0x13, 3, 4);
+}
+static void b_unknown_s0(raw *r) {
+  put_hdr(r, 0x13, 0, 4);
+}
+static void b_private_s3(raw *r) {
+  put_hdr(r, 0xF0, 3, 0);
+}
+static void b_ping_s3(raw *r) {
+  ping(r, HR_MSG_PING, 3);
+}
+static void b_ping_s1(raw *r) {
+  ping(r, HR_MSG_PING, 1);
+}
+static void b_short_data(raw *r) {
+  put_hdr(r, HR_MSG_TENSOR_DATA, 5, 12);
+}
+static void b_rdma_open(raw *r) {
+  empty(r, HR_MSG_RDMA_READY, 1);
+}
 static void b_desc_on_get(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
 }
-static void b_malformed_req(raw *r) { put_hdr(r, HR_MSG_TENSOR_REQUEST, 7, 3); }
+static void b_malformed_req(raw *r) {
+  put_hdr(r, HR_MSG_TENSOR_REQUEST, 7, 3);
+}
 static void b_too_large(raw *r) {
   hr_wire_put_header(r->b, HR_MSG_TENSOR_REQUEST, 7, (16u << 20) + 1);
   r->n = 12;
 }
-static void b_error_s0(raw *r) { error_msg(r, 0, HR_WIRE_INTERNAL); }
+static void b_error_s0(raw *r) {
+  error_msg(r, 0, HR_WIRE_INTERNAL);
+}
 static void b_goaway_s3(raw *r) {
   hr_wire_put_header(r->b, HR_MSG_GOAWAY, 3, 10);
   memset(r->b + 12, 0, 10);
@@ -437,28 +506,7 @@ static void server_table(void **state) {
       uint32_t sid, code;
       assert_false(find_error(&o, &sid, &code));
     }
-    r.n = 0;
-    row->build(&r);
-    /* One byte at a time: header checks happen before payloads. */
-    for (size_t k = 0; k < r.n && hr_session_want_read(s); k++)
-      assert_true(hr_session_recv(s, r.b + k, 1, 0) >= 0);
-    drain(s, &o);
-    uint32_t sid = 99, code = 0;
-    int got = find_error(&o, &sid, &code);
-    if (!row->code) {
-      if (got)
-        fail_msg("%s: unexpected ERROR %u on %u", row->name, code, sid);
-    } else {
-      if (!got)
-        fail_msg("%s: no ERROR", row->name);
-      if (sid != row->sid || code != row->code)
-        fail_msg("%s: ERROR %s on %u, want %s on %u", row->name,
-                 hr_wire_error_name(code), sid, hr_wire_error_name(row->code),
-                 row->sid);
-    }
-    if (!!row->closed != !hr_session_want_read(s))
-      fail_msg("%s: closed %d, want %d", row->name, !hr_session_want_read(s),
-               row->closed);
+    feed_row(s, row->name, row->build, row->sid, row->code, row->closed);
     hr_session_del(s);
     hr_tensor_unref(t);
     store_clear(&st);
@@ -483,11 +531,21 @@ static const uint8_t only_rm[1] = {HR_LAYOUT_ROW_MAJOR};
 static void c_desc_s1(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
 }
-static void c_minor1(raw *r) { hello(r, 1, HR_MAGIC, 1, 1, only_rm, 1); }
-static void c_request_never(raw *r) { request(r, 9, "k", 0, 1); }
-static void c_request_open(raw *r) { empty(r, HR_MSG_CANCEL, 1); }
-static void c_data_first(raw *r) { data_msg(r, 1, 0, 4); }
-static void c_ack_get(raw *r) { empty(r, HR_MSG_TENSOR_PUT_ACK, 1); }
+static void c_minor1(raw *r) {
+  hello(r, 1, HR_MAGIC, 1, 1, only_rm, 1);
+}
+static void c_request_never(raw *r) {
+  request(r, 9, "k", 0, 1);
+}
+static void c_request_open(raw *r) {
+  empty(r, HR_MSG_CANCEL, 1);
+}
+static void c_data_first(raw *r) {
+  data_msg(r, 1, 0, 4);
+}
+static void c_ack_get(raw *r) {
+  empty(r, HR_MSG_TENSOR_PUT_ACK, 1);
+}
 static void c_colmajor(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_COLUMN_MAJOR, 0, 4);
 }
@@ -498,7 +556,9 @@ static void c_overrun(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
   data_msg(r, 1, 2, 4);
 }
-static void c_error(raw *r) { error_msg(r, 1, HR_WIRE_NOT_FOUND); }
+static void c_error(raw *r) {
+  error_msg(r, 1, HR_WIRE_NOT_FOUND);
+}
 static void c_good(raw *r) {
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
   data_msg(r, 1, 0, 4);
@@ -510,7 +570,9 @@ static void c_good_then_desc(raw *r) {
   c_good(r);
   desc_msg(r, HR_MSG_TENSOR_DESCRIPTOR, 1, HR_LAYOUT_ROW_MAJOR, 0, 4);
 }
-static void c_second_shello(raw *r) { hello(r, 1, HR_MAGIC, 1, 0, NULL, 0); }
+static void c_second_shello(raw *r) {
+  hello(r, 1, HR_MAGIC, 1, 0, NULL, 0);
+}
 static void c_list_resp_get(raw *r) {
   hr_msg m;
   memset(&m, 0, sizeof m);
@@ -572,27 +634,7 @@ static void client_table(void **state) {
       }
       drain(c, &o);
     }
-    r.n = 0;
-    row->build(&r);
-    for (size_t k = 0; k < r.n && hr_session_want_read(c); k++)
-      assert_true(hr_session_recv(c, r.b + k, 1, 0) >= 0);
-    drain(c, &o);
-    uint32_t sid = 99, code = 0;
-    int got = find_error(&o, &sid, &code);
-    if (!row->code) {
-      if (got)
-        fail_msg("%s: unexpected ERROR %u on %u", row->name, code, sid);
-    } else {
-      if (!got)
-        fail_msg("%s: no ERROR", row->name);
-      if (sid != row->sid || code != row->code)
-        fail_msg("%s: ERROR %s on %u, want %s on %u", row->name,
-                 hr_wire_error_name(code), sid, hr_wire_error_name(row->code),
-                 row->sid);
-    }
-    if (!!row->closed != !hr_session_want_read(c))
-      fail_msg("%s: closed %d, want %d", row->name, !hr_session_want_read(c),
-               row->closed);
+    feed_row(c, row->name, row->build, row->sid, row->code, row->closed);
     if (row->state == C_GET) {
       if (res.calls != 1 || res.status != row->get_status)
         fail_msg("%s: GET calls %d status %d, want 1 / %d", row->name,

@@ -40,8 +40,8 @@ static void t_unmap(void *ctx) {
 }
 
 static int t_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
-                 uint64_t align, hr_shm_mapping *out, char *why,
-                 size_t why_len, void *ud) {
+                 uint64_t align, hr_shm_mapping *out, char *why, size_t why_len,
+                 void *ud) {
   shm_pair *sp = ud;
   (void)s;
   (void)align;
@@ -72,6 +72,7 @@ static void t_close(hr_session *s, int fd, void *ud) {
 }
 
 static void sp_open(shm_pair *sp, int client_shm) {
+  memset(sp, 0, sizeof *sp);
   hr_session_callbacks cb = pair_callbacks(&sp->p);
   hr_provider prov = store_provider(&sp->p.st);
   hr_settings cs;
@@ -164,6 +165,17 @@ static hr_tensor *seg_tensor(seg *g, uint64_t n) {
   return t;
 }
 
+/* Opens the pair with a segment tensor of `n` int32 (in `g`) stored under
+ * "a", and a fresh result `r`. */
+static void sp_open_seg(shm_pair *sp, int client_shm, seg *g, uint64_t n,
+                        result *r) {
+  sp_open(sp, client_shm);
+  memset(r, 0, sizeof *r);
+  hr_tensor *t = seg_tensor(g, n);
+  store_put(&sp->p.st, "a", t);
+  hr_tensor_unref(t);
+}
+
 static int get(shm_pair *sp, const char *key, result *r) {
   hr_get_opts o;
   memset(&o, 0, sizeof o);
@@ -182,18 +194,12 @@ static void test_roundtrip_release(void **state) {
   shm_pair sp;
   seg g;
   result r;
-  memset(&sp, 0, sizeof sp);
-  memset(&r, 0, sizeof r);
-  sp_open(&sp, 1);
-  hr_tensor *t = seg_tensor(&g, 5000);
-  store_put(&sp.p.st, "a", t);
-  hr_tensor_unref(t);
+  sp_open_seg(&sp, 1, &g, 5000, &r);
   assert_int_equal(get(&sp, "a", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
   assert_int_equal(sp.p.last_srv_rec.data_plane, HR_PLANE_SHM);
   assert_int_equal(sp.maps, 1);
-  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[4999],
-                   4999 * 3);
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[4999], 4999 * 3);
   /* Only the lease holds the tensor now. */
   store_clear(&sp.p.st);
   frun(&sp);
@@ -206,7 +212,7 @@ static void test_roundtrip_release(void **state) {
   frun(&sp);
   assert_true(atomic_load(&g.released));
   /* The session is still fine for more. */
-  t = seg_tensor(&g, 10);
+  hr_tensor *t = seg_tensor(&g, 10);
   store_put(&sp.p.st, "b", t);
   hr_tensor_unref(t);
   assert_int_equal(get(&sp, "b", &r), 0);
@@ -227,12 +233,7 @@ static void test_fallback_after_failed_map(void **state) {
   shm_pair sp;
   seg g;
   result r;
-  memset(&sp, 0, sizeof sp);
-  memset(&r, 0, sizeof r);
-  sp_open(&sp, 1);
-  hr_tensor *t = seg_tensor(&g, 100);
-  store_put(&sp.p.st, "a", t);
-  hr_tensor_unref(t);
+  sp_open_seg(&sp, 1, &g, 100, &r);
   sp.fail_map = 1;
   assert_int_not_equal(get(&sp, "a", &r), 0);
   assert_int_equal(r.rec.wire_error, HR_WIRE_DEVICE_UNAVAILABLE);
@@ -257,12 +258,7 @@ static void test_no_fd(void **state) {
   shm_pair sp;
   seg g;
   result r;
-  memset(&sp, 0, sizeof sp);
-  memset(&r, 0, sizeof r);
-  sp_open(&sp, 1);
-  hr_tensor *t = seg_tensor(&g, 100);
-  store_put(&sp.p.st, "a", t);
-  hr_tensor_unref(t);
+  sp_open_seg(&sp, 1, &g, 100, &r);
   sp.mode = M_DROP;
   assert_int_not_equal(get(&sp, "a", &r), 0);
   assert_int_equal(r.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
@@ -282,12 +278,7 @@ static void test_two_fds(void **state) {
   shm_pair sp;
   seg g;
   result r;
-  memset(&sp, 0, sizeof sp);
-  memset(&r, 0, sizeof r);
-  sp_open(&sp, 1);
-  hr_tensor *t = seg_tensor(&g, 100);
-  store_put(&sp.p.st, "a", t);
-  hr_tensor_unref(t);
+  sp_open_seg(&sp, 1, &g, 100, &r);
   sp.mode = M_TWO;
   assert_int_not_equal(get(&sp, "a", &r), 0);
   assert_int_equal(sp.p.errors_c, 1);
@@ -307,7 +298,6 @@ static void test_stray_fd(void **state) {
   int fds0 = tu_fd_count();
   for (int client_shm = 0; client_shm < 2; client_shm++) {
     shm_pair sp;
-    memset(&sp, 0, sizeof sp);
     sp_open(&sp, client_shm);
     sp.mode = M_STRAY;
     frun(&sp);
@@ -324,7 +314,6 @@ static void test_fd_to_server(void **state) {
   (void)state;
   int fds0 = tu_fd_count();
   shm_pair sp;
-  memset(&sp, 0, sizeof sp);
   sp_open(&sp, 1);
   frun(&sp);
   int fd = memfd_create("to-server", MFD_CLOEXEC);
@@ -342,12 +331,7 @@ static void test_not_negotiated(void **state) {
   shm_pair sp;
   seg g;
   result r;
-  memset(&sp, 0, sizeof sp);
-  memset(&r, 0, sizeof r);
-  sp_open(&sp, 0);
-  hr_tensor *t = seg_tensor(&g, 100);
-  store_put(&sp.p.st, "a", t);
-  hr_tensor_unref(t);
+  sp_open_seg(&sp, 0, &g, 100, &r);
   assert_int_equal(get(&sp, "a", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
   assert_int_equal(sp.maps, 0);

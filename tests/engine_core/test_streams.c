@@ -550,21 +550,12 @@ typedef struct watch {
 } watch;
 
 static int64_t pump_watch(pair *p, watch *w) {
-  hr_iov iov[256];
-  int n = hr_session_pull(p->s, iov, p->iov_max, p->now);
-  size_t total = 0;
-  for (int i = 0; i < n; i++)
-    total += iov[i].len;
-  if (!total)
+  uint8_t *buf;
+  int64_t got = pull_all(p->s, p->iov_max, p->now, &buf);
+  if (got <= 0)
     return 0;
-  uint8_t *buf = malloc(total);
-  size_t pos = 0;
-  for (int i = 0; i < n; i++) {
-    memcpy(buf + pos, iov[i].base, iov[i].len);
-    pos += iov[i].len;
-  }
-  hr_session_consumed(p->s, total, p->now);
-  for (pos = 0; pos + 12 <= total;) {
+  size_t total = (size_t)got;
+  for (size_t pos = 0; pos + 12 <= total;) {
     hr_msg_header h;
     hr_wire_parse_header(buf + pos, &h);
     if (w->armed && !w->small_done && h.stream_id == w->big &&

@@ -534,26 +534,9 @@ int tl_raw_connect(int port) {
   return fd;
 }
 
-int tl_raw_listen(int *port) {
-  struct sockaddr_in sa;
-  socklen_t len = sizeof sa;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-  if (fd < 0)
-    return -1;
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  *port = ntohs(sa.sin_port);
-  return fd;
-}
-
-int tl_raw_dead_port(int *port) {
+/* A TCP socket bound to a free loopback port (*port), listening when
+ * `backlog` is not 0; -1 on failure. */
+static int bound_loopback(int *port, int backlog) {
   struct sockaddr_in sa;
   socklen_t len = sizeof sa;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -564,12 +547,21 @@ int tl_raw_dead_port(int *port) {
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      (backlog && listen(fd, backlog) != 0) ||
       getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     close(fd);
     return -1;
   }
   *port = ntohs(sa.sin_port);
   return fd;
+}
+
+int tl_raw_listen(int *port) {
+  return bound_loopback(port, 16);
+}
+
+int tl_raw_dead_port(int *port) {
+  return bound_loopback(port, 0);
 }
 
 int tl_raw_send(tl_env *env, int fd, const void *p, size_t n) {

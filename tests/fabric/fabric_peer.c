@@ -29,6 +29,26 @@ const char *fp_provider_name(const char *short_name) {
   return strcmp(short_name, "tcp") == 0 ? "tcp;ofi_rxm" : short_name;
 }
 
+int fp_probe(const char *provider) {
+  hr_fabric_config c;
+  hr_fabric_config_default(&c);
+  c.provider = provider;
+  c.node = "127.0.0.1";
+  hr_fabric *f;
+  char why[256];
+  int rv = hr_fabric_new(&f, &c, NULL, why, sizeof why);
+  if (rv == HR_ERR_UNSUPPORTED) {
+    fprintf(stderr, "skipped: %s\n", why);
+    return 77;
+  }
+  if (rv != 0) {
+    fprintf(stderr, "hr_fabric_new: %s\n", why);
+    return 1;
+  }
+  hr_fabric_del(f);
+  return 0;
+}
+
 int fp_open(fpeer *p, const char *name, const char *provider,
             const hr_fabric_config *cfg) {
   memset(p, 0, sizeof *p);

@@ -45,6 +45,12 @@ typedef struct fpeer {
 /* The provider to test ("tcp" or "shm") as libfabric names it. */
 const char *fp_provider_name(const char *short_name);
 
+/* Whether libfabric opens `provider` on loopback here, as main() asks
+ * before running the tests: 0 yes, 77 (the CTest skip) when it has no
+ * such provider, 1 when opening failed otherwise (both say why on
+ * stderr). */
+int fp_probe(const char *provider);
+
 /* Opens the peer's fabric for `provider` ("tcp;ofi_rxm" or "shm") on
  * loopback.  Returns 0, or HR_ERR_UNSUPPORTED when the provider is absent
  * (the test then exits 77); anything else fails the test. */

@@ -437,22 +437,9 @@ static void test_auto_select(void **state) {
 
 int main(void) {
   /* Skip (77) only when libfabric has no such provider here. */
-  hr_fabric_config c;
-  hr_fabric_config_default(&c);
-  c.provider = provider();
-  c.node = "127.0.0.1";
-  hr_fabric *f;
-  char why[256];
-  int rv = hr_fabric_new(&f, &c, NULL, why, sizeof why);
-  if (rv == HR_ERR_UNSUPPORTED) {
-    fprintf(stderr, "skipped: %s\n", why);
-    return 77;
-  }
-  if (rv != 0) {
-    fprintf(stderr, "hr_fabric_new: %s\n", why);
-    return 1;
-  }
-  hr_fabric_del(f);
+  int rv = fp_probe(provider());
+  if (rv)
+    return rv;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_tagged),
       cmocka_unit_test(test_get_write),

@@ -321,6 +321,56 @@ static void slow_gate(void *arg) {
   }
 }
 
+/* A device tensor of the simulated device whose producer (a gate, then
+ * the copy of `want`) is still running: the tensor's event ends it. */
+#define DEV_SRC_BYTES ((uint64_t)8 << 20)
+typedef struct dev_src {
+  hr_gpu *g;
+  hr_gpu_stream *p;
+  hr_gpu_buf *dev, *host;
+  hr_gpu_event *ev;
+  hr_tensor *want; /* the bytes the producer writes */
+} dev_src;
+
+/* Starts the producer of `want` (pattern `seed`); returns the device
+ * tensor (the caller's reference). */
+static hr_tensor *dev_src_open(dev_src *ds, uint32_t seed) {
+  hr_gpu_config gc;
+  hr_gpu_config_default(&gc);
+  gc.backend = "sim";
+  assert_int_equal(hr_gpu_open(&ds->g, &gc, NULL, NULL), 0);
+  hr_gpu_caps caps;
+  assert_int_equal(hr_gpu_query(ds->g, &caps), 0);
+  uint64_t n = DEV_SRC_BYTES;
+  ds->want = tensor(64, 128 << 10, seed);
+  assert_int_equal(hr_gpu_stream_new(ds->g, &ds->p), 0);
+  assert_int_equal(hr_gpu_buf_alloc(ds->g, HR_GPU_MEM_DEVICE, n, &ds->dev), 0);
+  assert_int_equal(
+      hr_gpu_buf_wrap_host(ds->g, hr_tensor_buffer(ds->want, 0), n, &ds->host),
+      0);
+  assert_int_equal(hr_gpu_event_new(ds->g, 0, &ds->ev), 0);
+  assert_int_equal(hr_gpu_launch_host_fn(ds->p, slow_gate, NULL), 0);
+  assert_int_equal(hr_gpu_copy_async(ds->p, ds->dev, 0, ds->host, 0, n), 0);
+  assert_int_equal(hr_gpu_event_record(ds->ev, ds->p), 0);
+  hr_descriptor d = *hr_tensor_descriptor(ds->want);
+  d.buffers[0].device_tag = caps.device_tag;
+  hr_tensor *t;
+  assert_int_equal(
+      hr_tensor_wrap_device(&t, &d, &ds->dev, ds->ev, NULL, NULL, NULL), 0);
+  return t;
+}
+
+/* Waits for the producer and frees what dev_src_open() made. */
+static void dev_src_close(dev_src *ds) {
+  assert_int_equal(hr_gpu_stream_sync(ds->p), 0);
+  hr_gpu_event_del(ds->ev);
+  hr_gpu_buf_del(ds->host);
+  hr_gpu_buf_del(ds->dev);
+  hr_gpu_stream_del(ds->p);
+  hr_tensor_unref(ds->want);
+  assert_int_equal(hr_gpu_del(ds->g), 0);
+}
+
 /*
  * A device tensor served where GPUDirect cannot be the source: with it
  * advertised (both HELLOs; `dest`), this provider cannot register device
@@ -331,38 +381,15 @@ static void slow_gate(void *arg) {
  * why; the bytes are the producer's (written after the GET was answered).
  */
 static void device_get(int dest) {
-  hr_gpu_config gc;
-  hr_gpu_config_default(&gc);
-  gc.backend = "sim";
-  hr_gpu *g;
-  assert_int_equal(hr_gpu_open(&g, &gc, NULL, NULL), 0);
-  hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  uint64_t n = 8u << 20;
-  hr_tensor *want = tensor(64, 128 << 10, 13);
-  hr_gpu_stream *p;
-  hr_gpu_buf *dev, *host;
-  hr_gpu_event *ev;
-  assert_int_equal(hr_gpu_stream_new(g, &p), 0);
-  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host),
-                   0);
-  assert_int_equal(hr_gpu_event_new(g, 0, &ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(p, slow_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(p, dev, 0, host, 0, n), 0);
-  assert_int_equal(hr_gpu_event_record(ev, p), 0);
-  hr_descriptor d = *hr_tensor_descriptor(want);
-  d.buffers[0].device_tag = caps.device_tag;
-  hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &dev, ev, NULL, NULL, NULL),
-                   0);
+  dev_src ds;
+  hr_tensor *t = dev_src_open(&ds, 13);
   fixture f;
   open_pair(&f, provider(), dest);
   tl_put(&f.srv, "t", t);
   hr_tensor_unref(t);
   hr_fabric_stats s0, s1;
   hr_fabric_get_stats(hr_engine_fabric(f.srv.e), &s0);
-  get_check(&f, want, 1, HR_PLANE_RDMA);
+  get_check(&f, ds.want, 1, HR_PLANE_RDMA);
   if (!strstr(f.log.last.fallback, "device tensor staged for RDMA: ") ||
       !strstr(f.log.last.fallback, dest ? "registering the source failed"
                                         : "RDMA_GPUDIRECT is not in both"))
@@ -370,15 +397,9 @@ static void device_get(int dest) {
   hr_fabric_get_stats(hr_engine_fabric(f.srv.e), &s1);
   assert_true(s1.remote_regs > s0.remote_regs); /* the staged region */
   /* Parallel: each shard stages its own range. */
-  get_check(&f, want, 4, HR_PLANE_RDMA);
+  get_check(&f, ds.want, 4, HR_PLANE_RDMA);
   close_pair(&f);
-  assert_int_equal(hr_gpu_stream_sync(p), 0);
-  hr_gpu_event_del(ev);
-  hr_gpu_buf_del(host);
-  hr_gpu_buf_del(dev);
-  hr_gpu_stream_del(p);
-  hr_tensor_unref(want);
-  assert_int_equal(hr_gpu_del(g), 0);
+  dev_src_close(&ds);
 }
 
 static void test_device_source_refused(void **state) {
@@ -399,31 +420,9 @@ static void test_device_source_staged(void **state) {
  * server stores the producer's bytes.
  */
 static void device_put(int dest) {
-  hr_gpu_config gc;
-  hr_gpu_config_default(&gc);
-  gc.backend = "sim";
-  hr_gpu *g;
-  assert_int_equal(hr_gpu_open(&g, &gc, NULL, NULL), 0);
-  hr_gpu_caps caps;
-  assert_int_equal(hr_gpu_query(g, &caps), 0);
-  uint64_t n = 8u << 20;
-  hr_tensor *want = tensor(64, 128 << 10, 17);
-  hr_gpu_stream *p;
-  hr_gpu_buf *dev, *host;
-  hr_gpu_event *ev;
-  assert_int_equal(hr_gpu_stream_new(g, &p), 0);
-  assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, hr_tensor_buffer(want, 0), n, &host),
-                   0);
-  assert_int_equal(hr_gpu_event_new(g, 0, &ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(p, slow_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(p, dev, 0, host, 0, n), 0);
-  assert_int_equal(hr_gpu_event_record(ev, p), 0);
-  hr_descriptor d = *hr_tensor_descriptor(want);
-  d.buffers[0].device_tag = caps.device_tag;
-  hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &dev, ev, NULL, NULL, NULL),
-                   0);
+  dev_src ds;
+  hr_tensor *t = dev_src_open(&ds, 17);
+  uint64_t n = DEV_SRC_BYTES;
   fixture f;
   open_pair(&f, provider(), dest);
   tc_res r;
@@ -439,16 +438,11 @@ static void device_put(int dest) {
   hr_tensor *got = NULL;
   assert_int_equal(hr_store_get(f.srv.store, "up", 2, &got), 0);
   assert_int_equal(hr_tensor_bytes(got), n);
-  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(want, 0), n);
+  assert_memory_equal(hr_tensor_buffer(got, 0), hr_tensor_buffer(ds.want, 0),
+                      n);
   hr_tensor_unref(got);
   close_pair(&f);
-  assert_int_equal(hr_gpu_stream_sync(p), 0);
-  hr_gpu_event_del(ev);
-  hr_gpu_buf_del(host);
-  hr_gpu_buf_del(dev);
-  hr_gpu_stream_del(p);
-  hr_tensor_unref(want);
-  assert_int_equal(hr_gpu_del(g), 0);
+  dev_src_close(&ds);
 }
 
 static void test_device_put_refused(void **state) {

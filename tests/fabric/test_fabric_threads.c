@@ -113,22 +113,9 @@ static void test_threads(void **state) {
 }
 
 int main(void) {
-  hr_fabric_config c;
-  hr_fabric_config_default(&c);
-  c.provider = fp_provider_name(HR_TEST_PROVIDER);
-  c.node = "127.0.0.1";
-  hr_fabric *f;
-  char why[256];
-  int rv = hr_fabric_new(&f, &c, NULL, why, sizeof why);
-  if (rv == HR_ERR_UNSUPPORTED) {
-    fprintf(stderr, "skipped: %s\n", why);
-    return 77;
-  }
-  if (rv != 0) {
-    fprintf(stderr, "hr_fabric_new: %s\n", why);
-    return 1;
-  }
-  hr_fabric_del(f);
+  int rv = fp_probe(fp_provider_name(HR_TEST_PROVIDER));
+  if (rv)
+    return rv;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_threads)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

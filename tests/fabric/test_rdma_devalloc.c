@@ -38,21 +38,21 @@
 
 #include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
+#include "rdma_pair.h"
 
 #define SIZE ((uint64_t)1 << 20)
 #define SMALL ((uint64_t)64 << 10)
-#define DELAY_NS 300000000ull /* per allocation: device, then a pinned piece   \
-                               */
+#define DELAY_NS                                                               \
+  300000000ull /* per allocation: device, then a pinned piece                  \
+                */
 #define GD (HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT)
-#define MAXW 16
 
 /* One connection: a client and a server session. */
 typedef struct conn {
   hr_session *c, *s;
   tu_pipe c2s, s2c;
-  int done, status;
-  hr_tensor *got;
-  hr_transfer_record rec, srv_rec;
+  rp_result r; /* the client's completion */
+  hr_transfer_record srv_rec;
   int srv_recs;
   struct world *w;
 } conn;
@@ -60,20 +60,13 @@ typedef struct conn {
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
-  uint8_t ext_c[600], ext_s[600];
+  uint8_t ext_c[RP_EXT_CAP], ext_s[RP_EXT_CAP];
   hr_tstamp now;
   hr_tensor *served, *small;
   conn a; /* RDMA, the device GETs */
   conn b; /* frames: the other connection of the loop */
   /* Work the sessions submitted, each run on a thread of its own. */
-  pthread_mutex_t mu;
-  struct {
-    hr_work *w;
-    hr_session *s;
-    pthread_t th;
-    int finished;
-  } works[MAXW];
-  int nworks;
+  rp_works works;
 } world;
 
 static uint64_t now_ns(void) {
@@ -88,80 +81,39 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
-static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
-  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
-  hr_tensor *t = NULL;
-  assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
-  uint8_t *p = hr_tensor_buffer(t, 0);
-  for (uint64_t i = 0; i < n; i++)
-    p[i] = (uint8_t)((i * 2654435761u) >> 13 ^ seed);
-  return t;
-}
-
 /* ---- work on threads ------------------------------------------------------
  */
 
 typedef struct wctx {
-  world *w;
+  rp_works *k;
   hr_work *work;
 } wctx;
 
 static void *work_thread(void *arg) {
   wctx *x = arg;
   x->work->run(x->work);
-  pthread_mutex_lock(&x->w->mu);
-  for (int i = 0; i < x->w->nworks; i++)
-    if (x->w->works[i].w == x->work)
-      x->w->works[i].finished = 1;
-  pthread_mutex_unlock(&x->w->mu);
+  rp_works_finish(x->work, x->k);
   free(x);
   return NULL;
 }
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   conn *c = ud;
-  world *wd = c->w;
   wctx *x = malloc(sizeof *x);
   assert_non_null(x);
-  x->w = wd;
+  x->k = &c->w->works;
   x->work = w;
-  pthread_mutex_lock(&wd->mu);
-  assert_true(wd->nworks < MAXW);
-  int i = wd->nworks++;
-  wd->works[i].w = w;
-  wd->works[i].s = s;
-  wd->works[i].finished = 0;
-  int rc = pthread_create(&wd->works[i].th, NULL, work_thread, x);
-  pthread_mutex_unlock(&wd->mu);
-  assert_int_equal(rc, 0);
+  rp_works_add(x->k, s, w);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, work_thread, x), 0);
+  rp_works_set_thread(&c->w->works, w, th);
   return 0;
 }
 
 /* Reports finished work on this (the driving) thread; returns how many
  * are still out (*reported: how many were reported now). */
 static int works_drain_n(world *w, int *reported) {
-  for (;;) {
-    hr_work *done = NULL;
-    hr_session *s = NULL;
-    pthread_t th;
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->nworks; i++)
-      if (w->works[i].finished) {
-        done = w->works[i].w;
-        s = w->works[i].s;
-        th = w->works[i].th;
-        w->works[i] = w->works[--w->nworks];
-        break;
-      }
-    int left = w->nworks;
-    pthread_mutex_unlock(&w->mu);
-    if (!done)
-      return left;
-    pthread_join(th, NULL);
-    hr_session_work_done(s, done, w->now);
-    if (reported)
-      ++*reported;
-  }
+  return rp_works_drain(&w->works, w->now, reported);
 }
 
 static int works_drain(world *w) {
@@ -183,25 +135,6 @@ static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
     c->srv_rec = *r;
     c->srv_recs++;
   }
-}
-
-static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
-                         uint32_t caps, int dest) {
-  hr_settings_default(st);
-  if (!ep)
-    return;
-  uint8_t addr[400];
-  int64_t n = hr__fake_address(ep, addr, sizeof addr);
-  assert_true(n > 0);
-  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
-  assert_true(e > 0);
-  st->fabric_ops = hr__fake_ops();
-  st->fabric_ctx = ep;
-  st->fabric_caps = caps;
-  st->hello_ext = ext;
-  st->hello_ext_len = (uint16_t)e;
-  st->hello_ext_count = 1;
-  st->rdma_destination = dest;
 }
 
 /* One turn of the loop over both connections; 1 when anything moved. */
@@ -248,8 +181,8 @@ static void pump_quiet(world *w) {
 static void conn_open(world *w, conn *c, hr__fake_ep *ec, hr__fake_ep *es,
                       uint32_t caps, int dest) {
   hr_settings sc, ss;
-  settings_for(&sc, ec, w->ext_c, caps, dest);
-  settings_for(&ss, es, w->ext_s, caps, dest);
+  rp_settings(&sc, ec, w->ext_c, caps, dest);
+  rp_settings(&ss, es, w->ext_s, caps, dest);
   hr_provider prov;
   memset(&prov, 0, sizeof prov);
   prov.size = sizeof prov;
@@ -272,15 +205,13 @@ static void conn_open(world *w, conn *c, hr__fake_ep *ec, hr__fake_ep *es,
 static world *world_open(uint32_t caps, int dest, int hmem) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
-  pthread_mutex_init(&w->mu, NULL);
-  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
-  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
-  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  rp_works_init(&w->works);
+  rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem)
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
   w->now = 1000;
-  w->served = make_tensor(SIZE, 7);
-  w->small = make_tensor(SMALL, 9);
+  w->served = rp_make_tensor(SIZE, 7);
+  w->small = rp_make_tensor(SMALL, 9);
   conn_open(w, &w->a, w->ec, w->es, caps, dest);
   conn_open(w, &w->b, NULL, NULL, 0, 0);
   pump(w);
@@ -292,7 +223,7 @@ static world *world_open(uint32_t caps, int dest, int hmem) {
 static void conn_close(conn *c) {
   hr_session_del(c->c);
   hr_session_del(c->s);
-  hr_tensor_unref(c->got);
+  hr_tensor_unref(c->r.got);
   tu_pipe_free(&c->c2s);
   tu_pipe_free(&c->s2c);
 }
@@ -303,49 +234,17 @@ static void world_close(world *w) {
   assert_int_equal(works_drain(w), 0);
   conn_close(&w->a);
   conn_close(&w->b);
-  for (int i = 0; i < 100; i++) {
-    hr__fake_progress(w->ec);
-    hr__fake_progress(w->es);
-  }
-  hr__fake_stats st;
-  hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_ep_del(w->ec);
-  hr__fake_ep_del(w->es);
-  hr__fake_world_del(w->fw);
+  rp_fabric_close(w->fw, w->ec, w->es);
   hr_tensor_unref(w->served);
   hr_tensor_unref(w->small);
-  pthread_mutex_destroy(&w->mu);
+  rp_works_fini(&w->works);
   free(w);
-}
-
-static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  conn *c = ud;
-  (void)s;
-  (void)sid;
-  c->done = 1;
-  hr_tensor_unref(c->got);
-  c->got = t;
-  c->rec = *rec;
-  c->status = rec->status;
 }
 
 /* Asks for key "t" (the 1 MiB tensor) or "small"; into `g` when set. */
 static uint32_t get_start(conn *c, hr_gpu *g, const char *key) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)key;
-  o.key_len = (uint16_t)strlen(key);
-  o.preferred_device = HR_DEV_CPU;
-  o.device = g;
-  o.device_sync = HR_SYNC_PRODUCER_SYNCED;
-  c->done = 0;
-  c->status = 0;
   uint32_t sid = 0;
-  assert_int_equal(hr_session_get(c->c, &o, on_get, c, &sid), 0);
+  rp_get_start(c->c, &c->r, key, g, HR_SYNC_PRODUCER_SYNCED, &sid);
   return sid;
 }
 
@@ -360,35 +259,13 @@ static hr_gpu *dev_open(uint64_t delay_ns, uint64_t max) {
   return g;
 }
 
-/* The device tensor's bytes equal `want` (copied back). */
-static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
-                         uint64_t n) {
-  hr_gpu_stream *s;
-  hr_gpu_buf *h;
-  void *p = calloc(1, n);
-  assert_non_null(p);
-  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &h), 0);
-  hr_gpu_event *ev = hr_tensor_gpu_event(t);
-  if (ev)
-    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
-  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
-                   0);
-  assert_int_equal(hr_gpu_stream_sync(s), 0);
-  int eq = memcmp(p, want, n) == 0;
-  hr_gpu_buf_del(h);
-  hr_gpu_stream_del(s);
-  free(p);
-  return eq;
-}
-
 /* Starts a device GET on connection a and turns the loop until only the
  * allocation is left: the descriptor and the sender's RDMA_REGISTER
  * (SOURCE) are in, nothing is registered on our side yet. */
 static uint32_t start_slow(world *w, hr_gpu *g) {
   uint32_t sid = get_start(&w->a, g, "t");
   pump_quiet(w);
-  assert_false(w->a.done);
+  assert_false(w->a.r.done);
   assert_int_equal(works_drain(w), 1);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
@@ -407,28 +284,29 @@ static void slow_case(uint32_t caps, int dest, int hmem) {
   start_slow(w, g);
   /* The other connection is served while the allocation sleeps. */
   get_start(&w->b, NULL, "s");
-  pump_until(w, &w->b.done);
-  assert_true(w->b.done);
-  assert_int_equal(w->b.status, 0);
-  assert_memory_equal(hr_tensor_buffer(w->b.got, 0),
+  pump_until(w, &w->b.r.done);
+  assert_true(w->b.r.done);
+  assert_int_equal(w->b.r.status, 0);
+  assert_memory_equal(hr_tensor_buffer(w->b.r.got, 0),
                       hr_tensor_buffer(w->small, 0), SMALL);
   assert_true(now_ns() - t0 < DELAY_NS);
-  assert_false(w->a.done);
+  assert_false(w->a.r.done);
   /* Then the device GET goes on, exactly. */
-  pump_until(w, &w->a.done);
-  assert_true(w->a.done);
+  pump_until(w, &w->a.r.done);
+  assert_true(w->a.r.done);
   assert_true(now_ns() - t0 >= DELAY_NS);
-  assert_int_equal(w->a.status, 0);
-  assert_true(hr_tensor_on_device(w->a.got));
-  assert_true(device_equals(g, w->a.got, hr_tensor_buffer(w->served, 0), SIZE));
-  assert_int_equal(w->a.rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->a.r.status, 0);
+  assert_true(hr_tensor_on_device(w->a.r.got));
+  assert_true(
+      tu_device_equals(g, w->a.r.got, hr_tensor_buffer(w->served, 0), SIZE));
+  assert_int_equal(w->a.r.rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   if (hmem) {
-    assert_string_equal(w->a.rec.fallback, "");
+    assert_string_equal(w->a.r.rec.fallback, "");
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
   } else {
-    assert_non_null(strstr(w->a.rec.fallback,
+    assert_non_null(strstr(w->a.r.rec.fallback,
                            "RDMA into host memory, copied to the "
                            "device"));
   }
@@ -440,8 +318,8 @@ static void slow_case(uint32_t caps, int dest, int hmem) {
     assert_true(st.writes > 0);
   else
     assert_true(st.sends > 0);
-  hr_tensor_unref(w->a.got);
-  w->a.got = NULL;
+  hr_tensor_unref(w->a.r.got);
+  w->a.r.got = NULL;
   world_close(w);
   assert_int_equal(hr_gpu_del(g), 0);
 }
@@ -468,10 +346,10 @@ static void test_alloc_fails(void **state) {
   hr_gpu *g = dev_open(DELAY_NS / 10, SIZE / 2);
   world *w = world_open(GD, 1, 1);
   get_start(&w->a, g, "t");
-  pump_until(w, &w->a.done);
-  assert_true(w->a.done);
-  assert_int_equal(w->a.status, HR_ERR_LIMIT);
-  assert_null(w->a.got);
+  pump_until(w, &w->a.r.done);
+  assert_true(w->a.r.done);
+  assert_int_equal(w->a.r.status, HR_ERR_LIMIT);
+  assert_null(w->a.r.got);
   pump(w);
   assert_int_equal(w->a.srv_recs, 1);
   assert_int_not_equal(w->a.srv_rec.status, 0);
@@ -483,10 +361,10 @@ static void test_alloc_fails(void **state) {
   assert_int_equal(st.writes, 0);
   /* The same connection serves the next GET (host memory) over RDMA. */
   get_start(&w->a, NULL, "t");
-  pump_until(w, &w->a.done);
-  assert_int_equal(w->a.status, 0);
-  assert_int_equal(w->a.rec.data_plane, HR_PLANE_RDMA);
-  assert_memory_equal(hr_tensor_buffer(w->a.got, 0),
+  pump_until(w, &w->a.r.done);
+  assert_int_equal(w->a.r.status, 0);
+  assert_int_equal(w->a.r.rec.data_plane, HR_PLANE_RDMA);
+  assert_memory_equal(hr_tensor_buffer(w->a.r.got, 0),
                       hr_tensor_buffer(w->served, 0), SIZE);
   world_close(w);
   assert_int_equal(hr_gpu_del(g), 0);
@@ -501,9 +379,9 @@ static void test_cancel_during_alloc(void **state) {
   uint32_t sid = start_slow(w, g);
   assert_int_equal(hr_session_cancel(w->a.c, sid), 0);
   pump(w);
-  assert_true(w->a.done);
-  assert_int_not_equal(w->a.status, 0);
-  assert_null(w->a.got);
+  assert_true(w->a.r.done);
+  assert_int_not_equal(w->a.r.status, 0);
+  assert_null(w->a.r.got);
   assert_int_equal(w->a.srv_recs, 1);
   assert_int_not_equal(w->a.srv_rec.status, 0);
   hr__fake_stats st;
@@ -525,8 +403,8 @@ static void test_conn_gone_during_alloc(void **state) {
   w->a.c = NULL;
   hr_session_del(w->a.s);
   w->a.s = NULL;
-  assert_true(w->a.done); /* completed with HR_ERR_CLOSED */
-  assert_int_not_equal(w->a.status, 0);
+  assert_true(w->a.r.done); /* completed with HR_ERR_CLOSED */
+  assert_int_not_equal(w->a.r.status, 0);
   world_close(w);
   assert_int_equal(hr_gpu_del(g), 0);
 }
@@ -547,9 +425,9 @@ static void test_message_before_ready(void **state) {
   int64_t n = hr_wire_encode(&m, buf, sizeof buf);
   assert_true(n > 0);
   assert_true(hr_session_recv(w->a.c, buf, (size_t)n, w->now) >= 0);
-  assert_true(w->a.done);
-  assert_int_equal(w->a.status, HR_ERR_PROTO);
-  assert_int_equal(w->a.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
+  assert_true(w->a.r.done);
+  assert_int_equal(w->a.r.status, HR_ERR_PROTO);
+  assert_int_equal(w->a.r.rec.wire_error, HR_WIRE_PROTOCOL_VIOLATION);
   pump(w);
   /* The sender's handshake ended on our ERROR. */
   assert_int_equal(w->a.srv_recs, 1);

@@ -30,7 +30,7 @@
  *    client retries with frames); a cancel while the event is awaited.
  *  - The same for a client PUT of the device tensor (roles reversed):
  *    GPUDirect from the device after the event, the skipped event caught,
- *    no FI_HMEM (staged, framed, the client's record says why), the
+ *    no FI_HMEM (staged, RDMA, the client's record says why), the
  *    event failing (that PUT only).
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
@@ -58,6 +58,7 @@
 #include "../gpu/gpu_testutil.h"
 #include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
+#include "rdma_pair.h"
 
 #define SIZE ((uint64_t)1 << 20)
 #define GATE_NS 150000000ull /* the producer's gate: 150 ms */
@@ -117,48 +118,27 @@ static void dev_close(dev *d) {
   assert_int_equal(hr_gpu_del(d->g), 0);
 }
 
-static void sleep_gate(void *arg) {
-  (void)arg;
-  hr__test_sleep(GATE_NS);
-}
-
 /* A device tensor of SIZE bytes holding OLD, then written NEW by a slow
- * producer on P whose end is `ev` (the tensor's event when with_event). */
+ * producer on P whose end is p.ev (the tensor's event when with_event). */
 typedef struct produced {
-  hr_gpu_buf *devb, *oldb, *newb;
-  hr_gpu_event *ev;
+  tu_produced p;
   hr_tensor *t;
 } produced;
 
 static void produce(dev *d, produced *pr, int with_event) {
-  memset(pr, 0, sizeof *pr);
-  pr->oldb = tu_host_buf(d->g, SIZE);
-  pr->newb = tu_host_buf(d->g, SIZE);
-  gt_fill(hr_gpu_buf_host_ptr(pr->oldb), SIZE, 1);
-  gt_fill(hr_gpu_buf_host_ptr(pr->newb), SIZE, 2);
-  assert_int_equal(hr_gpu_buf_alloc(d->g, HR_GPU_MEM_DEVICE, SIZE, &pr->devb),
-                   0);
-  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->oldb, 0, SIZE), 0);
-  assert_int_equal(hr_gpu_stream_sync(d->P), 0);
-  assert_int_equal(hr_gpu_event_new(d->g, 0, &pr->ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(d->P, sleep_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(d->P, pr->devb, 0, pr->newb, 0, SIZE), 0);
-  assert_int_equal(hr_gpu_event_record(pr->ev, d->P), 0);
+  tu_produce(d->g, d->P, SIZE, GATE_NS, &pr->p);
   hr_descriptor desc = tu_bytes_desc(SIZE, 0, d->caps.device_tag);
   desc.buffers[0].device_index = d->caps.device_index;
-  assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->devb,
-                                         with_event ? pr->ev : NULL, NULL, NULL,
-                                         NULL),
+  assert_int_equal(hr_tensor_wrap_device(&pr->t, &desc, &pr->p.dev,
+                                         with_event ? pr->p.ev : NULL, NULL,
+                                         NULL, NULL),
                    0);
 }
 
 static void produced_free(dev *d, produced *pr) {
   assert_int_equal(hr_gpu_stream_sync(d->P), 0);
   hr_tensor_unref(pr->t);
-  hr_gpu_event_del(pr->ev);
-  hr_gpu_buf_del(pr->devb);
-  tu_host_buf_del(pr->oldb);
-  tu_host_buf_del(pr->newb);
+  tu_produced_free(d->P, &pr->p);
 }
 
 static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
@@ -168,114 +148,49 @@ static int bytes_are(hr_tensor *t, hr_gpu_buf *want) {
 
 /* ---- two sessions over the fake fabric ---------------------------------- */
 
-#define MAXW 64
-
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
-  uint8_t ext_c[600], ext_s[600];
+  uint8_t ext_c[RP_EXT_CAP], ext_s[RP_EXT_CAP];
   hr_session *c, *s;
   hr_tstamp now;
   tu_pipe c2s, s2c;
-  hr_tensor *served, *committed;
+  rp_store st; /* what the server serves, and the last PUT stored */
   hr_transfer_record srv_rec;
   int srv_recs;
-  int done, status;
-  uint32_t sid;
-  hr_tensor *got;
-  hr_transfer_record rec;
+  rp_result r; /* the client's completion */
+  dev d;       /* the device, opened first */
+  produced pr; /* the served tensor, produced last */
   /* Work the sessions submitted: started on the device, completed from
    * its thread; reported done on this thread by pump(). */
-  pthread_mutex_t mu;
-  struct {
-    hr_work *w;
-    hr_session *s;
-    int finished;
-  } works[MAXW];
-  int nworks;
+  rp_works works;
   int started, ran_inline;
 } world;
 
-static void work_complete(hr_work *w, void *ctx) {
-  world *wd = ctx;
-  pthread_mutex_lock(&wd->mu);
-  for (int i = 0; i < wd->nworks; i++)
-    if (wd->works[i].w == w)
-      wd->works[i].finished = 1;
-  pthread_mutex_unlock(&wd->mu);
-}
-
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   world *wd = ud;
-  pthread_mutex_lock(&wd->mu);
-  assert_true(wd->nworks < MAXW);
-  int i = wd->nworks++;
-  wd->works[i].w = w;
-  wd->works[i].s = s;
-  wd->works[i].finished = 0;
-  pthread_mutex_unlock(&wd->mu);
-  if (w->start && w->start(w, work_complete, wd) == 0) {
+  rp_works_add(&wd->works, s, w);
+  if (w->start && w->start(w, rp_works_finish, &wd->works) == 0) {
     wd->started++;
     return 0;
   }
   /* Not started: the host runs it (here, inline) and reports it. */
   wd->ran_inline++;
   w->run(w);
-  work_complete(w, wd);
+  rp_works_finish(w, &wd->works);
   return 0;
 }
 
 /* Reports finished work; returns how many are still out (*reported: how
  * many were reported now, when not NULL). */
 static int works_drain_n(world *w, int *reported) {
-  for (;;) {
-    hr_work *done = NULL;
-    hr_session *s = NULL;
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->nworks; i++)
-      if (w->works[i].finished) {
-        done = w->works[i].w;
-        s = w->works[i].s;
-        w->works[i] = w->works[--w->nworks];
-        break;
-      }
-    int left = w->nworks;
-    pthread_mutex_unlock(&w->mu);
-    if (!done)
-      return left;
-    hr_session_work_done(s, done, w->now);
-    if (reported)
-      ++*reported;
-  }
+  return rp_works_drain(&w->works, w->now, reported);
 }
 
 static int works_drain(world *w) {
   return works_drain_n(w, NULL);
 }
 
-static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
-  world *w = ud;
-  (void)s;
-  return hr_get_answer(g, w->served);
-}
-static int p_put_begin(hr_session *s, const hr_put_info *i, uint32_t *wire,
-                       void *ud) {
-  (void)s;
-  (void)i;
-  (void)wire;
-  (void)ud;
-  return 0;
-}
-static int p_put_commit(hr_session *s, const hr_put_info *i, hr_tensor *t,
-                        uint32_t *wire, void *ud) {
-  world *w = ud;
-  (void)s;
-  (void)i;
-  (void)wire;
-  hr_tensor_unref(w->committed);
-  w->committed = hr_tensor_ref(t);
-  return 0;
-}
 static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
   world *w = ud;
   if (s == w->s) {
@@ -284,52 +199,31 @@ static void on_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
   }
 }
 
-static void settings_for(hr_settings *st, hr__fake_ep *ep, uint8_t *ext,
-                         uint32_t caps, int dest) {
-  uint8_t addr[400];
-  int64_t n = hr__fake_address(ep, addr, sizeof addr);
-  assert_true(n > 0);
-  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
-  assert_true(e > 0);
-  hr_settings_default(st);
-  st->fabric_ops = hr__fake_ops();
-  st->fabric_ctx = ep;
-  st->fabric_caps = caps;
-  st->hello_ext = ext;
-  st->hello_ext_len = (uint16_t)e;
-  st->hello_ext_count = 1;
-  st->rdma_destination = dest;
-}
-
 static void pump(world *w);
 
-/* `hmem`: both fake endpoints reach the simulated device's memory (only
- * the simulated device's: the fake copies with memcpy). */
-static world *world_open_b(uint32_t caps, int dest, int hmem,
+/* The device, two sessions over the fake fabric, and a tensor produced
+ * on the device (with its event when `with_event`) that the server
+ * serves.  `hmem`: both fake endpoints reach the simulated device's
+ * memory (only the simulated device's: the fake copies with memcpy). */
+static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
                            uint64_t budget) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
-  pthread_mutex_init(&w->mu, NULL);
-  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
-  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
-  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  dev_open(&w->d);
+  rp_works_init(&w->works);
+  rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem && is_sim()) {
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
     hr__fake_set_hmem(w->es, HR_GPU_DEV_SIM);
   }
   hr_settings sc, ss;
-  settings_for(&sc, w->ec, w->ext_c, caps, dest);
-  settings_for(&ss, w->es, w->ext_s, caps, dest);
+  rp_settings(&sc, w->ec, w->ext_c, caps, dest);
+  rp_settings(&ss, w->es, w->ext_s, caps, dest);
   ss.shard_bytes = SIZE / 4;
   sc.rdma_stage_budget = budget;
   ss.rdma_stage_budget = budget;
   hr_provider prov;
-  memset(&prov, 0, sizeof prov);
-  prov.size = sizeof prov;
-  prov.user_data = w;
-  prov.on_get = p_get;
-  prov.on_put_begin = p_put_begin;
-  prov.on_put_commit = p_put_commit;
+  rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
   memset(&cbs, 0, sizeof cbs);
   cbs.size = sizeof cbs;
@@ -344,13 +238,15 @@ static world *world_open_b(uint32_t caps, int dest, int hmem,
       0);
   pump(w);
   assert_non_null(hr_session_peer_hello(w->c));
+  produce(&w->d, &w->pr, with_event);
+  w->st.served = hr_tensor_ref(w->pr.t);
   return w;
 }
 
-static world *world_open(uint32_t caps, int dest, int hmem) {
+static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   hr_settings def;
   hr_settings_default(&def);
-  return world_open_b(caps, dest, hmem, def.rdma_stage_budget);
+  return world_open_b(caps, dest, hmem, with_event, def.rdma_stage_budget);
 }
 
 static void world_close(world *w) {
@@ -360,24 +256,14 @@ static void world_close(world *w) {
   assert_int_equal(works_drain(w), 0);
   hr_session_del(w->c);
   hr_session_del(w->s);
-  for (int i = 0; i < 100; i++) {
-    hr__fake_progress(w->ec);
-    hr__fake_progress(w->es);
-  }
-  hr__fake_stats st;
-  hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_ep_del(w->ec);
-  hr__fake_ep_del(w->es);
-  hr__fake_world_del(w->fw);
-  hr_tensor_unref(w->served);
-  hr_tensor_unref(w->committed);
-  hr_tensor_unref(w->got);
+  rp_fabric_close(w->fw, w->ec, w->es);
+  rp_store_free(&w->st);
+  hr_tensor_unref(w->r.got);
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
-  pthread_mutex_destroy(&w->mu);
+  rp_works_fini(&w->works);
+  produced_free(&w->d, &w->pr);
+  dev_close(&w->d);
   free(w);
 }
 
@@ -405,26 +291,8 @@ static void pump(world *w) {
   pump_until(w, NULL);
 }
 
-static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done = 1;
-  w->sid = sid;
-  hr_tensor_unref(w->got);
-  w->got = t;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
 static void get(world *w, uint32_t *sid) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
-  o.preferred_device = HR_DEV_CPU;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, sid);
   pump(w);
 }
 
@@ -438,20 +306,15 @@ static void want_fallback(const hr_transfer_record *r, const char *what) {
 /* A GET of a device tensor whose producer is still running: GPUDirect
  * (on the simulated device) reads exactly NEW, after the event. */
 static void gpudirect_get(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   get(w, NULL);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   /* Network descriptors are producer-synced. */
-  assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode,
+  assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
   /* The wait went through the device (start), never inline; with
    * GPUDirect it was the only work: nothing was staged.  Staged, the
@@ -465,7 +328,7 @@ static void gpudirect_get(int dest) {
   if (is_sim()) {
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
     assert_string_equal(w->srv_rec.fallback, "");
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
     /* The source registration was the device's memory, and the bytes
      * left from it (RMA writes into the destination, or tagged sends). */
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
@@ -480,8 +343,6 @@ static void gpudirect_get(int dest) {
     assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_get_tagged(void **state) {
@@ -498,30 +359,23 @@ static void test_get_destination(void **state) {
  * each shard waits for the producer's event on its own. */
 static void test_get_parallel(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 1);
   hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
+  rp_get_opts(&o, "t");
   o.flags = HR_REQ_PARALLEL_OK;
   o.max_shards = 4;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  w->r.done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, rp_on_get, &w->r, NULL), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
-  assert_int_equal(w->rec.shards, 4);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_int_equal(w->r.rec.shards, 4);
   assert_int_equal(w->srv_recs, 4);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   if (is_sim()) {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
     assert_int_equal(st.regs, 4);
     assert_int_equal(st.writes, 4);
@@ -535,8 +389,6 @@ static void test_get_parallel(void **state) {
     assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The same producer declared without its event (a lying P1 producer):
@@ -546,20 +398,13 @@ static void test_skipped_event_is_caught(void **state) {
   (void)state;
   if (!is_sim())
     skip(); /* only the simulated device's gate is slow for sure */
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 0);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 0);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_false(bytes_are(w->got, pr.newb));
-  assert_true(bytes_are(w->got, pr.oldb));
+  assert_false(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.oldb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* Cases where GPUDirect cannot be the source: the tensor is staged into
@@ -568,16 +413,11 @@ static void test_skipped_event_is_caught(void **state) {
  * gets frames from it. */
 static void staged_case(uint32_t caps, int hmem, int reg_fault,
                         const char *why, int refused) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(caps, 0, hmem);
+  world *w = world_open(caps, 0, hmem, 1);
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   want_fallback(&w->srv_rec, "device tensor staged for RDMA: ");
   if (is_sim())
     want_fallback(&w->srv_rec, why);
@@ -591,15 +431,13 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
     assert_int_equal(st.bytes, 0);
   } else {
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
     /* One registration, of host memory: the staged region. */
     assert_int_equal(st.regs, 1);
     assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
     assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_registration_refused(void **state) {
@@ -632,54 +470,40 @@ static void test_no_gpudirect(void **state) {
  * staging error, and the registration made for it is gone. */
 static void test_event_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(GD, 1, 1, 1);
   atomic_store(&wait_fails, 1);
   get(w, NULL);
   atomic_store(&wait_fails, 0);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
-  assert_null(w->got);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_INTERNAL);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The peer goes away in the middle of the transfer from device memory:
  * the stream fails, the client retries once with frames (staged), and
  * gets exactly NEW. */
 static void peer_gone(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
+  world *w = world_open(GD, dest, 1, 1);
   hr__fake_faults_of(w->es)->peer_gone_after = 4096;
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
   uint32_t sid = 0;
   get(w, &sid);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   if (is_sim()) {
-    assert_true(w->sid != sid); /* completed as the retry */
-    want_fallback(&w->rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
-                                : "transfer failed");
+    assert_true(w->r.sid != sid); /* completed as the retry */
+    want_fallback(&w->r.rec, dest ? "GPUDIRECT_UNAVAILABLE from the peer"
+                                  : "transfer failed");
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
     want_fallback(&w->srv_rec, "frames since");
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_peer_gone_tagged(void **state) {
@@ -699,18 +523,9 @@ static void test_cancel_while_waiting(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
+  world *w = world_open(GD, 1, 1, 1);
   uint32_t sid = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
   /* Until the server holds the registration and waits. */
   hr__fake_stats st;
   for (int i = 0; i < 100; i++) {
@@ -722,42 +537,30 @@ static void test_cancel_while_waiting(void **state) {
       break;
   }
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
   /* The connection is fine afterwards. */
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* ---- PUT: the client is the source (decision 75) ------------------------ */
 
-static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
-                   void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done++;
-  w->sid = sid;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
 static void put(world *w, hr_tensor *t) {
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  t, on_put, w, NULL),
+                                  t, rp_on_put, &w->r, NULL),
                    0);
   pump(w);
-  assert_int_equal(w->done, 1);
+  assert_int_equal(w->r.done, 1);
 }
 
 /* A PUT of a device tensor whose producer is still running: GPUDirect
@@ -765,36 +568,30 @@ static void put(world *w, hr_tensor *t) {
  * event; on another backend it is staged into host memory and goes over
  * RDMA from there, and says so. */
 static void gpudirect_put(int dest) {
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, dest, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+    assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   assert_true(w->started > 0);
   assert_int_equal(w->ran_inline, is_sim() ? 0 : 1);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   if (is_sim()) {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-    assert_string_equal(w->rec.fallback, "");
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    assert_string_equal(w->r.rec.fallback, "");
     /* Only the wait for the event ran on the device: nothing staged. */
     assert_int_equal(w->started, 1);
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
     assert_int_equal(st.bytes, SIZE);
   } else {
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-    want_fallback(&w->rec, "device tensor staged for RDMA");
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    want_fallback(&w->r.rec, "device tensor staged for RDMA");
     assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
     assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 static void test_put_tagged(void **state) {
@@ -811,44 +608,32 @@ static void test_put_destination(void **state) {
  * gpudirect_put would catch. */
 static void test_put_skipped_event(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 0);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_false(bytes_are(w->committed, pr.newb));
-  assert_true(bytes_are(w->committed, pr.oldb));
+  world *w = world_open(GD, 1, 1, 0);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_false(bytes_are(w->st.committed, w->pr.p.newb));
+  assert_true(bytes_are(w->st.committed, w->pr.p.oldb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A fabric that cannot reach the device's memory: staged, then RDMA from
  * the host region, the client's record says why, the bytes are NEW. */
 static void test_put_no_hmem(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-  want_fallback(&w->rec, "device tensor staged for RDMA: ");
+  world *w = world_open(GD, 0, 0, 1);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  want_fallback(&w->r.rec, "device tensor staged for RDMA: ");
   if (is_sim())
-    want_fallback(&w->rec, "needs FI_HMEM");
+    want_fallback(&w->r.rec, "needs FI_HMEM");
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 1);
   assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
   assert_int_equal(st.bytes, SIZE);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The producer's event fails on the device while GPUDirect waits for it:
@@ -856,29 +641,23 @@ static void test_put_no_hmem(void **state) {
  * the next PUT goes. */
 static void test_put_event_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, 1, 1, 1);
   atomic_store(&wait_fails, 1);
-  put(w, pr.t);
+  put(w, w->pr.t);
   atomic_store(&wait_fails, 0);
-  assert_int_equal(w->status, HR_ERR_IO);
-  assert_null(w->committed);
+  assert_int_equal(w->r.status, HR_ERR_IO);
+  assert_null(w->st.committed);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
-  put(w, pr.t);
-  if (w->status)
-    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->status), w->rec.message,
-           w->rec.wire_error);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  put(w, w->pr.t);
+  if (w->r.status)
+    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->r.status),
+           w->r.rec.message, w->r.rec.wire_error);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A cancel while the GPUDirect source waits for the producer's event,
@@ -889,15 +668,11 @@ static void test_put_cancel_while_waiting(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(GD, 1, 1);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(GD, 1, 1, 1);
   uint32_t sid = 0;
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  pr.t, on_put, w, &sid),
+                                  w->pr.t, rp_on_put, &w->r, &sid),
                    0);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;
@@ -907,24 +682,22 @@ static void test_put_cancel_while_waiting(void **state) {
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 1);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   /* Not before the device got past the wait. */
-  assert_int_equal(w->done, 0);
+  assert_int_equal(w->r.done, 0);
   pump(w);
-  assert_int_equal(w->done, 1);
-  assert_int_equal(w->status, HR_ERR_CLOSED);
-  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
-  assert_null(w->committed);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, HR_ERR_CLOSED);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
+  assert_null(w->st.committed);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(st.bytes, 0);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* ---- staged sources (decision 76) ---------------------------------------- */
@@ -932,8 +705,8 @@ static void test_put_cancel_while_waiting(void **state) {
 /* No RDMA_GPUDIRECT: every device tensor is staged into a host region. */
 #define STAGED HR_CAP_RDMA_DATA_PLANE
 
-/* Moves messages (draining finished work) until the server's staging
- * copy is on the device, waiting for the producer's gate. */
+/* Moves messages (draining finished work) until the staging copy is on
+ * the device, waiting for the producer's gate. */
 static void until_copy_started(world *w) {
   for (int i = 0; i < 2000 && w->started == 0; i++) {
     w->now += 1000;
@@ -946,33 +719,25 @@ static void until_copy_started(world *w) {
 
 /* A wrong producer (no event declared) staged: the copy reads the device
  * at once and the client gets OLD over RDMA; staged_case shows the right
- * one gets NEW. */
+ * one gets NEW.  The same for a PUT. */
 static void test_staged_skipped_event(void **state) {
   (void)state;
   if (!is_sim())
     skip(); /* only the simulated device's gate is slow for sure */
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
-  produced pr;
-  produce(&d, &pr, 0);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(STAGED, 0, 0, 0);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_false(bytes_are(w->got, pr.newb));
-  assert_true(bytes_are(w->got, pr.oldb));
-  /* The same for a PUT. */
+  assert_false(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.oldb));
   produced pr2;
-  produce(&d, &pr2, 0);
+  produce(&w->d, &pr2, 0);
   put(w, pr2.t);
-  assert_int_equal(w->status, 0);
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-  assert_true(bytes_are(w->committed, pr2.oldb));
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->st.committed, pr2.p.oldb));
+  produced_free(&w->d, &pr2);
   world_close(w);
-  produced_free(&d, &pr);
-  produced_free(&d, &pr2);
-  dev_close(&d);
 }
 
 /* The host region cannot be allocated: that GET fails with
@@ -980,22 +745,17 @@ static void test_staged_skipped_event(void **state) {
  * went: locally), nothing is registered, and the next ones go. */
 static void test_staged_alloc_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(STAGED, 0, 0, 1);
   atomic_store(&pin_fails, 1);
   get(w, NULL);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
-  assert_null(w->got);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
-  put(w, pr.t);
-  assert_int_equal(w->status, HR_ERR_NOMEM);
-  assert_int_equal(w->rec.wire_error, 0);
-  assert_null(w->committed);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, HR_ERR_NOMEM);
+  assert_int_equal(w->r.rec.wire_error, 0);
+  assert_null(w->st.committed);
   atomic_store(&pin_fails, 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
@@ -1003,15 +763,13 @@ static void test_staged_alloc_fails(void **state) {
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 0);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The staging copy's wait for the producer's event fails on the device:
@@ -1019,63 +777,49 @@ static void test_staged_alloc_fails(void **state) {
  * nothing is registered. */
 static void test_staged_copy_fails(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
+  world *w = world_open(STAGED, 0, 0, 1);
   atomic_store(&wait_fails, 1);
   get(w, NULL);
-  assert_true(w->done);
-  assert_null(w->got);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_INTERNAL);
-  put(w, pr.t);
-  assert_int_equal(w->status, HR_ERR_IO);
-  assert_null(w->committed);
+  assert_true(w->r.done);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, HR_ERR_IO);
+  assert_null(w->st.committed);
   atomic_store(&wait_fails, 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 0);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->committed, pr.newb));
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A budget too small for the tensor, and a budget of 0: staged and framed
  * as before, the record says why. */
 static void test_staged_budget(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
   for (int i = 0; i < 2; i++) {
-    world *w = world_open_b(STAGED, 0, 0, i ? 0 : SIZE / 2);
-    produced pr;
-    produce(&d, &pr, 1);
-    w->served = hr_tensor_ref(pr.t);
+    world *w = world_open_b(STAGED, 0, 0, 1, i ? 0 : SIZE / 2);
     get(w, NULL);
-    assert_int_equal(w->status, 0);
-    assert_true(bytes_are(w->got, pr.newb));
+    assert_int_equal(w->r.status, 0);
+    assert_true(bytes_are(w->r.got, w->pr.p.newb));
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
     want_fallback(&w->srv_rec, "device tensor staged and framed");
     want_fallback(&w->srv_rec, i ? "RDMA staging is off"
                                  : "RDMA staging budget is spent");
-    put(w, pr.t);
-    assert_int_equal(w->status, 0);
-    assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-    assert_true(bytes_are(w->committed, pr.newb));
+    put(w, w->pr.t);
+    assert_int_equal(w->r.status, 0);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+    assert_true(bytes_are(w->st.committed, w->pr.p.newb));
     hr__fake_stats st;
     hr__fake_get_stats(w->es, &st);
     assert_int_equal(st.regs, 0);
     world_close(w);
-    produced_free(&d, &pr);
   }
-  dev_close(&d);
 }
 
 /* The client cancels while the server's staging copy waits for the
@@ -1086,35 +830,24 @@ static void test_staged_cancel(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open_b(STAGED, 0, 0, SIZE + 4096);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
+  world *w = world_open_b(STAGED, 0, 0, 1, SIZE + 4096);
   uint32_t sid = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, &sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
   until_copy_started(w);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
   assert_int_equal(st.bytes, 0);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* A PUT cancelled while its staging copy waits for the producer: it ends
@@ -1124,35 +857,29 @@ static void test_staged_put_cancel(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
+  world *w = world_open(STAGED, 0, 0, 1);
   uint32_t sid = 0;
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  pr.t, on_put, w, &sid),
+                                  w->pr.t, rp_on_put, &w->r, &sid),
                    0);
   until_copy_started(w);
-  assert_int_equal(hr_gpu_event_query(pr.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
-  assert_int_equal(w->done, 0);
+  assert_int_equal(w->r.done, 0);
   pump(w);
-  assert_int_equal(w->done, 1);
-  assert_int_equal(w->status, HR_ERR_CLOSED);
-  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
-  assert_null(w->committed);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, HR_ERR_CLOSED);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
+  assert_null(w->st.committed);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.regs, 0);
-  put(w, pr.t);
-  assert_int_equal(w->status, 0);
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-  assert_true(bytes_are(w->committed, pr.newb));
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The serving session is deleted while its staging copy runs: the copy
@@ -1162,36 +889,24 @@ static void test_staged_teardown(void **state) {
   (void)state;
   if (!is_sim())
     skip();
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  world *w = world_open(STAGED, 0, 0, 1);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, NULL);
   until_copy_started(w);
   hr_session_del(w->s);
   w->s = NULL;
   for (int i = 0; i < 2000 && works_drain(w); i++)
     hr__test_sleep(1000000);
   assert_int_equal(works_drain(w), 0);
-  assert_int_equal(hr_gpu_event_query(pr.ev), 0);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
-  assert_false(w->done);
+  assert_false(w->r.done);
   hr_session_del(w->c);
   w->c = NULL;
-  assert_true(w->done);
-  assert_int_not_equal(w->status, 0);
+  assert_int_equal(w->r.done, 1);
+  assert_int_not_equal(w->r.status, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 /* The client cannot post its receives and answers ERROR instead of
@@ -1200,42 +915,35 @@ static void test_staged_teardown(void **state) {
  * post its receives: the retry goes as frames from the staged copy. */
 static void test_staged_peer_refuses(void **state) {
   (void)state;
-  dev d;
-  dev_open(&d);
-  world *w = world_open(STAGED, 0, 0);
+  world *w = world_open(STAGED, 0, 0, 1);
   hr__fake_faults_of(w->ec)->recv_start = 1;
-  produced pr;
-  produce(&d, &pr, 1);
-  w->served = hr_tensor_ref(pr.t);
   uint32_t sid = 0;
   get(w, &sid);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(bytes_are(w->got, pr.newb));
-  assert_true(w->sid != sid); /* completed as the retry */
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(w->r.sid != sid); /* completed as the retry */
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   want_fallback(&w->srv_rec, "frames since");
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
   world_close(w);
-  w = world_open(STAGED, 0, 0);
+  w = world_open(STAGED, 0, 0, 1);
   hr__fake_faults_of(w->es)->recv_start = 1;
-  w->done = 0;
+  w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  pr.t, on_put, w, &sid),
+                                  w->pr.t, rp_on_put, &w->r, &sid),
                    0);
   pump(w);
-  assert_int_equal(w->done, 1); /* one callback, the retry's */
-  assert_int_equal(w->status, 0);
-  assert_true(w->sid != sid);
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-  assert_true(bytes_are(w->committed, pr.newb));
+  assert_int_equal(w->r.done, 1); /* one callback, the retry's */
+  assert_int_equal(w->r.status, 0);
+  assert_true(w->r.sid != sid);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.live_regs, 0);
   world_close(w);
-  produced_free(&d, &pr);
-  dev_close(&d);
 }
 
 int main(int argc, char **argv) {

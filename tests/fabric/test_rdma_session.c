@@ -23,39 +23,23 @@
 
 #include "common/test_util.h"
 #include "fabric/hr_fab_fake.h"
+#include "rdma_pair.h"
 
 #define SIZE ((uint64_t)1 << 20)
 
 typedef struct world {
   hr__fake_world *fw;
   hr__fake_ep *ec, *es;
-  uint8_t ext_c[600], ext_s[600];
-  uint16_t ext_c_len, ext_s_len;
+  uint8_t ext_c[RP_EXT_CAP], ext_s[RP_EXT_CAP];
   hr_session *c, *s;
   hr_tstamp now;
   tu_pipe c2s, s2c;
-  int drop_ready;       /* RDMA_READY from the client vanishes */
-  hr_tensor *served;    /* what the server answers GETs with */
-  hr_tensor *committed; /* what the last PUT stored */
+  int drop_ready; /* RDMA_READY from the client vanishes */
+  rp_store st;    /* what the server serves, and the last PUT stored */
   hr_transfer_record srv_rec;
   int srv_recs;
-  /* Client completion. */
-  int done;
-  int status;
-  uint32_t sid;
-  hr_tensor *got;
-  hr_transfer_record rec;
+  rp_result r; /* the client's completion */
 } world;
-
-static hr_tensor *make_tensor(uint64_t n, uint32_t seed) {
-  hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
-  hr_tensor *t = NULL;
-  assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
-  uint8_t *p = hr_tensor_buffer(t, 0);
-  for (uint64_t i = 0; i < n; i++)
-    p[i] = (uint8_t)((i * 2654435761u) >> 13 ^ seed);
-  return t;
-}
 
 static int same(hr_tensor *a, hr_tensor *b) {
   if (!a || !b)
@@ -66,31 +50,8 @@ static int same(hr_tensor *a, hr_tensor *b) {
   return memcmp(hr_tensor_buffer(a, 0), hr_tensor_buffer(b, 0), n) == 0;
 }
 
-/* ---- the server's provider --------------------------------------------- */
+/* ---- the server's records ---------------------------------------------- */
 
-static int p_get(hr_session *s, hr_srv_get *g, void *ud) {
-  world *w = ud;
-  (void)s;
-  return hr_get_answer(g, w->served);
-}
-static int p_put_begin(hr_session *s, const hr_put_info *i, uint32_t *wire,
-                       void *ud) {
-  (void)s;
-  (void)i;
-  (void)wire;
-  (void)ud;
-  return 0;
-}
-static int p_put_commit(hr_session *s, const hr_put_info *i, hr_tensor *t,
-                        uint32_t *wire, void *ud) {
-  world *w = ud;
-  (void)s;
-  (void)i;
-  (void)wire;
-  hr_tensor_unref(w->committed);
-  w->committed = hr_tensor_ref(t);
-  return 0;
-}
 static void srv_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
   world *w = hr_session_user_data(s);
   (void)ud;
@@ -99,24 +60,6 @@ static void srv_transfer(hr_session *s, const hr_transfer_record *r, void *ud) {
 }
 
 /* ---- setup --------------------------------------------------------------- */
-
-static void settings_for(world *w, hr_settings *st, hr__fake_ep *ep,
-                         uint8_t *ext, uint16_t *ext_len, uint32_t caps) {
-  uint8_t addr[400];
-  int64_t n = hr__fake_address(ep, addr, sizeof addr);
-  assert_true(n > 0);
-  int e = hr_ext_put(ext, 600, HR_EXT_FABRIC_ADDRESS, addr, (uint16_t)n);
-  assert_true(e > 0);
-  *ext_len = (uint16_t)e;
-  hr_settings_default(st);
-  st->fabric_ops = hr__fake_ops();
-  st->fabric_ctx = ep;
-  st->fabric_caps = caps;
-  st->hello_ext = ext;
-  st->hello_ext_len = *ext_len;
-  st->hello_ext_count = 1;
-  (void)w;
-}
 
 static void pump(world *w);
 
@@ -130,25 +73,16 @@ static uint64_t next_stage_budget = UINT64_MAX;
 static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
-  assert_int_equal(hr__fake_world_new(&w->fw, NULL), 0);
-  assert_int_equal(hr__fake_ep_new(&w->ec, w->fw, "client", 1, 0), 0);
-  assert_int_equal(hr__fake_ep_new(&w->es, w->fw, "server", 1, 0), 0);
+  rp_fabric_open(&w->fw, &w->ec, &w->es);
   hr_settings sc, ss;
-  settings_for(w, &sc, w->ec, w->ext_c, &w->ext_c_len, caps);
-  settings_for(w, &ss, w->es, w->ext_s, &w->ext_s_len, caps);
-  sc.rdma_destination = dest;
-  ss.rdma_destination = dest;
+  rp_settings(&sc, w->ec, w->ext_c, caps, dest);
+  rp_settings(&ss, w->es, w->ext_s, caps, dest);
   sc.device_piece = next_device_piece;
   sc.device_pieces = 2;
   if (next_stage_budget != UINT64_MAX)
     ss.rdma_stage_budget = next_stage_budget;
   hr_provider prov;
-  memset(&prov, 0, sizeof prov);
-  prov.size = sizeof prov;
-  prov.user_data = w;
-  prov.on_get = p_get;
-  prov.on_put_begin = p_put_begin;
-  prov.on_put_commit = p_put_commit;
+  rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
   memset(&cbs, 0, sizeof cbs);
   cbs.size = sizeof cbs;
@@ -160,7 +94,7 @@ static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   assert_int_equal(
       hr_session_new(&w->s, HR_ROLE_SERVER, &ss, &cbs, &prov, w, w->now, NULL),
       0);
-  w->served = make_tensor(SIZE, 7);
+  w->st.served = rp_make_tensor(SIZE, 7);
   hr__fake_faults_of(w->es)->peer_add = peer_refuse;
   pump(w);
   assert_non_null(hr_session_peer_hello(w->c));
@@ -182,21 +116,9 @@ static void world_close(world *w) {
   hr_session_del(w->c);
   hr_session_del(w->s);
   /* What the fabric still runs ends now (the buffers' release). */
-  for (int i = 0; i < 100; i++) {
-    hr__fake_progress(w->ec);
-    hr__fake_progress(w->es);
-  }
-  hr__fake_stats st;
-  hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.live_regs, 0);
-  hr__fake_ep_del(w->ec);
-  hr__fake_ep_del(w->es);
-  hr__fake_world_del(w->fw);
-  hr_tensor_unref(w->served);
-  hr_tensor_unref(w->committed);
-  hr_tensor_unref(w->got);
+  rp_fabric_close(w->fw, w->ec, w->es);
+  rp_store_free(&w->st);
+  hr_tensor_unref(w->r.got);
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
   free(w);
@@ -214,68 +136,20 @@ static void pump(world *w) {
   }
 }
 
-static void on_get(hr_session *s, uint32_t sid, hr_tensor *t,
-                   const hr_transfer_record *rec, void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done = 1;
-  w->sid = sid;
-  w->got = t;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
-static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
-                   void *ud) {
-  world *w = ud;
-  (void)s;
-  w->done = 1;
-  w->sid = sid;
-  w->rec = *rec;
-  w->status = rec->status;
-}
-
 static void get(world *w, uint32_t *sid) {
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
-  o.preferred_device = HR_DEV_CPU;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, sid);
   pump(w);
 }
 
 static void put(world *w, hr_tensor *t) {
-  w->done = 0;
-  assert_int_equal(
-      hr_session_put(w->c, (const uint8_t *)"p", 1, 0, t, on_put, w, NULL), 0);
+  w->r.done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"p", 1, 0, t,
+                                  rp_on_put, &w->r, NULL),
+                   0);
   pump(w);
 }
 
 /* ---- tests --------------------------------------------------------------- */
-
-/* The device tensor's bytes equal `want` (copied back after its event). */
-static int device_equals(hr_gpu *g, hr_tensor *t, const void *want,
-                         uint64_t n) {
-  hr_gpu_stream *s;
-  hr_gpu_buf *h;
-  void *p = calloc(1, n);
-  assert_non_null(p);
-  assert_int_equal(hr_gpu_stream_new(g, &s), 0);
-  assert_int_equal(hr_gpu_buf_wrap_host(g, p, n, &h), 0);
-  hr_gpu_event *ev = hr_tensor_gpu_event(t);
-  if (ev)
-    assert_int_equal(hr_gpu_stream_wait_event(s, ev), 0);
-  assert_int_equal(hr_gpu_copy_async(s, h, 0, hr_tensor_gpu_buf(t, 0), 0, n),
-                   0);
-  assert_int_equal(hr_gpu_stream_sync(s), 0);
-  int eq = memcmp(p, want, n) == 0;
-  hr_gpu_buf_del(h);
-  hr_gpu_stream_del(s);
-  free(p);
-  return eq;
-}
 
 /* A GET into device memory over the data plane: the transfer lands in
  * host memory (tagged sends, or a host destination registration) and goes
@@ -293,33 +167,28 @@ static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
   if (hmem)
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
   int direct = hmem && (caps & HR_CAP_RDMA_GPUDIRECT);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"t";
-  o.key_len = 1;
-  o.device = g;
-  o.device_sync = sync;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, NULL), 0);
+  rp_get_start(w->c, &w->r, "t", g, sync, NULL);
   pump(w);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_non_null(w->got);
-  assert_true(hr_tensor_on_device(w->got));
-  assert_int_equal(hr_tensor_descriptor(w->got)->buffers[0].sync_mode, sync);
-  assert_true(device_equals(g, w->got, hr_tensor_buffer(w->served, 0), SIZE));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_non_null(w->r.got);
+  assert_true(hr_tensor_on_device(w->r.got));
+  assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode, sync);
+  assert_true(
+      tu_device_equals(g, w->r.got, hr_tensor_buffer(w->st.served, 0), SIZE));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
   if (direct) {
     /* GPUDirect: no fallback; the destination registered as the device's
      * memory (a probe, then the destination itself). */
-    assert_string_equal(w->rec.fallback, "");
+    assert_string_equal(w->r.rec.fallback, "");
     hr__fake_get_stats(w->ec, &st);
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
     assert_int_equal(st.regs, dest ? 2 : 1);
   } else {
-    assert_non_null(strstr(w->rec.fallback, "RDMA into host memory, copied "
-                                            "to the device: "));
-    assert_non_null(strstr(w->rec.fallback,
+    assert_non_null(strstr(w->r.rec.fallback, "RDMA into host memory, copied "
+                                              "to the device: "));
+    assert_non_null(strstr(w->r.rec.fallback,
                            caps & HR_CAP_RDMA_GPUDIRECT
                                ? "device memory (tag 0xf0) needs FI_HMEM"
                                : "RDMA_GPUDIRECT is not in both HELLOs"));
@@ -330,8 +199,8 @@ static void device_get(uint32_t caps, int dest, uint8_t sync, int hmem) {
     assert_true(st.writes > 0);
   else
     assert_true(st.sends > 0);
-  hr_tensor_unref(w->got);
-  w->got = NULL;
+  hr_tensor_unref(w->r.got);
+  w->r.got = NULL;
   world_close(w);
   assert_int_equal(hr_gpu_del(g), 0);
 }
@@ -352,7 +221,7 @@ static void test_device_served(void **state) {
   assert_int_equal(hr_gpu_query(g, &caps), 0);
   world *w = world_open(GD, 1);
   hr__fake_set_hmem(w->es, HR_GPU_DEV_SIM);
-  hr_descriptor d = *hr_tensor_descriptor(w->served);
+  hr_descriptor d = *hr_tensor_descriptor(w->st.served);
   d.buffers[0].device_tag = caps.device_tag;
   hr_gpu_buf *b;
   assert_int_equal(hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, SIZE, &b), 0);
@@ -360,7 +229,7 @@ static void test_device_served(void **state) {
   hr_gpu_buf *h;
   assert_int_equal(hr_gpu_stream_new(g, &gs), 0);
   assert_int_equal(
-      hr_gpu_buf_wrap_host(g, hr_tensor_buffer(w->served, 0), SIZE, &h), 0);
+      hr_gpu_buf_wrap_host(g, hr_tensor_buffer(w->st.served, 0), SIZE, &h), 0);
   assert_int_equal(hr_gpu_copy_async(gs, b, 0, h, 0, SIZE), 0);
   assert_int_equal(hr_gpu_stream_sync(gs), 0);
   hr_gpu_buf_del(h);
@@ -368,11 +237,11 @@ static void test_device_served(void **state) {
   hr_tensor *dt;
   assert_int_equal(hr_tensor_wrap_device(&dt, &d, &b, NULL, NULL, NULL, NULL),
                    0);
-  hr_tensor *host = w->served;
-  w->served = dt;
+  hr_tensor *host = w->st.served;
+  w->st.served = dt;
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, host));
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, host));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   assert_string_equal(w->srv_rec.fallback, "");
   hr__fake_stats st;
@@ -424,11 +293,11 @@ static void test_get_tagged(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
   get(w, NULL);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-  assert_string_equal(w->rec.fallback, "");
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_string_equal(w->r.rec.fallback, "");
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   assert_int_equal(w->srv_rec.status, 0);
   hr__fake_stats st;
@@ -442,9 +311,9 @@ static void test_get_destination(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE | HR_CAP_RDMA_GPUDIRECT, 1);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_true(st.writes > 0);
@@ -459,11 +328,11 @@ static void test_freed_tensors_invalidate(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  hr_tensor_unref(w->got);
-  w->got = NULL;
+  assert_int_equal(w->r.status, 0);
+  hr_tensor_unref(w->r.got);
+  w->r.got = NULL;
   get(w, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   hr__fake_stats st;
   hr__fake_progress(w->es);
   hr__fake_get_stats(w->es, &st);
@@ -472,18 +341,18 @@ static void test_freed_tensors_invalidate(void **state) {
   hr__fake_progress(w->ec);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.invalidations, 1);
-  const void *landing = hr_tensor_buffer(w->got, 0);
-  hr_tensor_unref(w->got);
-  w->got = NULL;
+  const void *landing = hr_tensor_buffer(w->r.got, 0);
+  hr_tensor_unref(w->r.got);
+  w->r.got = NULL;
   hr__fake_progress(w->ec);
   hr__fake_get_stats(w->ec, &st);
   assert_int_equal(st.invalidations, 2);
   assert_ptr_equal(st.last_invalidated, landing);
   assert_int_equal(st.last_invalidated_len, SIZE);
   /* The provider lets the served tensor go: freed, reported. */
-  const void *src = hr_tensor_buffer(w->served, 0);
-  hr_tensor_unref(w->served);
-  w->served = make_tensor(SIZE, 9);
+  const void *src = hr_tensor_buffer(w->st.served, 0);
+  hr_tensor_unref(w->st.served);
+  w->st.served = rp_make_tensor(SIZE, 9);
   hr__fake_progress(w->es);
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.invalidations, 1);
@@ -491,8 +360,8 @@ static void test_freed_tensors_invalidate(void **state) {
   assert_int_equal(st.last_invalidated_len, SIZE);
   /* A tensor outliving its fabric reports into nothing, harmlessly. */
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  hr_tensor *keep = hr_tensor_ref(w->got);
+  assert_int_equal(w->r.status, 0);
+  hr_tensor *keep = hr_tensor_ref(w->r.got);
   world_close(w);
   hr_tensor_unref(keep);
 }
@@ -502,12 +371,12 @@ static void test_put(void **state) {
   for (int dest = 0; dest < 2; dest++) {
     world *w = world_open(
         HR_CAP_RDMA_DATA_PLANE | (dest ? HR_CAP_RDMA_GPUDIRECT : 0), dest);
-    hr_tensor *t = make_tensor(SIZE, 3);
+    hr_tensor *t = rp_make_tensor(SIZE, 3);
     put(w, t);
-    assert_true(w->done);
-    assert_int_equal(w->status, 0);
-    assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
-    assert_true(same(w->committed, t));
+    assert_true(w->r.done);
+    assert_int_equal(w->r.status, 0);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    assert_true(same(w->st.committed, t));
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
     hr__fake_stats st;
     hr__fake_get_stats(w->ec, &st);
@@ -524,9 +393,9 @@ static void test_source_refused(void **state) {
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
   hr__fake_faults_of(w->es)->reg_source = 1;
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   assert_true(w->srv_rec.fallback[0] != 0);
   world_close(w);
@@ -549,19 +418,19 @@ static void retry_case(hr__fake_ep *(*which)(world *), int field, uint32_t caps,
   }
   uint32_t sid = 0;
   get(w, &sid);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_true(w->sid != sid); /* completed as the retry */
-  if (!strstr(w->rec.fallback, want))
-    fail_msg("fallback \"%s\" lacks \"%s\"", w->rec.fallback, want);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_true(w->r.sid != sid); /* completed as the retry */
+  if (!strstr(w->r.rec.fallback, want))
+    fail_msg("fallback \"%s\" lacks \"%s\"", w->r.rec.fallback, want);
   /* A second GET on the connection: frames, or tagged after a failed
    * destination write. */
-  hr_tensor_unref(w->got);
-  w->got = NULL;
+  hr_tensor_unref(w->r.got);
+  w->r.got = NULL;
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
   world_close(w);
 }
 
@@ -603,16 +472,16 @@ static void test_ready_never_sent(void **state) {
   w->drop_ready = 1;
   uint32_t sid = 0;
   get(w, &sid);
-  assert_false(w->done);
+  assert_false(w->r.done);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 1); /* the SOURCE, waiting */
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
   pump(w);
-  assert_true(w->done);
-  assert_int_equal(w->status, HR_ERR_REMOTE);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_CANCELLED);
-  assert_null(w->got);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, HR_ERR_REMOTE);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_CANCELLED);
+  assert_null(w->r.got);
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.live_regs, 0);
   assert_int_equal(w->srv_rec.wire_error, HR_WIRE_CANCELLED);
@@ -624,13 +493,13 @@ static void test_put_refused(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
   hr__fake_faults_of(w->es)->recv_start = 1;
-  hr_tensor *t = make_tensor(SIZE, 5);
+  hr_tensor *t = rp_make_tensor(SIZE, 5);
   put(w, t);
-  assert_true(w->done);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->committed, t));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-  assert_non_null(strstr(w->rec.fallback, "RDMA_SETUP_FAILED"));
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->st.committed, t));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_non_null(strstr(w->r.rec.fallback, "RDMA_SETUP_FAILED"));
   hr_tensor_unref(t);
   world_close(w);
 }
@@ -641,9 +510,9 @@ static void test_peer_refused(void **state) {
   (void)state;
   world *w = world_open_x(HR_CAP_RDMA_DATA_PLANE, 0, 1);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   assert_true(w->srv_rec.fallback[0] != 0);
   world_close(w);
@@ -656,11 +525,11 @@ static void test_terminate(void **state) {
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
   w->drop_ready = 1;
   get(w, NULL);
-  assert_false(w->done);
+  assert_false(w->r.done);
   hr_session_terminate(w->c, w->now);
   hr_session_terminate(w->s, w->now);
-  assert_true(w->done);
-  assert_int_equal(w->status, HR_ERR_CLOSED);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, HR_ERR_CLOSED);
   world_close(w);
 }
 
@@ -668,13 +537,13 @@ static void test_terminate(void **state) {
 static void test_small(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
-  hr_tensor_unref(w->served);
-  w->served = make_tensor(1000, 9);
+  hr_tensor_unref(w->st.served);
+  w->st.served = rp_make_tensor(1000, 9);
   get(w, NULL);
-  assert_int_equal(w->status, 0);
-  assert_true(same(w->got, w->served));
-  assert_int_equal(w->rec.data_plane, HR_PLANE_FRAMES);
-  assert_string_equal(w->rec.fallback, "");
+  assert_int_equal(w->r.status, 0);
+  assert_true(same(w->r.got, w->st.served));
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_string_equal(w->r.rec.fallback, "");
   world_close(w);
 }
 
@@ -720,8 +589,8 @@ static void get_as(world *w, uint8_t layout, uint32_t *sid) {
   o.layouts = &l;
   o.layout_count = 1;
   o.flags = HR_REQ_ALLOW_TRANSCODE;
-  w->done = 0;
-  assert_int_equal(hr_session_get(w->c, &o, on_get, w, sid), 0);
+  w->r.done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, rp_on_get, &w->r, sid), 0);
   pump(w);
 }
 
@@ -731,27 +600,27 @@ static void get_as(world *w, uint8_t layout, uint32_t *sid) {
 static void test_transcoded(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
-  hr_tensor_unref(w->served);
+  hr_tensor_unref(w->st.served);
   const uint64_t n = 512; /* 1 MiB of float32 */
-  w->served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
+  w->st.served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
   get_as(w, HR_LAYOUT_COLUMN_MAJOR, NULL);
-  if (w->status == HR_ERR_REMOTE &&
-      w->rec.wire_error == HR_WIRE_TRANSCODE_FAILED) {
+  if (w->r.status == HR_ERR_REMOTE &&
+      w->r.rec.wire_error == HR_WIRE_TRANSCODE_FAILED) {
     world_close(w);
     skip(); /* a build without transcoding kernels */
   }
-  assert_int_equal(w->status, 0);
-  assert_int_equal(hr_tensor_descriptor(w->got)->layout.tag,
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(hr_tensor_descriptor(w->r.got)->layout.tag,
                    HR_LAYOUT_COLUMN_MAJOR);
-  const float *a = hr_tensor_buffer(w->served, 0);
-  const float *b = hr_tensor_buffer(w->got, 0);
+  const float *a = hr_tensor_buffer(w->st.served, 0);
+  const float *b = hr_tensor_buffer(w->r.got, 0);
   for (uint64_t i = 0; i < n; i++)
     for (uint64_t j = 0; j < n; j++)
       if (memcmp(&a[i * n + j], &b[j * n + i], 4) != 0)
         fail_msg("element (%llu, %llu) differs", (unsigned long long)i,
                  (unsigned long long)j);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_int_equal(w->rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
   assert_null(strstr(w->srv_rec.fallback, "goes as frames"));
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
@@ -760,10 +629,10 @@ static void test_transcoded(void **state) {
   /* With no staging budget, frames as before, and the record says so. */
   world_close(w);
   w = world_open_b(HR_CAP_RDMA_DATA_PLANE, 0, 0);
-  hr_tensor_unref(w->served);
-  w->served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
+  hr_tensor_unref(w->st.served);
+  w->st.served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
   get_as(w, HR_LAYOUT_COLUMN_MAJOR, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
   if (!strstr(w->srv_rec.fallback, "transcoded output goes as frames: RDMA "
                                    "staging is off"))
@@ -777,24 +646,24 @@ static void test_transcoded(void **state) {
 static void test_transcode_fails(void **state) {
   (void)state;
   world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
-  hr_tensor_unref(w->served);
+  hr_tensor_unref(w->st.served);
   const uint64_t n = 256; /* 256 KiB dense */
-  w->served = matrix(HR_LAYOUT_SPARSE_COO, n, 2);
-  int64_t *idx = hr_tensor_buffer(w->served, 0);
+  w->st.served = matrix(HR_LAYOUT_SPARSE_COO, n, 2);
+  int64_t *idx = hr_tensor_buffer(w->st.served, 0);
   idx[0] = 1;
   idx[1] = 2;
   idx[2] = 1;
   idx[3] = 2;
   get_as(w, HR_LAYOUT_ROW_MAJOR, NULL);
-  assert_true(w->done);
-  assert_int_equal(w->status, HR_ERR_REMOTE);
-  assert_int_equal(w->rec.wire_error, HR_WIRE_TRANSCODE_FAILED);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, HR_ERR_REMOTE);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_TRANSCODE_FAILED);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
   idx[2] = 3;
   get_as(w, HR_LAYOUT_ROW_MAJOR, NULL);
-  assert_int_equal(w->status, 0);
+  assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
   world_close(w);
 }

@@ -149,15 +149,9 @@ static void fx_close(fx *f) {
   free(f);
 }
 
-static void sleep_gate(void *arg) {
-  (void)arg;
-  hr__test_sleep(GATE_NS);
-}
-
 /* A served device tensor: rank 1 uint8 of n bytes, the producer's state. */
 typedef struct served {
-  hr_gpu_buf *dev, *oldb, *newb;
-  hr_gpu_event *ev;
+  tu_produced p; /* OLD, then NEW after the gate; the end in p.ev */
   int released;
 } served;
 
@@ -166,27 +160,13 @@ static void served_release(void *ctx) {
 }
 
 /* Resets the device buffer to OLD, then starts a slow producer writing
- * NEW (a gate, then the copy) on P; records its end in sv->ev. */
+ * NEW (a gate, then the copy) on P; records its end in sv->p.ev. */
 static void produce(fx *f, served *sv, uint64_t n) {
-  sv->oldb = tu_host_buf(f->g, n);
-  sv->newb = tu_host_buf(f->g, n);
-  gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
-  gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
-  assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->oldb, 0, n), 0);
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  assert_int_equal(hr_gpu_event_new(f->g, 0, &sv->ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(f->P, sleep_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->newb, 0, n), 0);
-  assert_int_equal(hr_gpu_event_record(sv->ev, f->P), 0);
+  tu_produce(f->g, f->P, n, GATE_NS, &sv->p);
 }
 
 static void served_free(fx *f, served *sv) {
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  hr_gpu_event_del(sv->ev);
-  hr_gpu_buf_del(sv->dev);
-  tu_host_buf_del(sv->oldb);
-  tu_host_buf_del(sv->newb);
+  tu_produced_free(f->P, &sv->p);
 }
 
 /* GETs `key` to the host; returns 1 when the bytes are NEW. */
@@ -201,8 +181,8 @@ static int get_is_new(fx *f, const char *key, uint8_t pref, served *sv,
            r->rec.wire_error, r->rec.message);
   assert_int_equal(rc, 0);
   assert_int_equal(hr_tensor_bytes(r->t), n);
-  return memcmp(hr_tensor_buffer(r->t, 0), hr_gpu_buf_host_ptr(sv->newb), n) ==
-         0;
+  return memcmp(hr_tensor_buffer(r->t, 0), hr_gpu_buf_host_ptr(sv->p.newb),
+                n) == 0;
 }
 
 /* Reads bytes [off, off + n) of a device tensor's buffer 0 on stream s,
@@ -237,15 +217,15 @@ static void serve_device_p2(void **state) {
   produce(f, &sv, n);
   hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
-  assert_int_equal(
-      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
-      0);
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv.p.dev, sv.p.ev,
+                                         served_release, &sv, NULL),
+                   0);
   assert_true(hr_tensor_on_device(t));
   tl_put(&f->srv, "dev", t);
   hr_tensor_unref(t);
   /* The producer is still inside its gate. */
   if (is_sim())
-    assert_int_equal(hr_gpu_event_query(sv.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(sv.p.ev), HR_ERR_WOULDBLOCK);
   tc_res r;
   assert_true(get_is_new(f, "dev", HR_DEV_CPU, &sv, n, &r));
   assert_int_equal(r.rec.device, HR_DEV_CPU);
@@ -263,7 +243,8 @@ static void serve_device_p2(void **state) {
   assert_int_equal(tc_get(&f->cli, &o, &r), 0);
   assert_int_equal(r.rec.device, f->caps.device_tag);
   assert_true(hr_tensor_on_device(r.t));
-  assert_true(device_equals(f, r.t, f->C, 1, hr_gpu_buf_host_ptr(sv.newb), n));
+  assert_true(
+      device_equals(f, r.t, f->C, 1, hr_gpu_buf_host_ptr(sv.p.newb), n));
   tc_res_clear(&r);
   assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
   fx_close_net(f);
@@ -284,14 +265,14 @@ static void serve_device_stale(void **state) {
   hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
   assert_int_equal(
-      hr_tensor_wrap_device(&t, &d, &sv.dev, NULL, served_release, &sv, NULL),
+      hr_tensor_wrap_device(&t, &d, &sv.p.dev, NULL, served_release, &sv, NULL),
       0);
   tl_put(&f->srv, "dev", t);
   hr_tensor_unref(t);
   tc_res r;
   assert_false(get_is_new(f, "dev", HR_DEV_CPU, &sv, n, &r));
   assert_int_equal(
-      memcmp(hr_tensor_buffer(r.t, 0), hr_gpu_buf_host_ptr(sv.oldb), n), 0);
+      memcmp(hr_tensor_buffer(r.t, 0), hr_gpu_buf_host_ptr(sv.p.oldb), n), 0);
   tc_res_clear(&r);
   assert_int_equal(hr_store_remove(f->srv.store, "dev", 3), 0);
   served_free(f, &sv);
@@ -376,9 +357,9 @@ static void put_device_tensor(void **state) {
    * host memory): CPU, while the bytes come from the device. */
   hr_descriptor d = tu_bytes_desc(n, 0, HR_DEV_CPU);
   hr_tensor *t;
-  assert_int_equal(
-      hr_tensor_wrap_device(&t, &d, &sv.dev, sv.ev, served_release, &sv, NULL),
-      0);
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv.p.dev, sv.p.ev,
+                                         served_release, &sv, NULL),
+                   0);
   tc_res r;
   assert_int_equal(tc_put(&f->cli, "up", 0, t, &r), 0);
   hr_tensor_unref(t);
@@ -490,8 +471,8 @@ static void get_device_shm(void **state) {
   tc_open(f->env, f->cli.e, url, &c);
   for (int i = 0; i < 2; i++) {
     uint64_t base = cnt_live;
-    get_into_device_on(f, &c, 1,
-                       i ? HR_SYNC_EVENT : HR_SYNC_PRODUCER_SYNCED, n, 0);
+    get_into_device_on(f, &c, 1, i ? HR_SYNC_EVENT : HR_SYNC_PRODUCER_SYNCED, n,
+                       0);
     assert_true(cnt_live - base <= 2 * piece);
   }
   tc_close(&c);

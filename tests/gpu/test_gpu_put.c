@@ -108,16 +108,10 @@ static void fx_close(fx *f) {
   free(f);
 }
 
-static void sleep_gate(void *arg) {
-  (void)arg;
-  hr__test_sleep(GATE_NS);
-}
-
 /* The application's tensor: device memory a producer writes, its event,
  * and what its release callback saw. */
 typedef struct src {
-  hr_gpu_buf *dev, *oldb, *newb;
-  hr_gpu_event *ev;
+  tu_produced p; /* OLD, then NEW after the gate; the end in p.ev */
   _Atomic int released;
   _Atomic int released_early; /* released before the producer's event */
 } src;
@@ -126,33 +120,19 @@ static void src_release(void *ctx) {
   src *sv = ctx;
   /* The engine's copies wait for the event: a release before it means a
    * copy could still read the buffer. */
-  if (sv->ev && hr_gpu_event_query(sv->ev) != 0)
+  if (sv->p.ev && hr_gpu_event_query(sv->p.ev) != 0)
     atomic_fetch_add(&sv->released_early, 1);
   atomic_fetch_add(&sv->released, 1);
 }
 
 /* Sets the device buffer to OLD, then starts a slow producer writing NEW
- * on P (a gate, then the copy) and records its end in sv->ev. */
+ * on P (a gate, then the copy) and records its end in sv->p.ev. */
 static void produce(fx *f, src *sv, uint64_t n) {
-  sv->oldb = tu_host_buf(f->g, n);
-  sv->newb = tu_host_buf(f->g, n);
-  gt_fill(hr_gpu_buf_host_ptr(sv->oldb), n, 1);
-  gt_fill(hr_gpu_buf_host_ptr(sv->newb), n, 2);
-  assert_int_equal(hr_gpu_buf_alloc(f->g, HR_GPU_MEM_DEVICE, n, &sv->dev), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->oldb, 0, n), 0);
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  assert_int_equal(hr_gpu_event_new(f->g, 0, &sv->ev), 0);
-  assert_int_equal(hr_gpu_launch_host_fn(f->P, sleep_gate, NULL), 0);
-  assert_int_equal(hr_gpu_copy_async(f->P, sv->dev, 0, sv->newb, 0, n), 0);
-  assert_int_equal(hr_gpu_event_record(sv->ev, f->P), 0);
+  tu_produce(f->g, f->P, n, GATE_NS, &sv->p);
 }
 
 static void src_free(fx *f, src *sv) {
-  assert_int_equal(hr_gpu_stream_sync(f->P), 0);
-  hr_gpu_event_del(sv->ev);
-  hr_gpu_buf_del(sv->dev);
-  tu_host_buf_del(sv->oldb);
-  tu_host_buf_del(sv->newb);
+  tu_produced_free(f->P, &sv->p);
 }
 
 /* The tensor handed to the PUT: its descriptor names the device (as a
@@ -160,8 +140,8 @@ static void src_free(fx *f, src *sv) {
 static hr_tensor *wrap_src(fx *f, src *sv, uint64_t n, int with_event) {
   hr_descriptor d = tu_bytes_desc(n, 0, f->caps.device_tag);
   hr_tensor *t;
-  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->dev,
-                                         with_event ? sv->ev : NULL,
+  assert_int_equal(hr_tensor_wrap_device(&t, &d, &sv->p.dev,
+                                         with_event ? sv->p.ev : NULL,
                                          src_release, sv, NULL),
                    0);
   assert_true(hr_tensor_on_device(t));
@@ -187,7 +167,7 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
   r->status = rec ? rec->status : HR_ERR_CLOSED;
   if (rec)
     snprintf(r->msg, sizeof r->msg, "%s", rec->message);
-  r->event_done = !r->sv->ev || hr_gpu_event_query(r->sv->ev) == 0;
+  r->event_done = !r->sv->p.ev || hr_gpu_event_query(r->sv->p.ev) == 0;
   r->released = atomic_load(&r->sv->released);
 }
 
@@ -256,12 +236,12 @@ static void put_p2(void **state) {
   hr_tensor_unref(t);
   /* The producer is still inside its gate. */
   if (strcmp(gt_backend, "sim") == 0)
-    assert_int_equal(hr_gpu_event_query(sv.ev), HR_ERR_WOULDBLOCK);
+    assert_int_equal(hr_gpu_event_query(sv.p.ev), HR_ERR_WOULDBLOCK);
   put_wait(f, &r);
   if (r.status)
     printf("PUT: %s: %s\n", hr_strerror(r.status), r.msg);
   assert_int_equal(r.status, 0);
-  assert_true(stored_equals(f, "p2", hr_gpu_buf_host_ptr(sv.newb), n));
+  assert_true(stored_equals(f, "p2", hr_gpu_buf_host_ptr(sv.p.newb), n));
   assert_int_equal(atomic_load(&sv.released), 1);
   assert_int_equal(atomic_load(&sv.released_early), 0);
   src_free(f, &sv);
@@ -282,7 +262,7 @@ static void put_p1(void **state) {
   hr_tensor_unref(t);
   put_wait(f, &r);
   assert_int_equal(r.status, 0);
-  assert_true(stored_equals(f, "p1", hr_gpu_buf_host_ptr(sv.newb), n));
+  assert_true(stored_equals(f, "p1", hr_gpu_buf_host_ptr(sv.p.newb), n));
   assert_int_equal(atomic_load(&sv.released), 1);
   src_free(f, &sv);
   fx_close(f);
@@ -303,8 +283,8 @@ static void put_stale(void **state) {
   hr_tensor_unref(t);
   put_wait(f, &r);
   assert_int_equal(r.status, 0);
-  assert_false(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.newb), n));
-  assert_true(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.oldb), n));
+  assert_false(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.p.newb), n));
+  assert_true(stored_equals(f, "stale", hr_gpu_buf_host_ptr(sv.p.oldb), n));
   src_free(f, &sv);
   fx_close(f);
 }
@@ -407,7 +387,7 @@ static void put_conn_lost(void **state) {
   assert_int_equal(r.status, HR_ERR_CLOSED);
   /* The engine still holds the tensor until its copies are done. */
   hr_engine *ce = f->cli.e;
-  assert_int_equal(hr_gpu_event_sync(sv.ev), 0);
+  assert_int_equal(hr_gpu_event_sync(sv.p.ev), 0);
   for (int i = 0; i < 3000 && atomic_load(&sv.released) == 0; i++)
     tl_spin(f->env, 10);
   assert_int_equal(atomic_load(&sv.released), 1);

@@ -464,21 +464,39 @@ static void slow_cancel(hr_session *s, hr_srv_get *g, void *ud) {
   sl->cancelled++;
 }
 
+/* Serves the slow provider `sl` as `name` on the server's engine and
+ * connects to it from the client's. */
+static hr_inproc_conn *slow_open(fx *f, slow *sl, const char *name,
+                                 hr_inproc_server **ss) {
+  hr_provider p;
+  memset(&p, 0, sizeof p);
+  p.size = sizeof p;
+  p.user_data = sl;
+  p.on_get = slow_get;
+  p.on_get_cancel = slow_cancel;
+  hr_inproc_conn *sc;
+  assert_int_equal(hr_inproc_listen(f->hub, f->se, name, &p, ss), 0);
+  assert_int_equal(hr_inproc_connect(f->hub, f->ce, name, &sc), 0);
+  return sc;
+}
+
+/* Starts a GET of `key` on `sc` completing into `g` (zeroed first). */
+static void slow_get_start(hr_inproc_conn *sc, const char *key, got *g) {
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)key;
+  o.key_len = (uint16_t)strlen(key);
+  memset(g, 0, sizeof *g);
+  assert_int_equal(hr_inproc_get(sc, &o, on_get, g, NULL), 0);
+}
+
 static void test_close_with_outstanding(void **state) {
   (void)state;
   fx f;
   fx_start(&f, 0, TL_EPOLL);
   slow sl = {0};
-  hr_provider p;
-  memset(&p, 0, sizeof p);
-  p.size = sizeof p;
-  p.user_data = &sl;
-  p.on_get = slow_get;
-  p.on_get_cancel = slow_cancel;
   hr_inproc_server *ss;
-  hr_inproc_conn *sc;
-  assert_int_equal(hr_inproc_listen(f.hub, f.se, "slow", &p, &ss), 0);
-  assert_int_equal(hr_inproc_connect(f.hub, f.ce, "slow", &sc), 0);
+  hr_inproc_conn *sc = slow_open(&f, &sl, "slow", &ss);
 
   /* A handle outstanding on the store server, then its server closes. */
   got g;
@@ -491,13 +509,8 @@ static void test_close_with_outstanding(void **state) {
   assert_int_equal(after.status, HR_ERR_CLOSED);
 
   /* A GET the slow provider holds: the server's close cancels it. */
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"x";
-  o.key_len = 1;
   got held;
-  memset(&held, 0, sizeof held);
-  assert_int_equal(hr_inproc_get(sc, &o, on_get, &held, NULL), 0);
+  slow_get_start(sc, "x", &held);
   wait_held(&f, &sl);
   assert_int_equal(held.done, 0);
   assert_int_equal(hr_inproc_conn_pending(sc), 1);
@@ -539,25 +552,12 @@ static void test_conn_close_pending(void **state) {
   fx f;
   fx_start(&f, 0, TL_EPOLL);
   slow sl = {0};
-  hr_provider p;
-  memset(&p, 0, sizeof p);
-  p.size = sizeof p;
-  p.user_data = &sl;
-  p.on_get = slow_get;
-  p.on_get_cancel = slow_cancel;
   hr_inproc_server *ss;
-  hr_inproc_conn *sc;
-  assert_int_equal(hr_inproc_listen(f.hub, f.se, "slow", &p, &ss), 0);
-  assert_int_equal(hr_inproc_connect(f.hub, f.ce, "slow", &sc), 0);
+  hr_inproc_conn *sc = slow_open(&f, &sl, "slow", &ss);
   /* The engine refuses to go while the pair is open on it. */
   assert_int_equal(hr_engine_del(f.se), HR_ERR_BUSY);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"x";
-  o.key_len = 1;
   got held;
-  memset(&held, 0, sizeof held);
-  assert_int_equal(hr_inproc_get(sc, &o, on_get, &held, NULL), 0);
+  slow_get_start(sc, "x", &held);
   wait_held(&f, &sl);
   hr_inproc_conn_close(sc);
   assert_int_equal(held.done, 0); /* not from inside the call */
@@ -701,23 +701,10 @@ static void test_answer_later(void **state) {
   fx f;
   fx_start(&f, 0, TL_LIBEVENT);
   slow sl = {0};
-  hr_provider p;
-  memset(&p, 0, sizeof p);
-  p.size = sizeof p;
-  p.user_data = &sl;
-  p.on_get = slow_get;
-  p.on_get_cancel = slow_cancel;
   hr_inproc_server *ss;
-  hr_inproc_conn *sc;
-  assert_int_equal(hr_inproc_listen(f.hub, f.se, "later", &p, &ss), 0);
-  assert_int_equal(hr_inproc_connect(f.hub, f.ce, "later", &sc), 0);
-  hr_get_opts o;
-  memset(&o, 0, sizeof o);
-  o.key = (const uint8_t *)"k";
-  o.key_len = 1;
+  hr_inproc_conn *sc = slow_open(&f, &sl, "later", &ss);
   got g;
-  memset(&g, 0, sizeof g);
-  assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
+  slow_get_start(sc, "k", &g);
   wait_held(&f, &sl);
   const hr_get_info *info = hr_srv_get_info(sl.held);
   assert_non_null(info);
@@ -730,9 +717,8 @@ static void test_answer_later(void **state) {
   assert_ptr_equal(hr_tensor_buffer(g.t, 0), f.w.buf);
   hr_tensor_unref(g.t);
   /* And a refusal, later too (the first GET's handle is spent). */
-  memset(&g, 0, sizeof g);
   sl.held = NULL;
-  assert_int_equal(hr_inproc_get(sc, &o, on_get, &g, NULL), 0);
+  slow_get_start(sc, "k", &g);
   wait_held(&f, &sl);
   assert_int_equal(hr_get_fail(sl.held, HR_WIRE_UNAUTHORIZED, "no"), 0);
   fx_wait(&f, &g.done);

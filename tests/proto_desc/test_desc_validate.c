@@ -495,6 +495,20 @@ static void expect(int rv, const hr_wire_status *st, const char *name,
   assert_non_null(st->reason);
 }
 
+/* A case's descriptor: fixture `fx` with mutations `m` (up to 6, ending
+ * at M_END), and the context and transport fields (*xp: NULL or `x`) of
+ * `transport`. */
+static void case_build(uint8_t fx, uint8_t transport, const mut *m,
+                       hr_descriptor *d, hr_transport_fields *x,
+                       const hr_wire_ctx **ctx,
+                       const hr_transport_fields **xp) {
+  fx_build(fx, d, x);
+  for (unsigned k = 0; k < 6 && m[k].field != M_END; k++)
+    apply(d, x, &m[k]);
+  *ctx = transport == LOCAL ? &ctx_local : &ctx_net;
+  *xp = transport == NET_NO_XPORT ? NULL : x;
+}
+
 static void test_rejections(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof rejects / sizeof rejects[0]; i++) {
@@ -502,11 +516,9 @@ static void test_rejections(void **state) {
     hr_descriptor d;
     hr_transport_fields x;
     hr_wire_status st = {0};
-    fx_build(c->fx, &d, &x);
-    for (unsigned k = 0; k < 6 && c->m[k].field != M_END; k++)
-      apply(&d, &x, &c->m[k]);
-    const hr_wire_ctx *ctx = c->transport == LOCAL ? &ctx_local : &ctx_net;
-    const hr_transport_fields *xp = c->transport == NET_NO_XPORT ? NULL : &x;
+    const hr_wire_ctx *ctx;
+    const hr_transport_fields *xp;
+    case_build(c->fx, c->transport, c->m, &d, &x, &ctx, &xp);
     uint32_t at = resolve(c->at, &d);
 
     /* A sender's check of the struct. */
@@ -608,11 +620,9 @@ static void test_accepts(void **state) {
     hr_descriptor d;
     hr_transport_fields x;
     hr_wire_status st = {0};
-    fx_build(c->fx, &d, &x);
-    for (unsigned k = 0; k < 6 && c->m[k].field != M_END; k++)
-      apply(&d, &x, &c->m[k]);
-    const hr_wire_ctx *ctx = c->transport == LOCAL ? &ctx_local : &ctx_net;
-    const hr_transport_fields *xp = c->transport == NET_NO_XPORT ? NULL : &x;
+    const hr_wire_ctx *ctx;
+    const hr_transport_fields *xp;
+    case_build(c->fx, c->transport, c->m, &d, &x, &ctx, &xp);
     if (hr_descriptor_validate(&d, xp, ctx, 0, &st) != 0)
       fail_msg("%s: rejected: %s at %u", c->name, st.reason, st.offset);
     if (xp == NULL)
