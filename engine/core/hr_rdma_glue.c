@@ -100,7 +100,7 @@ struct hr_rdma_glue {
   size_t addr_len;
   int destination;
   uint64_t min_bytes;
-  hr_rdma_conn *conn; /* once established */
+  hr_rdma_conn *conn;     /* once established */
   hr_stage_account *acct; /* staged sources' budget (hr_rdma_stage.c) */
   uint64_t stage_budget;
   xfer *xs;
@@ -646,8 +646,8 @@ static int staged_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
   void *bufs[HR_MAX_BUFFERS];
   if (hr__rstage_local(p, &local, bufs) != 0)
     return 0;
-  return sender_new(s, g, st, p, &local, bufs,
-                    "RDMA refused the staged copy", NULL, 0);
+  return sender_new(s, g, st, p, &local, bufs, "RDMA refused the staged copy",
+                    NULL, 0);
 }
 
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
@@ -711,8 +711,8 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
     } else {
       /* Not readable where it lies: a host copy of it first. */
       char sw[160] = "";
-      int r = hr__rstage_begin(s, st, p, g->acct, g->stage_budget, sw,
-                               sizeof sw);
+      int r =
+          hr__rstage_begin(s, st, p, g->acct, g->stage_budget, sw, sizeof sw);
       char fb[256];
       if (r < 0)
         return r;
@@ -742,11 +742,11 @@ int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
                              const hr_part *p) {
   hr_rdma_glue *g = s->rdma;
   uint64_t min = g && g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
-  if (!g || !g->conn || p->shm || p->dipc || p->rstage ||
-      st->tx.nparts != 1 || p->xp.total_data_bytes < min ||
+  if (!g || !g->conn || p->shm || p->dipc || p->rstage || st->tx.nparts != 1 ||
+      p->xp.total_data_bytes < min ||
       p->desc.layout.tag == HR_LAYOUT_COMPOSITE ||
-      !hr_rdma_conn_can_source(g->conn, &p->desc, p->xp.total_data_bytes,
-                               NULL, 0))
+      !hr_rdma_conn_can_source(g->conn, &p->desc, p->xp.total_data_bytes, NULL,
+                               0))
     return 0;
   if (p->xmode == HR_XM_STAGE)
     return hr_rdma_conn_gpudirect(g->conn, NULL) || g->stage_budget;

@@ -95,10 +95,10 @@ static void acct_give(hr_stage_account *a, uint64_t n) {
 /* What the region tensor's release frees (any thread). */
 typedef struct sreg {
   hr_mem mem;
-  hr_stage_account *acct; /* reference */
-  uint64_t bytes;         /* counted in acct */
-  void *raw;              /* host allocation, or NULL */
-  hr_gpu_buf *pin;        /* pinned allocation, or NULL */
+  hr_stage_account *acct;           /* reference */
+  uint64_t bytes;                   /* counted in acct */
+  void *raw;                        /* host allocation, or NULL */
+  hr_gpu_buf *pin;                  /* pinned allocation, or NULL */
   hr_gpu_buf *wrap[HR_MAX_BUFFERS]; /* raw's buffers as copy targets */
 } sreg;
 
@@ -123,15 +123,15 @@ typedef struct sjob sjob;
 
 struct hr_rstage {
   hr_session *s;
-  hr_stream *st; /* NULL once the stream went */
-  int kind;      /* RS_* */
-  int ready;     /* filled: the part is direct over the region */
-  unsigned works; /* items in flight */
-  unsigned copies; /* of which staging copies (they read the tensor) */
-  struct sjob *copy; /* that copy */
+  hr_stream *st;       /* NULL once the stream went */
+  int kind;            /* RS_* */
+  int ready;           /* filled: the part is direct over the region */
+  unsigned works;      /* items in flight */
+  unsigned copies;     /* of which staging copies (they read the tensor) */
+  struct sjob *copy;   /* that copy */
   hr_descriptor local; /* the region's descriptor (host memory) */
   uint64_t off[HR_MAX_BUFFERS], span, align;
-  hr_tensor *region;   /* reference, once allocated */
+  hr_tensor *region; /* reference, once allocated */
   hr_gpu_buf *dst[HR_MAX_BUFFERS];
   uint64_t dst_off[HR_MAX_BUFFERS];
   hr_gpu *g;
@@ -321,8 +321,7 @@ static void copy_done(hr_work *w) {
   rs->copy = NULL;
   if (rs->st) {
     if (rc)
-      stage_fail(s, rs, rc, HR_WIRE_INTERNAL,
-                 "staging from the device failed");
+      stage_fail(s, rs, rc, HR_WIRE_INTERNAL, "staging from the device failed");
     else
       stage_ready(s, rs);
   }
@@ -412,8 +411,8 @@ static void fill_window(hr_session *s, hr_rstage *rs) {
   if (p->xj->grain > 1 && chunk > p->xj->grain)
     chunk -= chunk % p->xj->grain;
   uint8_t *out = hr_tensor_buffer(rs->region, 0);
-  while (rs->works < cap && rs->next < rs->out_size && rs->st &&
-         !rs->ready && !rs->st->tx.failed) {
+  while (rs->works < cap && rs->next < rs->out_size && rs->st && !rs->ready &&
+         !rs->st->tx.failed) {
     uint64_t len = rs->out_size - rs->next;
     if (len > chunk)
       len = chunk;
@@ -478,8 +477,8 @@ static void alloc_run(hr_work *w) {
   uint8_t *base = reg_base(r, x->align);
   for (unsigned k = 0; k < x->nbuf && x->wraps && x->rc == 0; k++)
     if (x->len[k])
-      x->rc = hr_gpu_buf_wrap_host(x->g, base + x->off[k], x->len[k],
-                                   &r->wrap[k]);
+      x->rc =
+          hr_gpu_buf_wrap_host(x->g, base + x->off[k], x->len[k], &r->wrap[k]);
 }
 
 static void alloc_done(hr_work *w) {
@@ -522,10 +521,10 @@ static void alloc_done(hr_work *w) {
   rs->region = t;
   for (unsigned k = 0; k < rs->local.buffer_count; k++) {
     rs->dst[k] = r->pin ? r->pin : r->wrap[k];
-    rs->dst_off[k] = r->pin ? (uint64_t)(base - (uint8_t *)hr_gpu_buf_host_ptr(
-                                                    r->pin)) +
-                                  rs->off[k]
-                            : 0;
+    rs->dst_off[k] =
+        r->pin ? (uint64_t)(base - (uint8_t *)hr_gpu_buf_host_ptr(r->pin)) +
+                     rs->off[k]
+               : 0;
   }
   if (rs->kind == RS_DEVICE)
     fill_device(s, rs);
@@ -625,8 +624,8 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
     hr_gpu_caps caps;
     rs->g = hr_gpu_buf_device(p->dsrc[0]);
     x->g = rs->g;
-    x->pinned = hr_gpu_query(rs->g, &caps) == 0 &&
-                (caps.flags & HR_GPU_CAP_PINNED);
+    x->pinned =
+        hr_gpu_query(rs->g, &caps) == 0 && (caps.flags & HR_GPU_CAP_PINNED);
     x->wraps = !x->pinned;
     x->want_stream = hr__chunk_stream_get(s, rs->g, &rs->gs) != 0;
   }

@@ -411,8 +411,8 @@ static void test_skipped_event_is_caught(void **state) {
  * one host region (after its event: NEW) and goes over RDMA from there,
  * the server's record says why; a fabric that refuses the region too
  * gets frames from it. */
-static void staged_case(uint32_t caps, int hmem, int reg_fault,
-                        const char *why, int refused) {
+static void staged_case(uint32_t caps, int hmem, int reg_fault, const char *why,
+                        int refused) {
   world *w = world_open(caps, 0, hmem, 1);
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
   get(w, NULL);
@@ -443,8 +443,7 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault,
 static void test_registration_refused(void **state) {
   (void)state;
   /* Only the simulated device has a GPUDirect registration to refuse. */
-  staged_case(GD, 1, is_sim(), "registering the source failed: injected",
-              0);
+  staged_case(GD, 1, is_sim(), "registering the source failed: injected", 0);
 }
 
 /* No GPUDirect, and the fabric refuses the staged region as well: frames
@@ -809,8 +808,8 @@ static void test_staged_budget(void **state) {
     assert_true(bytes_are(w->r.got, w->pr.p.newb));
     assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
     want_fallback(&w->srv_rec, "device tensor staged and framed");
-    want_fallback(&w->srv_rec, i ? "RDMA staging is off"
-                                 : "RDMA staging budget is spent");
+    want_fallback(&w->srv_rec,
+                  i ? "RDMA staging is off" : "RDMA staging budget is spent");
     put(w, w->pr.t);
     assert_int_equal(w->r.status, 0);
     assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
