@@ -395,18 +395,23 @@ static int cli_get_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
 
 /* The end of hr_session_get/put/list: a request that failed before it was
  * sent vanishes without a callback, its id goes to *stream_id (may be
- * NULL) once it is queued, and a fatal error fails the session.  Returns
- * rv. */
+ * NULL) once it is queued, and a fatal error fails the session.  While
+ * s->req_calls counts the call no completion callback runs: a request
+ * that ends meanwhile is due at the session's next step (decision 78),
+ * or, when the call fails after all, reported by its error alone.
+ * Returns rv. */
 static int request_end(hr_session *s, hr_stream *st, uint32_t id,
                        uint32_t *stream_id, int rv) {
   if (rv && st) {
     st->cb_done = 1;
     hr__stream_end(s, st);
+    hr__put_tails_forget(s, id);
   }
   if (rv == 0 && stream_id)
     *stream_id = id;
   if (hr_err_is_fatal(rv))
     hr__fatal(s, rv);
+  s->req_calls--;
   hr__api_leave(s);
   return rv;
 }
@@ -441,6 +446,7 @@ int hr_session_get(hr_session *s, const hr_get_opts *o, hr_get_cb cb, void *ud,
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
   hr__api_enter(s);
+  s->req_calls++;
   uint32_t count = (o->flags & HR_REQ_PARALLEL_OK) ? o->max_shards : 1;
   /* Shards at or above a closed lane's position could be sent on it. */
   uint32_t closed = first_closed_lane(s);
@@ -585,6 +591,7 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
   hr__api_enter(s);
+  s->req_calls++;
   hr_stream *st = NULL;
   uint32_t id = 0;
   hr_tx tx;
@@ -622,6 +629,13 @@ int hr_session_put(hr_session *s, const uint8_t *key, uint16_t key_len,
     goto out;
   }
   memcpy(st->pkey, key, key_len);
+  /* Staging (or the fabric) may end it before this call returns: the
+   * tail its callback then waits in is allocated now (decision 78). */
+  int may_park = s->rdma != NULL;
+  for (size_t i = 0; i < st->tx.nparts; i++)
+    may_park |= st->tx.parts[i].xmode == HR_XM_STAGE;
+  if (may_park && (rv = hr__put_tail_reserve(s, st, key_len)) != 0)
+    goto out;
   st->tx.put_key = st->pkey;
   st->tx.put_key_len = key_len;
   st->tx.put_flags = flags;
@@ -647,6 +661,12 @@ int hr__cli_put_acked(hr_session *s, hr_stream *st) {
   st->cb_done = 1;
   st->rec.finished = s->now;
   st->rec.status = 0;
+  /* A retry whose first try's registration the fabric still reads waits
+   * for it to be released (decision 78). */
+  if (hr__rdma_put_holds(s, st) && hr__tx_park_put(s, st)) {
+    hr__stream_end(s, st);
+    return 0;
+  }
   hr__report_transfer(s, &st->rec);
   if (st->put_cb) {
     hr__cb_enter(s);
@@ -684,6 +704,7 @@ int hr_session_list(hr_session *s, const uint8_t *prefix, uint16_t prefix_len,
   if (s->nrequests >= s->set.max_streams)
     return HR_ERR_LIMIT;
   hr__api_enter(s);
+  s->req_calls++;
   uint32_t id = 0;
   hr_stream *st = NULL;
   int rv = take_ids(s, 1, &id);

@@ -44,10 +44,17 @@
 #define ADDR_MAX 128u
 
 /* What the data plane may touch until its release callback: it outlives
- * the stream and even the session. */
+ * the stream and even the session.  A live hold is in its session's list
+ * (until that session is freed), so that a client PUT ending early finds
+ * the registrations the fabric may still read and parks its callback on
+ * them (decision 78). */
 typedef struct hold {
   hr_mem mem;
   hr_tensor *t; /* reference */
+  struct hold *next;
+  struct hr_rdma_glue *g; /* NULL once the session is freed */
+  uint32_t sid;
+  hr_put_tail *tail; /* a PUT's parked callback, or NULL */
 } hold;
 
 /* One handshake. */
@@ -104,6 +111,7 @@ struct hr_rdma_glue {
   hr_stage_account *acct; /* staged sources' budget (hr_rdma_stage.c) */
   uint64_t stage_budget;
   xfer *xs;
+  hold *holds; /* not released yet */
   keep *keeps;
   pend *pends;
 };
@@ -186,6 +194,10 @@ void hr__rdma_session_free(hr_session *s) {
   }
   while (g->xs)
     xfer_drop(g, g->xs);
+  /* The fabric may release what it still holds after the session. */
+  for (hold *h = g->holds; h; h = h->next)
+    h->g = NULL;
+  g->holds = NULL;
   while (g->keeps) {
     keep *k = g->keeps;
     g->keeps = k->next;
@@ -356,6 +368,11 @@ static int retry(hr_session *s, hr_stream *st, uint32_t sid, const char *why) {
     return hr_err_is_fatal(rv) ? rv : 0;
   }
   rv = mark_retry(s, id, why);
+  /* What the fabric may still read for the old stream now holds back
+   * the retry's callback (decision 78). */
+  for (hold *h = g->holds; h; h = h->next)
+    if (h->sid == st->id && st->kind == HR_SK_CLI_PUT)
+      h->sid = id;
   end_silently(s, st, sid);
   return rv ? rv : 1;
 }
@@ -395,9 +412,34 @@ static int cb_send_msg(hr_rdma *x, const hr_msg *m, void *ud) {
 
 static void hold_release(void *ctx) {
   hold *h = ctx;
+  if (h->g)
+    for (hold **pp = &h->g->holds; *pp; pp = &(*pp)->next)
+      if (*pp == h) {
+        *pp = h->next;
+        break;
+      }
+  /* The tensor's reference goes first: a parked PUT callback comes after
+   * its release (ADR-018 § 5), as after a staging copy. */
   hr_tensor_unref(h->t);
+  hr_put_tail *tail = h->tail;
   hr_mem mem = h->mem;
   hr__mem_free(&mem, h);
+  hr__put_tail_drop(tail);
+}
+
+unsigned hr__rdma_put_holds(hr_session *s, const hr_stream *st) {
+  hr_rdma_glue *g = s->rdma;
+  unsigned n = 0;
+  for (hold *h = g ? g->holds : NULL; h; h = h->next)
+    n += h->sid == st->id && !h->tail;
+  return n;
+}
+
+void hr__rdma_put_park(hr_session *s, const hr_stream *st, hr_put_tail *t) {
+  hr_rdma_glue *g = s->rdma;
+  for (hold *h = g ? g->holds : NULL; h; h = h->next)
+    if (h->sid == st->id && !h->tail)
+      h->tail = t;
 }
 
 /* A tensor moved over the data plane is freed: its buffers' cached
@@ -440,7 +482,7 @@ static int watch_tensor(hr_rdma_glue *g, hr_tensor *t) {
   return rv < 0 ? rv : 0;
 }
 
-static hold *hold_new(hr_session *s, hr_tensor *t) {
+static hold *hold_new(hr_session *s, hr_tensor *t, uint32_t sid) {
   if (watch_tensor(s->rdma, t))
     return NULL;
   hold *h = hr__mem_calloc(&s->mem, 1, sizeof *h);
@@ -448,6 +490,10 @@ static hold *hold_new(hr_session *s, hr_tensor *t) {
     return NULL;
   h->mem = s->mem;
   h->t = hr_tensor_ref(t);
+  h->sid = sid;
+  h->g = s->rdma;
+  h->next = h->g->holds;
+  h->g->holds = h;
   return h;
 }
 
@@ -551,7 +597,7 @@ static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
                       char *out, size_t out_cap) {
   char why[160] = "";
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
-  hold *h = hold_new(s, p->hold);
+  hold *h = hold_new(s, p->hold, st->id);
   if (!xf || !h) {
     hr__mem_free(&s->mem, xf);
     if (h)
@@ -880,7 +926,7 @@ int hr__rdma_rx_begin(hr_session *s, hr_stream *st, uint32_t sid,
                        HR_WIRE_RDMA_SETUP_FAILED, 1, refuse, fb, 1);
   }
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
-  hold *h = hold_new(s, land);
+  hold *h = hold_new(s, land, sid);
   hr_tensor_unref(dland); /* the hold's reference keeps it */
   if (!xf || !h) {
     hr__mem_free(&s->mem, xf);
@@ -1089,6 +1135,16 @@ int hr__rdma_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m) {
 void hr__rdma_stream_end(hr_session *s, hr_stream *st) {
   (void)s;
   (void)st;
+}
+unsigned hr__rdma_put_holds(hr_session *s, const hr_stream *st) {
+  (void)s;
+  (void)st;
+  return 0;
+}
+void hr__rdma_put_park(hr_session *s, const hr_stream *st, hr_put_tail *t) {
+  (void)s;
+  (void)st;
+  (void)t;
 }
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   (void)s;

@@ -232,6 +232,8 @@ static void xwork_done(hr_work *w) {
 }
 
 int hr__tx_park_put(hr_session *s, hr_stream *st) {
+  /* The PUT's own session (lane 0), whichever lane ended it. */
+  s = st->s;
   hr_tx *tx = &st->tx;
   unsigned n = 0;
   for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
@@ -240,18 +242,21 @@ int hr__tx_park_put(hr_session *s, hr_stream *st) {
   }
   if (tx->nparts)
     n += hr__rstage_copies(&tx->parts[0]);
-  if (!n)
+  unsigned holds = hr__rdma_put_holds(s, st);
+  if (!n && !holds && !s->req_calls)
     return 0;
-  hr_put_tail *t = hr__put_tail_new(s, st, n);
+  hr_put_tail *t = hr__put_tail_new(s, st, n + holds);
   if (!t)
     return 0; /* no memory: the callback goes now, the tensor still waits */
   if (tx->nparts)
     hr__rstage_park(&tx->parts[0], t);
-  for (uint32_t i = 0; i < tx->win_count; i++) {
+  for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     if (c->work && c->work->src_t)
       c->work->tail = t;
   }
+  if (holds)
+    hr__rdma_put_park(s, st, t);
   return 1;
 }
 

@@ -375,6 +375,7 @@ static void stream_release(hr_session *s, hr_stream *st) {
   hr__mem_free(&s->mem, st->req);
   st->req = NULL;
   hr_tensor_unref(st->chunk_hold);
+  hr__put_tail_unreserve(s, st);
   st->sg.key = NULL;
   st->sg.ext_store = NULL;
   st->pkey = NULL;
@@ -1437,6 +1438,9 @@ static uint64_t flush_timeout(const hr_session *s) {
 hr_tstamp hr_session_get_expiry(const hr_session *s) {
   if (!s || s->fatal)
     return HR_TSTAMP_NEVER;
+  /* A PUT ended inside the call that queued it: its callback is due. */
+  if (s->put_due)
+    return s->now;
   if (s->state == HR_CS_CLOSED)
     return s->qhead ? add_ts(s->tx_progress, flush_timeout(s))
                     : HR_TSTAMP_NEVER;
@@ -1520,6 +1524,7 @@ int hr_session_handle_expiry(hr_session *s, hr_tstamp now) {
   enter(s, now);
   int rv = 0;
   now = s->now;
+  hr__put_tails_run_due(s);
   if (s->state == HR_CS_CLOSED) {
     /* Only the final flush can be due: a peer that stopped reading loses
      * what is left, and with nothing to read or write the host closes. */
@@ -1584,6 +1589,7 @@ void hr_session_terminate(hr_session *s, hr_tstamp now) {
     hr__session_set_state(s, HR_CS_CLOSED);
   hr__out_clear(s);
   fail_all(s, HR_ERR_CLOSED, 0, 0, "connection closed");
+  hr__put_tails_run_due(s);
   /* The connection's end releases every segment the client held. */
   hr__shm_free(s);
   leave(s);

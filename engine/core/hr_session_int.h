@@ -346,6 +346,8 @@ struct hr_stream {
   uint32_t shard_index;
   hr_tensor *chunk_hold; /* a transcoded chunk being sent (reference) */
   char shm_why[160];     /* client: why its SHM segment was not mapped */
+  /* Client PUT: the tail its callback may need (hr_devput.c). */
+  struct hr_put_tail *put_spare;
 };
 
 /* ---- the output queue ---------------------------------------------------- */
@@ -583,6 +585,10 @@ struct hr_session {
   uint64_t rx_paused_ns;   /* time paused so far (ended pauses) */
   /* Device PUTs ended while staging copies ran (hr_devput.c). */
   struct hr_put_tail *put_tails;
+  /* Request calls (hr_session_get/put/list) in progress: no completion
+   * callback runs inside one; what ends there is due (decision 78). */
+  unsigned req_calls;
+  unsigned put_due; /* tails due: hr_session_get_expiry() says "now" */
 };
 
 /* Before the session drops output a held pull may still be writing:
@@ -749,22 +755,40 @@ void hr__xjob_unref(hr_xjob *xj);
 /* Work item bookkeeping on session teardown. */
 void hr__work_detach_stream(hr_stream *st);
 /* A client PUT ending while staging copies of its device tensor are in
- * flight: parks its callback (already recorded in st->rec) until they
- * land.  Returns 1 when parked, 0 when the caller calls it now. */
+ * flight, or the fabric may still read it, or inside a request call:
+ * parks its callback (already recorded in st->rec) until they let go, or
+ * until the session's next step.  Returns 1 when parked, 0 when the
+ * caller calls it now. */
 int hr__tx_park_put(hr_session *s, hr_stream *st);
 /* A client PUT whose TENSOR_PUT has not gone yet although it had turns:
  * a GPUDirect source waiting for its producer's event. */
 int hr__tx_put_unsent(const hr_stream *st);
 
-/* ---- hr_devput.c: parked callbacks of device PUTs ------------------------ */
+/* ---- hr_devput.c: parked callbacks of client PUTs ------------------------ */
 
 typedef struct hr_put_tail hr_put_tail;
-/* A tail for st's callback and record, held by `refs` copies. */
+/* Allocates st's spare tail (for a key of key_len bytes) before anything
+ * can end the PUT inside hr_session_put().  0 or HR_ERR_NOMEM. */
+int hr__put_tail_reserve(hr_session *s, hr_stream *st, size_t key_len);
+/* Frees st's unused spare tail (stream release). */
+void hr__put_tail_unreserve(hr_session *s, hr_stream *st);
+/* A tail for st's callback and record, held by `refs` copies (and fabric
+ * holds, hr__put_tail_hold).  With refs 0 it is due at once: the PUT
+ * ended inside a request call.  NULL: out of memory. */
 hr_put_tail *hr__put_tail_new(hr_session *s, hr_stream *st, unsigned refs);
-/* A copy landed: the last one fires the callback (unless the session was
- * deleted, which fired it already) and frees the tail. */
+/* One more holder (a fabric registration still read). */
+void hr__put_tail_hold(hr_put_tail *t);
+/* A holder let go: the last one fires the callback (due instead inside a
+ * request call; nothing for an orphan, whose session's delete fired it)
+ * and frees the tail. */
 void hr__put_tail_drop(hr_put_tail *t);
-/* hr_session_del: the parked callbacks fire now. */
+/* hr_session_put() fails after the PUT with stream `id` was parked: the
+ * call's error is its only report (no callback). */
+void hr__put_tails_forget(hr_session *s, uint32_t id);
+/* Fires the due tails (outside request calls). */
+void hr__put_tails_run_due(hr_session *s);
+/* hr_session_del: the parked callbacks fire now; tails still held become
+ * orphans. */
 void hr__put_tails_flush(hr_session *s);
 
 /* ---- hr_recv.c ----------------------------------------------------------- */
@@ -903,6 +927,11 @@ int hr__rdma_established(hr_session *s);
 int hr__rdma_stream_msg(hr_session *s, hr_stream *st, const hr_msg *m);
 /* The stream ends: its handshakes are dropped without messages. */
 void hr__rdma_stream_end(hr_session *s, hr_stream *st);
+/* Client PUT `st` ends early: how many of its registrations the fabric
+ * may still read (not released), and parking its callback `t` on them
+ * (each lets go of `t` once the fabric released it). */
+unsigned hr__rdma_put_holds(hr_session *s, const hr_stream *st);
+void hr__rdma_put_park(hr_session *s, const hr_stream *st, hr_put_tail *t);
 /* Sender, before part `p`'s descriptor goes: 1 when the part goes over
  * RDMA (p->xp.data_plane set), 0 for frames (a reason may be in the
  * record), or fatal.  hr__rdma_tx_start() after the descriptor. */

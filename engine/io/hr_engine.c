@@ -1273,10 +1273,26 @@ static void conn_close_socket(hr_conn *c) {
       e->nrejecting--;
   }
   c->state = CS_DEAD;
-  if (c->work_inflight)
+  /* Its work, and a PUT callback waiting for the fabric to release the
+   * tensor (decision 78), end before the session goes. */
+  if (c->work_inflight || hr_session_callbacks_parked(c->s))
     list_push(&e->dead, c);
   else
     conn_free(c);
+}
+
+/* Frees the dead connections whose work is back and whose session has no
+ * callback parked any more. */
+static void dead_reap(hr_engine *e) {
+  hr_conn *c, *next;
+
+  for (c = e->dead; c; c = next) {
+    next = c->next;
+    if (!c->work_inflight && !hr_session_callbacks_parked(c->s)) {
+      list_remove(&e->dead, c);
+      conn_free(c);
+    }
+  }
 }
 
 /* Turns a finished connection into a lingering socket (or closes it when
@@ -1735,6 +1751,8 @@ static void settle(hr_engine *e) {
     }
     if (fabric_due(e, now_of(e)))
       busy = 1;
+    if (e->dead)
+      dead_reap(e);
     if (!busy)
       break;
   }
@@ -1933,7 +1951,8 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
         c->work_inflight--;
         e->bulk_out--;
         bulk_done(c, b, now);
-        if (c->state == CS_DEAD && c->work_inflight == 0) {
+        if (c->state == CS_DEAD && c->work_inflight == 0 &&
+            !hr_session_callbacks_parked(c->s)) {
           list_remove(&e->dead, c);
           conn_free(c);
         }
@@ -1954,7 +1973,8 @@ static void reap_jobs(hr_engine *e, hr_tstamp now) {
       if (c->state == CS_OPEN && c->tls && hr__tls_pending(c->tls) &&
           !hr_session_recv_paused(c->s) && hr_err_is_fatal(conn_read(c, now)))
         c->want_close = 1;
-      if (c->state == CS_DEAD && c->work_inflight == 0) {
+      if (c->state == CS_DEAD && c->work_inflight == 0 &&
+          !hr_session_callbacks_parked(c->s)) {
         list_remove(&e->dead, c);
         conn_free(c);
       }
@@ -2416,6 +2436,12 @@ int hr_engine_del(hr_engine *e) {
     struct pollfd p = {e->wake_fd, POLLIN, 0};
     poll(&p, 1, 10);
     reap_jobs(e, now_of(e));
+#ifdef HR_HAVE_FABRIC
+    /* A cancelled fabric operation reports its end on progress. */
+    if (e->fabric)
+      hr_fabric_progress(e->fabric, now_of(e));
+#endif
+    dead_reap(e);
   }
   while (e->listeners) {
     hr_listener *l = e->listeners;

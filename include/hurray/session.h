@@ -476,7 +476,11 @@ typedef struct hr_get_opts {
 /*
  * Queues a GET.  `opts` is copied.  *stream_id receives the stream id
  * (may be NULL).  The completion callback is called exactly once (also on
- * failure, cancel and session teardown).  May be called from callbacks.
+ * failure, cancel and session teardown), never from inside the request
+ * call that queued it (hr_session_get/put/list): a request refused there
+ * returns its error and has no callback; one that ends there calls back
+ * at the session's next step (decision 78).  May be called from
+ * callbacks.
  * On a lane of a group the request goes on lane 0 whichever lane `s` is
  * (so do PUT, LIST and CANCEL), and max_shards is capped at the position
  * of the group's first closed lane (see the lanes section below); the
@@ -514,14 +518,23 @@ typedef void (*hr_ping_cb)(hr_session *s, int status, uint64_t rtt_ns,
  * reference to `t` goes when its last copy finished, so `t`'s release
  * callback (ADR-018 § 5) never runs while a copy may still read it.  A
  * PUT that ends early (cancel, a staging failure, the connection lost)
- * gets its callback only once its copies in flight finished; except that
- * hr_session_del() calls it during the delete, as every callback, and
- * the tensor's release then still waits for the copies.
+ * gets its callback only once its copies in flight finished and, for a
+ * GPUDirect source, once the fabric reported its operation on the device
+ * memory ended and released the registration (the tensor's reference
+ * goes first; a cancel or hr_session_terminate() while the NIC reads
+ * calls back then); except that hr_session_del() calls it during the
+ * delete, as every callback, and the tensor's release then still waits
+ * for the copies and the fabric.
  * A staging failure ends that PUT only; the callback's record says
  * HR_ERR_NOMEM (no pinned memory for a chunk, no device stream) or
  * HR_ERR_IO (the device failed a copy or the wait for the producer's
- * event), and may come before hr_session_put() returns when the first
- * chunk already failed.
+ * event).  The callback never runs inside hr_session_put(): when the
+ * first chunk already failed there (or a host without submit_work ran
+ * its copy inline and it failed), hr_session_put() returns 0 with the
+ * stream id, hr_session_get_expiry() then names a deadline already
+ * passed and the next hr_session_handle_expiry() (or
+ * hr_session_terminate(), or hr_session_del()) calls back; the engine
+ * and hr_client do that on their loop's next turn (decision 78).
  *
  * Returns 0, HR_ERR_INVALID_ARGUMENT (bad key or flags, `t` is a shard,
  * a descriptor the network rules refuse, composites nested deeper than
@@ -535,7 +548,8 @@ HR_EXTERN int hr_session_put(hr_session *s, const uint8_t *key,
                              hr_put_cb cb, void *user_data,
                              uint32_t *stream_id);
 
-/* Queues a LIST.  `resp` in the callback is valid during the call only.
+/* Queues a LIST.  `resp` in the callback is valid during the call only;
+ * the callback never runs inside this call (see hr_session_get()).
  * Returns 0, HR_ERR_INVALID_ARGUMENT (NULL s, a prefix or start_after
  * that is not a valid key, max_entries 0 or above HR_MAX_LIST_ENTRIES),
  * HR_ERR_STATE (not a client, or GOAWAY received / closing), HR_ERR_LIMIT
@@ -556,7 +570,10 @@ HR_EXTERN int hr_session_ping(hr_session *s, hr_ping_cb cb, void *user_data);
  * completion then reports HR_ERR_REMOTE with CANCELLED (the first ERROR
  * on any of its streams ends it; later ones are dropped) or the result if
  * it raced.  A request not yet sent (before the handshake) completes at
- * once with HR_ERR_CLOSED and wire_error CANCELLED.  A GET into device
+ * once with HR_ERR_CLOSED and wire_error CANCELLED: its callback runs
+ * inside this call (the application named the stream, so it has it),
+ * unless a device PUT's copies or fabric still read the tensor (then
+ * once they let go).  A GET into device
  * memory cancelled while that memory is being allocated drops its bytes
  * from then on and never delivers: an answer that raced the CANCEL ends
  * it with HR_ERR_CLOSED and CANCELLED.  May be called from
@@ -788,16 +805,30 @@ HR_EXTERN int hr_session_want_read(const hr_session *s);
 HR_EXTERN int hr_session_recv_paused(const hr_session *s);
 HR_EXTERN int hr_session_want_write(const hr_session *s);
 
-/* The next timer deadline, or HR_TSTAMP_NEVER. */
+/* The next timer deadline, or HR_TSTAMP_NEVER.  A deadline already
+ * passed (the latest `now` the session was given) while a completion is
+ * due: a PUT that ended inside hr_session_put() (see there).  Ask again
+ * after every call into the session, the request calls included. */
 HR_EXTERN hr_tstamp hr_session_get_expiry(const hr_session *s);
-/* Runs what is due at `now` (timeouts, keepalive); callbacks may run from
- * it.  A stream or handshake that timed out is failed with HR_ERR_TIMEOUT
- * through its callback, not returned.  Returns 0, HR_ERR_INVALID_ARGUMENT
- * (NULL s), or a fatal error (the session's, e.g. HR_ERR_NOMEM). */
+/* Runs what is due at `now` (due completions, timeouts, keepalive);
+ * callbacks may run from it.  A stream or handshake that timed out is
+ * failed with HR_ERR_TIMEOUT through its callback, not returned.  Returns
+ * 0, HR_ERR_INVALID_ARGUMENT (NULL s), or a fatal error (the session's,
+ * e.g. HR_ERR_NOMEM). */
 HR_EXTERN int hr_session_handle_expiry(hr_session *s, hr_tstamp now);
 
+/* 1 while a completion callback is parked on work or the fabric: a PUT
+ * that ended early while staging copies or the fabric may still read its
+ * tensor (see hr_session_put()).  hr_session_del() would run it before
+ * they let go; a host that can wait keeps the session (its work and the
+ * fabric going on) until this is 0, as the engine does with a closed
+ * connection's session.  0 for NULL.  version-added: 0.3 */
+HR_EXTERN int hr_session_callbacks_parked(const hr_session *s);
+
 /* The peer closed or the transport failed: fails every open stream with
- * HR_ERR_CLOSED (completion callbacks run) and frees per-stream state. */
+ * HR_ERR_CLOSED (completion callbacks run, due ones too; a device PUT's
+ * still waits for its copies and the fabric, see hr_session_put()) and
+ * frees per-stream state. */
 HR_EXTERN void hr_session_terminate(hr_session *s, hr_tstamp now);
 
 /* Starts a graceful shutdown: GOAWAY (NO_ERROR) with the last stream id

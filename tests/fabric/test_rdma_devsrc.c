@@ -32,6 +32,13 @@
  *    GPUDirect from the device after the event, the skipped event caught,
  *    no FI_HMEM (staged, RDMA, the client's record says why), the
  *    event failing (that PUT only).
+ *  - Decision 78: a PUT whose first staging chunk fails inside
+ *    hr_session_put() calls back at the next hr_session_handle_expiry()
+ *    (or hr_session_terminate()), never inside the call; a GPUDirect PUT
+ *    cancelled or cut off while its RMA write from the device is under
+ *    way calls back only after the fabric ended it and the tensor was
+ *    released; a served GET ended the same way releases its tensor only
+ *    after the fabric.
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
@@ -72,8 +79,8 @@ static int is_sim(void) {
 
 static const hr_gpu_ops *base_ops;
 static hr_gpu_ops fail_ops;
-static atomic_int wait_fails; /* stream_wait_event answers HR_ERR_IO */
-static atomic_int pin_fails;  /* pinned allocations answer HR_ERR_NOMEM */
+static atomic_int wait_fails;   /* stream_wait_event answers HR_ERR_IO */
+static atomic_int pinned_fails; /* pinned allocations answer NOMEM */
 
 static int failing_wait(void *dev, void *s, void *e) {
   if (atomic_load(&wait_fails))
@@ -83,7 +90,7 @@ static int failing_wait(void *dev, void *s, void *e) {
 
 static int failing_alloc(void *dev, int kind, uint64_t size,
                          hr_gpu_mem_info *out) {
-  if (kind == HR_GPU_MEM_PINNED && atomic_load(&pin_fails))
+  if (kind == HR_GPU_MEM_PINNED && atomic_load(&pinned_fails))
     return HR_ERR_NOMEM;
   return base_ops->mem_alloc(dev, kind, size, out);
 }
@@ -109,7 +116,7 @@ static void dev_open(dev *d) {
   assert_int_equal(hr_gpu_query(d->g, &d->caps), 0);
   assert_int_equal(hr_gpu_stream_new(d->g, &d->P), 0);
   atomic_store(&wait_fails, 0);
-  atomic_store(&pin_fails, 0);
+  atomic_store(&pinned_fails, 0);
 }
 
 static void dev_close(dev *d) {
@@ -165,10 +172,17 @@ typedef struct world {
    * its thread; reported done on this thread by pump(). */
   rp_works works;
   int started, ran_inline;
+  int inline_work;     /* submit_work refuses: the session runs work inline */
+  int in_request;      /* inside hr_session_put() */
+  int cb_in_request;   /* a PUT callback ran inside hr_session_put() */
+  atomic_int released; /* the PUT tensor's releases (put_release) */
+  int released_at_cb;  /* `released` when the PUT callback ran */
 } world;
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
   world *wd = ud;
+  if (wd->inline_work)
+    return 1;
   rp_works_add(&wd->works, s, w);
   if (w->start && w->start(w, rp_works_finish, &wd->works) == 0) {
     wd->started++;
@@ -277,6 +291,13 @@ static void pump_until(world *w, const int *stop) {
     int c = hr__fake_progress(w->ec) > 0;
     int d = hr__fake_progress(w->es) > 0;
     int e = 0, out = works_drain_n(w, &e);
+    /* Due deadlines, as a host runs them (a PUT's callback may be due). */
+    hr_session *both[2] = {w->c, w->s};
+    int before = w->r.done;
+    for (int k = 0; k < 2; k++)
+      if (hr_session_get_expiry(both[k]) <= w->now)
+        hr_session_handle_expiry(both[k], w->now);
+    e |= w->r.done != before;
     if (stop && *stop)
       return;
     idle = a || b || c || d || e ? 0 : idle + 1;
@@ -411,8 +432,8 @@ static void test_skipped_event_is_caught(void **state) {
  * one host region (after its event: NEW) and goes over RDMA from there,
  * the server's record says why; a fabric that refuses the region too
  * gets frames from it. */
-static void staged_case(uint32_t caps, int hmem, int reg_fault, const char *why,
-                        int refused) {
+static void staged_case(uint32_t caps, int hmem, int reg_fault,
+                        const char *why, int refused) {
   world *w = world_open(caps, 0, hmem, 1);
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
   get(w, NULL);
@@ -443,7 +464,8 @@ static void staged_case(uint32_t caps, int hmem, int reg_fault, const char *why,
 static void test_registration_refused(void **state) {
   (void)state;
   /* Only the simulated device has a GPUDirect registration to refuse. */
-  staged_case(GD, 1, is_sim(), "registering the source failed: injected", 0);
+  staged_case(GD, 1, is_sim(), "registering the source failed: injected",
+              0);
 }
 
 /* No GPUDirect, and the fabric refuses the staged region as well: frames
@@ -699,6 +721,229 @@ static void test_put_cancel_while_waiting(void **state) {
   world_close(w);
 }
 
+/* ---- decision 78: no callback inside hr_session_put(); none before the
+ * fabric let go of the device memory ------------------------------------ */
+
+static void put_release(void *ctx) {
+  world *w = ctx;
+  atomic_fetch_add(&w->released, 1);
+}
+
+/* The world's device memory and event as a tensor whose release `w`
+ * counts. */
+static hr_tensor *counted_tensor(world *w) {
+  hr_descriptor desc = tu_bytes_desc(SIZE, 0, w->d.caps.device_tag);
+  desc.buffers[0].device_index = w->d.caps.device_index;
+  hr_tensor *t;
+  assert_int_equal(hr_tensor_wrap_device(&t, &desc, &w->pr.p.dev, w->pr.p.ev,
+                                         put_release, w, NULL),
+                   0);
+  return t;
+}
+
+/* rp_on_put, noting whether it ran inside hr_session_put() and whether
+ * the tensor's release had come. */
+static void on_put_78(hr_session *s, uint32_t sid,
+                      const hr_transfer_record *rec, void *ud) {
+  world *w = ud;
+  if (w->in_request)
+    w->cb_in_request++;
+  w->released_at_cb = atomic_load(&w->released);
+  rp_on_put(s, sid, rec, &w->r);
+}
+
+/* Queues a PUT of `t` as the application does, marking the call. */
+static void put_78(world *w, hr_tensor *t, uint32_t *sid) {
+  w->r.done = 0;
+  w->in_request = 1;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  t, on_put_78, w, sid),
+                   0);
+  w->in_request = 0;
+  assert_int_equal(w->cb_in_request, 0);
+}
+
+/* The first staging chunk fails inside hr_session_put() (no pinned
+ * memory; or, with the work run inline, the device refusing the wait for
+ * the producer): the callback does not run inside the call, the session's
+ * deadline is due at once, and the next hr_session_handle_expiry() runs
+ * it, after the tensor's release.  The connection PUTs again. */
+static void put_fails_at_once(int inline_wait) {
+  world *w = world_open(0, 0, 0, 1);
+  hr_tensor *t = counted_tensor(w);
+  if (inline_wait) {
+    w->inline_work = 1;
+    atomic_store(&wait_fails, 1);
+  } else {
+    atomic_store(&pinned_fails, 1);
+  }
+  uint32_t sid = 0;
+  put_78(w, t, &sid);
+  hr_tensor_unref(t);
+  assert_int_equal(w->r.done, 0);
+  assert_true(sid != 0);
+  assert_int_equal(atomic_load(&w->released), 1);
+  /* Due now: the host's next step runs it. */
+  assert_true(hr_session_get_expiry(w->c) <= w->now);
+  assert_int_equal(hr_session_handle_expiry(w->c, w->now), 0);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.sid, sid);
+  assert_int_equal(w->r.status, inline_wait ? HR_ERR_IO : HR_ERR_NOMEM);
+  assert_int_equal(w->released_at_cb, 1);
+  assert_true(hr_session_get_expiry(w->c) > w->now);
+  atomic_store(&wait_fails, 0);
+  atomic_store(&pinned_fails, 0);
+  w->inline_work = 0;
+  pump(w);
+  assert_int_equal(w->r.done, 1);
+  assert_null(w->st.committed);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  world_close(w);
+}
+
+static void test_put_no_pinned_at_once(void **state) {
+  (void)state;
+  put_fails_at_once(0);
+}
+
+static void test_put_wait_fails_inline(void **state) {
+  (void)state;
+  put_fails_at_once(1);
+}
+
+/* A due callback also comes with the connection's end, which a host
+ * reports without asking for the deadline first. */
+static void test_put_due_at_terminate(void **state) {
+  (void)state;
+  world *w = world_open(0, 0, 0, 1);
+  atomic_store(&pinned_fails, 1);
+  put_78(w, w->pr.t, NULL);
+  atomic_store(&pinned_fails, 0);
+  assert_int_equal(w->r.done, 0);
+  assert_int_equal(hr_session_callbacks_parked(w->c), 0); /* due, not held */
+  hr_session_terminate(w->c, w->now);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, HR_ERR_NOMEM);
+  world_close(w);
+}
+
+/* Moves messages, runs `run`'s fabric (not `hold`'s) and the device's
+ * completions, until `hold` has an operation started and not yet run
+ * (the NIC reading the memory) or `steps` steps passed. */
+static void pump_holding(world *w, hr__fake_ep *run, hr__fake_ep *hold,
+                         int until_started, int steps) {
+  for (int i = 0; i < steps; i++) {
+    if (until_started && hr__fake_pending(hold) > 0)
+      return;
+    w->now += 1000;
+    int a = tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    int b = tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
+    int c = hr__fake_progress(run) > 0;
+    int e = 0;
+    works_drain_n(w, &e);
+    if (!a && !b && !c && !e)
+      hr__test_sleep(200000);
+  }
+}
+
+/* A GPUDirect PUT ends early (cancelled, or its connection lost) while
+ * the client's RMA write from the device has started and not finished:
+ * neither the tensor's release nor the callback comes before the fabric
+ * reports the operation ended; then the release, then the callback. */
+static void put_ends_while_nic_reads(int lost) {
+  if (!is_sim())
+    skip();
+  world *w = world_open(GD, 1, 1, 1);
+  hr_tensor *t = counted_tensor(w);
+  uint32_t sid = 0;
+  put_78(w, t, &sid);
+  hr_tensor_unref(t);
+  pump_holding(w, w->es, w->ec, 1, 20000);
+  assert_true(hr__fake_pending(w->ec) > 0);
+  assert_int_equal(w->r.done, 0);
+  if (lost) {
+    hr_session_terminate(w->c, w->now);
+  } else {
+    assert_int_equal(hr_session_cancel(w->c, sid), 0);
+    /* The CANCEL goes, the server's ERROR CANCELLED comes back. */
+    pump_holding(w, w->es, w->ec, 0, 50);
+  }
+  if (hr_session_get_expiry(w->c) <= w->now)
+    hr_session_handle_expiry(w->c, w->now);
+  assert_true(hr__fake_pending(w->ec) > 0);
+  assert_int_equal(w->r.done, 0);
+  assert_int_equal(atomic_load(&w->released), 0);
+  /* What a host asks before it deletes the session (the engine waits). */
+  assert_int_equal(hr_session_callbacks_parked(w->c), 1);
+  /* The fabric reports the write ended (cancelled): the registration is
+   * released, the tensor with it, and only then does the PUT call back. */
+  hr__fake_progress(w->ec);
+  assert_int_equal(hr_session_callbacks_parked(w->c), 0);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.sid, sid);
+  assert_int_not_equal(w->r.status, 0);
+  assert_int_equal(w->released_at_cb, 1);
+  assert_null(w->st.committed);
+  if (!lost) {
+    put(w, w->pr.t);
+    assert_int_equal(w->r.status, 0);
+    assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  }
+  world_close(w);
+}
+
+static void test_put_cancel_while_nic_reads(void **state) {
+  (void)state;
+  put_ends_while_nic_reads(0);
+}
+
+static void test_put_lost_while_nic_reads(void **state) {
+  (void)state;
+  put_ends_while_nic_reads(1);
+}
+
+/* A served GET of a device tensor ends (the client cancels, or the
+ * server's connection is lost) while the server's RMA write from the
+ * device has started: the tensor's release waits for the fabric. */
+static void get_ends_while_nic_reads(int lost) {
+  if (!is_sim())
+    skip();
+  world *w = world_open(GD, 1, 1, 1);
+  hr_tensor_unref(w->st.served);
+  w->st.served = counted_tensor(w);
+  uint32_t sid = 0;
+  rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
+  pump_holding(w, w->ec, w->es, 1, 20000);
+  assert_true(hr__fake_pending(w->es) > 0);
+  /* The session's references are the last ones. */
+  hr_tensor_unref(w->st.served);
+  w->st.served = NULL;
+  if (lost) {
+    hr_session_terminate(w->s, w->now);
+  } else {
+    assert_int_equal(hr_session_cancel(w->c, sid), 0);
+    pump_holding(w, w->ec, w->es, 0, 50);
+    assert_int_equal(w->srv_recs, 1); /* the server's stream ended */
+  }
+  assert_true(hr__fake_pending(w->es) > 0);
+  assert_int_equal(atomic_load(&w->released), 0);
+  hr__fake_progress(w->es);
+  assert_int_equal(atomic_load(&w->released), 1);
+  world_close(w);
+}
+
+static void test_get_cancel_while_nic_reads(void **state) {
+  (void)state;
+  get_ends_while_nic_reads(0);
+}
+
+static void test_get_lost_while_nic_reads(void **state) {
+  (void)state;
+  get_ends_while_nic_reads(1);
+}
+
 /* ---- staged sources (decision 76) ---------------------------------------- */
 
 /* No RDMA_GPUDIRECT: every device tensor is staged into a host region. */
@@ -745,7 +990,7 @@ static void test_staged_skipped_event(void **state) {
 static void test_staged_alloc_fails(void **state) {
   (void)state;
   world *w = world_open(STAGED, 0, 0, 1);
-  atomic_store(&pin_fails, 1);
+  atomic_store(&pinned_fails, 1);
   get(w, NULL);
   assert_true(w->r.done);
   assert_int_not_equal(w->r.status, 0);
@@ -755,7 +1000,7 @@ static void test_staged_alloc_fails(void **state) {
   assert_int_equal(w->r.status, HR_ERR_NOMEM);
   assert_int_equal(w->r.rec.wire_error, 0);
   assert_null(w->st.committed);
-  atomic_store(&pin_fails, 0);
+  atomic_store(&pinned_fails, 0);
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
   assert_int_equal(st.regs, 0);
@@ -945,6 +1190,7 @@ static void test_staged_peer_refuses(void **state) {
   world_close(w);
 }
 
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -968,6 +1214,13 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_no_hmem),
       cmocka_unit_test(test_put_event_fails),
       cmocka_unit_test(test_put_cancel_while_waiting),
+      cmocka_unit_test(test_put_no_pinned_at_once),
+      cmocka_unit_test(test_put_due_at_terminate),
+      cmocka_unit_test(test_put_wait_fails_inline),
+      cmocka_unit_test(test_put_cancel_while_nic_reads),
+      cmocka_unit_test(test_put_lost_while_nic_reads),
+      cmocka_unit_test(test_get_cancel_while_nic_reads),
+      cmocka_unit_test(test_get_lost_while_nic_reads),
       cmocka_unit_test(test_staged_skipped_event),
       cmocka_unit_test(test_staged_alloc_fails),
       cmocka_unit_test(test_staged_copy_fails),

@@ -13,9 +13,13 @@
  *    refused, the producer's event failing, a cancel while the copies
  *    wait for the producer, the connection lost meanwhile.  The same
  *    connection then PUTs again.
+ *  - No callback inside hr_session_put(): a first chunk failing there
+ *    calls back on the loop's next turn; hr_client_put() returns that
+ *    error at once, not after its timeout (decision 78).
  *
  * Usage: test_gpu_put [backend]  (default "sim"; 77 when unavailable).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -24,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include <hurray/client.h>
 #include <hurray/store.h>
 #include <hurray/tensor.h>
 
@@ -148,8 +153,14 @@ static hr_tensor *wrap_src(fx *f, src *sv, uint64_t n, int with_event) {
   return t;
 }
 
+/* Set while hr_session_put() runs: no PUT callback may come then
+ * (decision 78). */
+static int in_put;
+
 /* A PUT's completion, and what held when it came. */
 typedef struct put_res {
+  int inside;          /* a callback ran inside hr_session_put() */
+  int calls_at_return; /* callbacks when hr_session_put() returned */
   int calls;
   int status;
   int event_done; /* the producer's event had completed */
@@ -163,6 +174,7 @@ static void on_put(hr_session *s, uint32_t sid, const hr_transfer_record *rec,
   put_res *r = ud;
   (void)s;
   (void)sid;
+  r->inside |= in_put;
   r->calls++;
   r->status = rec ? rec->status : HR_ERR_CLOSED;
   if (rec)
@@ -177,8 +189,11 @@ static int put_done(void *ud) {
 
 static int put_start(fx *f, const char *key, hr_tensor *t, put_res *r,
                      uint32_t *sid) {
+  in_put = 1;
   int rv = hr_session_put(hr_conn_session(f->cli.c), (const uint8_t *)key,
                           (uint16_t)strlen(key), 0, t, on_put, r, sid);
+  in_put = 0;
+  r->calls_at_return = r->calls;
   if (rv == 0)
     assert_int_equal(hr_engine_flush(f->cli.e), 0);
   return rv;
@@ -186,6 +201,7 @@ static int put_start(fx *f, const char *key, hr_tensor *t, put_res *r,
 
 static void put_wait(fx *f, put_res *r) {
   assert_true(tl_run(f->env, put_done, r, 30000));
+  assert_int_equal(r->inside, 0);
   /* Exactly once: nothing more comes. */
   tl_spin(f->env, 20);
   assert_int_equal(r->calls, 1);
@@ -315,6 +331,11 @@ static void put_no_pinned(void **state) {
   atomic_store(&fail_pinned, 1);
   assert_int_equal(put_start(f, "nopin", t, &r, NULL), 0);
   hr_tensor_unref(t);
+  /* The first chunk failed inside hr_session_put(): the callback comes
+   * after it returned, at the loop's next turn, not with a timeout (the
+   * session's shortest is 10 s). */
+  assert_int_equal(r.calls_at_return, 0);
+  assert_true(tl_run(f->env, put_done, &r, 5000));
   put_wait(f, &r);
   assert_int_equal(r.status, HR_ERR_NOMEM);
   /* Nothing was enqueued: nothing to wait for. */
@@ -402,6 +423,69 @@ static void put_conn_lost(void **state) {
   fx_close(f);
 }
 
+/* The blocking client, on a thread of its own (the server runs on the
+ * test's loop). */
+typedef struct cput {
+  const char *url;
+  hr_tensor *t;
+  int rv;
+  uint64_t ms; /* how long hr_client_put() took */
+  atomic_int done;
+} cput;
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *cput_main(void *arg) {
+  cput *c = arg;
+  hr_client *cl = NULL;
+  hr_client_options o;
+  hr_client_options_default(&o); /* its timeout: 30 s */
+  c->rv = hr_client_connect(&cl, c->url, &o, NULL, NULL);
+  if (c->rv == 0) {
+    uint64_t t0 = mono_ms();
+    hr_transfer_record rec;
+    c->rv = hr_client_put(cl, (const uint8_t *)"blocking", 8, 0, c->t, &rec);
+    c->ms = mono_ms() - t0;
+    hr_client_close(cl);
+  }
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+static int cput_done(void *ud) {
+  return atomic_load(&((cput *)ud)->done);
+}
+
+/* hr_client_put() of a device tensor whose first chunk fails inside
+ * hr_session_put(): the error comes back at once (the callback is due at
+ * the next turn of the client's loop), not after a timeout. */
+static void client_put_fails_at_once(void **state) {
+  (void)state;
+  fx *f = fx_open();
+  uint64_t n = 3 * CHUNK;
+  src sv = {0};
+  produce(f, &sv, n);
+  hr_tensor *t = wrap_src(f, &sv, n, 1);
+  atomic_store(&fail_pinned, 1);
+  cput c = {.url = f->srv.url, .t = t};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cput_main, &c), 0);
+  assert_true(tl_run(f->env, cput_done, &c, 25000));
+  pthread_join(th, NULL);
+  atomic_store(&fail_pinned, 0);
+  assert_int_equal(c.rv, HR_ERR_NOMEM);
+  assert_true(c.ms < 5000);
+  assert_false(stored(f, "blocking"));
+  hr_tensor_unref(t);
+  assert_int_equal(atomic_load(&sv.released), 1);
+  src_free(f, &sv);
+  fx_close(f);
+}
+
 /* A descriptor that names a device over host memory cannot be read. */
 static void put_refused(void **state) {
   (void)state;
@@ -422,10 +506,15 @@ int main(int argc, char **argv) {
   if (rv != 0)
     return rv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(put_p2),          cmocka_unit_test(put_p1),
-      cmocka_unit_test(put_stale),       cmocka_unit_test(put_no_pinned),
-      cmocka_unit_test(put_event_fails), cmocka_unit_test(put_cancel_staging),
-      cmocka_unit_test(put_conn_lost),   cmocka_unit_test(put_refused),
+      cmocka_unit_test(put_p2),
+      cmocka_unit_test(put_p1),
+      cmocka_unit_test(put_stale),
+      cmocka_unit_test(put_no_pinned),
+      cmocka_unit_test(put_event_fails),
+      cmocka_unit_test(put_cancel_staging),
+      cmocka_unit_test(put_conn_lost),
+      cmocka_unit_test(put_refused),
+      cmocka_unit_test(client_put_fails_at_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
