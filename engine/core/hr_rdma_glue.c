@@ -10,7 +10,9 @@
  *  - source owner (server GET, client PUT): a single plain tensor sent
  *    straight from memory goes over RDMA when hr_rdma_conn_can_source()
  *    agrees; the descriptor then carries data_plane 1 and the part waits in
- *    HR_TXP_RDMA until the handshake's events end it;
+ *    HR_TXP_RDMA until the handshake's events end it.  A device tensor is
+ *    read from the device (GPUDirect, decision 70) or, like transcoded
+ *    output, from a host copy made first (hr_rdma_stage.c, decision 76);
  *  - receiver (client GET, server PUT): a descriptor with data_plane 1 lands
  *    in the tensor the session allocated (or the application's destination
  *    buffer), each buffer of which must be one contiguous run;
@@ -105,7 +107,9 @@ struct hr_rdma_glue {
   size_t addr_len;
   int destination;
   uint64_t min_bytes;
-  hr_rdma_conn *conn; /* once established */
+  hr_rdma_conn *conn;     /* once established */
+  hr_stage_account *acct; /* staged sources' budget (hr_rdma_stage.c) */
+  uint64_t stage_budget;
   xfer *xs;
   hold *holds; /* not released yet */
   keep *keeps;
@@ -132,6 +136,14 @@ int hr__rdma_session_init(hr_session *s, const hr_settings *in) {
   g->ext_count = in->hello_ext_count;
   g->destination = in->rdma_destination;
   g->min_bytes = in->rdma_min_bytes;
+  g->stage_budget = in->rdma_stage_budget;
+  g->acct = in->rdma_stage_account
+                ? hr__stage_account_ref(in->rdma_stage_account)
+                : hr__stage_account_new(&s->mem);
+  if (!g->acct) {
+    hr__mem_free(&s->mem, g);
+    return HR_ERR_NOMEM;
+  }
   s->rdma = g;
   return (int)g->caps;
 }
@@ -192,6 +204,7 @@ void hr__rdma_session_free(hr_session *s) {
     hr__mem_free(&s->mem, k);
   }
   hr_rdma_conn_del(g->conn);
+  hr__stage_account_unref(g->acct);
   hr__mem_free(&s->mem, g);
   s->rdma = NULL;
 }
@@ -576,11 +589,12 @@ static xfer *xfer_find(hr_rdma_glue *g, const hr_stream *st, uint32_t sid) {
 
 /* Creates the sender's handshake of part `p` over `region` (desc and
  * bufs: host memory, or the device's for a GPUDirect source), which
- * registers the source.  Returns 1, 0 when the fabric refused (the record
- * says why, after `what` when not NULL: frames), or HR_ERR_NOMEM. */
+ * registers the source.  Returns 1, 0 when the fabric refused (why, after
+ * `what` when not NULL, in `out`, else in the record: frames), or
+ * HR_ERR_NOMEM. */
 static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
-                      const hr_descriptor *desc, void **bufs,
-                      const char *what) {
+                      const hr_descriptor *desc, void **bufs, const char *what,
+                      char *out, size_t out_cap) {
   char why[160] = "";
   xfer *xf = hr__mem_calloc(&s->mem, 1, sizeof *xf);
   hold *h = hold_new(s, p->hold, st->id);
@@ -614,7 +628,12 @@ static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
     char fb[256];
     snprintf(fb, sizeof fb, "%s%s%s", what ? what : "", what ? ": " : "",
              why[0] ? why : hr_strerror(rv));
-    note_fallback(st, fb);
+    if (out) {
+      size_t n = strlen(fb) < out_cap ? strlen(fb) : out_cap - 1;
+      memcpy(out, fb, n);
+      out[n] = 0;
+    } else
+      note_fallback(st, fb);
     return 0;
   }
   xf->next = g->xs;
@@ -629,26 +648,22 @@ static int sender_new(hr_session *s, hr_rdma_glue *g, hr_stream *st, hr_part *p,
  * made (the registration reads no byte), then hr_send.c waits for the
  * event on the device without blocking this thread, and calls here again
  * with p->dipc HR_DIPC_SYNCED to send the descriptor.  Returns 1,
- * HR_RDMA_TX_WAIT, 0 (staged and framed, the record says why) or fatal. */
+ * HR_RDMA_TX_WAIT, 0 (staged: *why says why) or fatal. */
 static int device_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
-                         hr_part *p) {
+                         hr_part *p, char *why, size_t why_cap) {
   if (p->dipc == HR_DIPC_SYNCED && xfer_find(g, st, st->id))
     return 1; /* the event completed: the descriptor may go */
-  /* Short: the record's fallback has 127 characters for it and why. */
-  static const char staged[] = "device tensor staged and framed";
   const char *gd = NULL;
   hr_descriptor local;
   void *bufs[HR_MAX_BUFFERS] = {0};
   int rv = 0;
   if (hr_rdma_conn_gpudirect(g->conn, &gd) &&
       hr__rdma_src_region(p, &local, bufs, &gd) == 0) {
-    rv = sender_new(s, g, st, p, &local, bufs, staged);
+    rv = sender_new(s, g, st, p, &local, bufs, NULL, why, why_cap);
     if (rv < 0)
       return rv;
   } else {
-    char fb[256];
-    snprintf(fb, sizeof fb, "%s: %s", staged, gd);
-    note_fallback(st, fb);
+    snprintf(why, why_cap, "%s", gd ? gd : "no GPUDirect");
   }
   if (rv == 0) {
     /* Staged after all (a refused registration, after an earlier wait):
@@ -663,13 +678,43 @@ static int device_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
   return 1;
 }
 
+/* Short texts: the record's fallback has 127 characters for them. */
+static const char dev_framed[] = "device tensor staged and framed";
+static const char dev_staged[] = "device tensor staged for RDMA";
+static const char xc_framed[] = "transcoded output goes as frames";
+
+/* A staged part's host region is complete (decision 76): its descriptor
+ * goes with data_plane RDMA over it, or, when the fabric refuses the
+ * region, as frames from it.  1, 0 or HR_ERR_NOMEM. */
+static int staged_source(hr_session *s, hr_rdma_glue *g, hr_stream *st,
+                         hr_part *p) {
+  hr_descriptor local;
+  void *bufs[HR_MAX_BUFFERS];
+  if (hr__rstage_local(p, &local, bufs) != 0)
+    return 0;
+  return sender_new(s, g, st, p, &local, bufs, "RDMA refused the staged copy",
+                    NULL, 0);
+}
+
 int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   hr_rdma_glue *g = s->rdma;
+  if (p->rstage && hr__rstage_waiting(p))
+    return HR_RDMA_TX_WAIT; /* its host copy is being made */
   if (!g || !g->conn || p->shm)
     return 0; /* an SHM part's bytes are in its segment already */
   const char *u = NULL;
   uint64_t total = p->xp.total_data_bytes;
   uint64_t min = g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
+  int rv;
+  if (p->rstage) {
+    /* Staged (decision 76): the host copy is complete. */
+    rv = staged_source(s, g, st, p);
+    if (rv != 1)
+      return rv;
+    p->xp.data_plane = HR_PLANE_RDMA;
+    st->rec.data_plane = HR_PLANE_RDMA;
+    return 1;
+  }
   if (!hr_rdma_conn_usable(g->conn, &u)) {
     /* Not negotiated is no fallback; a peer address refused is. */
     if ((s->our_caps & s->peer.capability_flags & HR_CAP_RDMA_DATA_PLANE) &&
@@ -680,10 +725,8 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
   if (total < min)
     return 0; /* small tensors go as frames by design */
   int dev = p->xmode == HR_XM_STAGE;
-  if (st->tx.nparts != 1 || (p->xmode != HR_XM_DIRECT && !dev) ||
-      p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
-    note_fallback(st, st->tx.nparts != 1 ? "a composite goes as frames"
-                                         : "transcoded output goes as frames");
+  if (st->tx.nparts != 1 || p->desc.layout.tag == HR_LAYOUT_COMPOSITE) {
+    note_fallback(st, "a composite goes as frames");
     return 0;
   }
   char why[160] = "";
@@ -700,14 +743,39 @@ int hr__rdma_tx_prepare(hr_session *s, hr_stream *st, hr_part *p) {
     }
     return 0;
   }
-  int rv;
-  if (dev) {
-    rv = device_source(s, g, st, p);
-  } else {
+  if (p->xmode == HR_XM_DIRECT) {
     void *bufs[HR_MAX_BUFFERS];
     for (unsigned k = 0; k < HR_MAX_BUFFERS; k++)
       bufs[k] = (void *)p->src[k];
-    rv = sender_new(s, g, st, p, &p->desc, bufs, NULL);
+    rv = sender_new(s, g, st, p, &p->desc, bufs, NULL, NULL, 0);
+  } else {
+    char gd[160] = "";
+    rv = dev ? device_source(s, g, st, p, gd, sizeof gd) : 0;
+    if (rv < 0 || rv == 1 || rv == HR_RDMA_TX_WAIT) {
+      if (rv == HR_RDMA_TX_WAIT || rv < 0)
+        return rv;
+    } else {
+      /* Not readable where it lies: a host copy of it first. */
+      char sw[160] = "";
+      int r =
+          hr__rstage_begin(s, st, p, g->acct, g->stage_budget, sw, sizeof sw);
+      char fb[256];
+      if (r < 0)
+        return r;
+      if (dev)
+        snprintf(fb, sizeof fb, "%s: %s%s%s", r ? dev_staged : dev_framed, gd,
+                 r ? "" : "; ", r ? "" : sw);
+      else
+        snprintf(fb, sizeof fb, "%s%s%s", r ? "" : xc_framed, r ? "" : ": ",
+                 r ? "" : sw);
+      note_fallback(st, fb);
+      if (r == 0)
+        return 0;
+      if (st->ended || st->tx.failed || hr__rstage_waiting(p))
+        return HR_RDMA_TX_WAIT;
+      /* Staged at once (the host ran the items inline). */
+      rv = staged_source(s, g, st, p);
+    }
   }
   if (rv != 1)
     return rv;
@@ -720,9 +788,15 @@ int hr__rdma_tx_device_first(hr_session *s, const hr_stream *st,
                              const hr_part *p) {
   hr_rdma_glue *g = s->rdma;
   uint64_t min = g && g->min_bytes ? g->min_bytes : (uint64_t)64 << 10;
-  return g && g->conn && p->xmode == HR_XM_STAGE && !p->shm && !p->dipc &&
-         st->tx.nparts == 1 && p->xp.total_data_bytes >= min &&
-         hr_rdma_conn_gpudirect(g->conn, NULL);
+  if (!g || !g->conn || p->shm || p->dipc || p->rstage || st->tx.nparts != 1 ||
+      p->xp.total_data_bytes < min ||
+      p->desc.layout.tag == HR_LAYOUT_COMPOSITE ||
+      !hr_rdma_conn_can_source(g->conn, &p->desc, p->xp.total_data_bytes, NULL,
+                               0))
+    return 0;
+  if (p->xmode == HR_XM_STAGE)
+    return hr_rdma_conn_gpudirect(g->conn, NULL) || g->stage_budget;
+  return p->xmode == HR_XM_WINDOW && g->stage_budget;
 }
 
 int hr__rdma_tx_start(hr_session *s, hr_stream *st) {

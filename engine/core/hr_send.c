@@ -176,6 +176,7 @@ void hr__tx_free(hr_session *s, hr_tx *tx) {
     window_clear(tx);
   hr__mem_free(&s->mem, tx->win);
   for (size_t i = 0; i < tx->nparts; i++) {
+    hr__rstage_detach(s, &tx->parts[i]);
     hr_tensor_unref(tx->parts[i].t);
     hr_tensor_unref(tx->parts[i].hold);
     hr__xjob_unref(tx->parts[i].xj);
@@ -239,12 +240,16 @@ int hr__tx_park_put(hr_session *s, hr_stream *st) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     n += c->work && c->work->src_t;
   }
+  if (tx->nparts)
+    n += hr__rstage_copies(&tx->parts[0]);
   unsigned holds = hr__rdma_put_holds(s, st);
   if (!n && !holds && !s->req_calls)
     return 0;
   hr_put_tail *t = hr__put_tail_new(s, st, n + holds);
   if (!t)
     return 0; /* no memory: the callback goes now, the tensor still waits */
+  if (tx->nparts)
+    hr__rstage_park(&tx->parts[0], t);
   for (uint32_t i = 0; tx->win && i < tx->win_count; i++) {
     hr_chunk *c = &tx->win[(tx->win_head + i) % tx->win_cap];
     if (c->work && c->work->src_t)
@@ -257,8 +262,9 @@ int hr__tx_park_put(hr_session *s, hr_stream *st) {
 
 int hr__tx_put_unsent(const hr_stream *st) {
   const hr_tx *tx = &st->tx;
-  return st->kind == HR_SK_CLI_PUT && !tx->cur && tx->phase == HR_TXP_DESC &&
-         tx->nparts && tx->parts[0].dipc == HR_DIPC_WAIT;
+  return (st->kind == HR_SK_CLI_PUT && !tx->cur && tx->phase == HR_TXP_DESC &&
+          tx->nparts && tx->parts[0].dipc == HR_DIPC_WAIT) ||
+         hr__rstage_put_unsent(st);
 }
 
 /* A staging failure ends this stream only.  A client PUT hears the local
@@ -277,6 +283,11 @@ static int stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
     return hr__stream_error(s, st->id, wire, text);
   hr__stream_end(s, st);
   return 0;
+}
+
+int hr__tx_stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
+                       const char *text) {
+  return stage_error(s, st, rc, wire, text);
 }
 
 /* ---- staging copies ------------------------------------------------------ */
@@ -450,6 +461,11 @@ int hr__tx_pump(hr_session *s, hr_stream *st) {
    * descriptor goes, so the first chunk is ready sooner. */
   if (p->xmode == HR_XM_DIRECT || tx->phase == HR_TXP_END)
     return 0;
+  if (p->rstage && p->xmode != HR_XM_WHOLE)
+    return 0; /* staged for RDMA: its own items fill it (hr_rdma_stage.c) */
+  if (p->xmode == HR_XM_WINDOW && tx->phase == HR_TXP_DESC &&
+      hr__rdma_tx_device_first(s, st, p))
+    return 0; /* the output may be staged for RDMA instead of chunked */
   if (!tx->win) {
     tx->win_cap = s->set.transcode_window ? s->set.transcode_window : 1;
     tx->win = hr__mem_calloc(&s->mem, tx->win_cap, sizeof *tx->win);
@@ -562,6 +578,8 @@ int hr__tx_ready(const hr_stream *st) {
     return 0; /* the data plane moves it; its events go on */
   if (tx->phase == HR_TXP_DESC && tx->parts[tx->cur].dipc == HR_DIPC_WAIT)
     return 0; /* the producer's event first (pump_dipc) */
+  if (tx->phase == HR_TXP_DESC && hr__rstage_waiting(&tx->parts[tx->cur]))
+    return 0; /* its host copy first (hr_rdma_stage.c) */
   if (tx->phase != HR_TXP_DATA)
     return 1;
   const hr_part *p = &tx->parts[tx->cur];

@@ -198,6 +198,7 @@ void hr_settings_default(hr_settings *st) {
   st->peer_name = NULL;
   st->shard_bytes = (uint64_t)16 << 20;
   st->shards_per_lane = 4;
+  st->rdma_stage_budget = (uint64_t)4 << 30;
 }
 
 /* ---- id history and the discard set -------------------------------------- */

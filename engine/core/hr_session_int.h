@@ -22,6 +22,7 @@
 
 #include "hr_core.h"
 #include "hr_local_get.h"
+#include "hr_rdma_stage.h"
 
 #ifdef HR_HAVE_TRANSCODE
 #include <hurray/transcode.h>
@@ -79,6 +80,7 @@ typedef struct hr_part {
   int shm;         /* sent over the SHM plane: descriptor + fd, no frames */
   int shm_fd;      /* the segment (borrowed from t) when shm */
   int dipc;        /* HR_DIPC_*: exported device memory (hr_shm_dev.c) */
+  struct hr_rstage *rstage; /* staged for RDMA (hr_rdma_stage.c), or NULL */
 } hr_part;
 
 /* hr_part.dipc: the descriptor of exported device memory (P1 over IPC),
@@ -963,6 +965,37 @@ int hr__rdma_put_answer(hr_session *s, hr_stream *st, uint32_t wire,
                         const char *text);
 /* Client GET: keeps what a retry needs. */
 int hr__rdma_get_keep(hr_session *s, hr_stream *st, const hr_get_opts *o);
+/* ---- hr_rdma_stage.c: staged RDMA sources (decision 76) -----------------
+ * A part the fabric cannot read where it lies is copied into one host
+ * region first; its descriptor waits for that. */
+typedef struct hr_rstage hr_rstage;
+/* Starts staging part `p` (device, or transcoded output) into a host
+ * region counted in `acct` under `cap`.  Returns 1 (its descriptor waits
+ * while hr__rstage_waiting(p); the stage may be done, or the stream
+ * failed, already), 0 when it cannot (*why says why: frames), or
+ * HR_ERR_NOMEM. */
+int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
+                     hr_stage_account *acct, uint64_t cap, char *why,
+                     size_t why_cap);
+/* 1 while the part's stage is not complete. */
+int hr__rstage_waiting(const hr_part *p);
+/* A staged part's host region: its descriptor (host memory) and buffer
+ * addresses.  0, or HR_ERR_STATE when the part is not staged. */
+int hr__rstage_local(const hr_part *p, hr_descriptor *local, void **bufs);
+/* A client PUT whose stage is under way: its TENSOR_PUT has not gone. */
+int hr__rstage_put_unsent(const hr_stream *st);
+/* The part goes (its stream ended): items in flight finish on their own
+ * and free the stage with the last one. */
+void hr__rstage_detach(hr_session *s, hr_part *p);
+/* Staging copies of the part in flight, and parking a PUT's callback on
+ * them (hr_devput.c). */
+unsigned hr__rstage_copies(const hr_part *p);
+void hr__rstage_park(hr_part *p, struct hr_put_tail *t);
+/* hr_send.c: a staging failure ends stream `st` only (as a framed
+ * staging failure does): 0 or fatal. */
+int hr__tx_stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
+                       const char *text);
+
 /* Client PUT: the acknowledgement arrived (also through the data plane). */
 int hr__cli_put_acked(hr_session *s, hr_stream *st);
 

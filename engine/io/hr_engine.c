@@ -69,6 +69,7 @@
 #include "hr_shm_io.h"
 #include "hr_sock.h"
 #include "hr_tls.h"
+#include "../core/hr_rdma_stage.h"
 
 #define STAGING_SIZE (64u * 1024u)
 #define IOV_BATCH 128
@@ -2113,6 +2114,12 @@ static int fabric_open(hr_engine *e) {
   s->hello_ext = e->fab_ext;
   s->hello_ext_len = (uint16_t)n;
   s->hello_ext_count = 1;
+  /* The staged RDMA sources of all its sessions share one budget. */
+  s->rdma_stage_account = hr__stage_account_new(&e->mem);
+  if (!s->rdma_stage_account) {
+    rv = HR_ERR_NOMEM;
+    goto fail;
+  }
   /* A tensor freed on another thread queues its registrations' closing:
    * the loop wakes and progresses the fabric, which closes them. */
   hr_fabric_set_wake(f, fabric_wake, e);
@@ -2129,6 +2136,8 @@ static int fabric_open(hr_engine *e) {
   }
   return 0;
 fail:
+  hr__stage_account_unref(s->rdma_stage_account);
+  s->rdma_stage_account = NULL;
   hr_fabric_set_wake(f, NULL, NULL);
   if (e->own_fabric)
     hr_fabric_del(f);
@@ -2162,6 +2171,8 @@ static void fabric_close(hr_engine *e) {
     hr_fabric_del(e->fabric);
   }
   e->fabric = NULL;
+  hr__stage_account_unref(e->cfg.session.rdma_stage_account);
+  e->cfg.session.rdma_stage_account = NULL;
 #else
   (void)e;
 #endif
@@ -2837,6 +2848,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
     own.hello_ext = e->cfg.session.hello_ext;
     own.hello_ext_len = e->cfg.session.hello_ext_len;
     own.hello_ext_count = e->cfg.session.hello_ext_count;
+    own.rdma_stage_account = e->cfg.session.rdma_stage_account;
     rv = hr_session_new(&c->s, HR_ROLE_CLIENT, &own, &cbs, NULL, c, now_of(e),
                         &e->mem);
   } else {

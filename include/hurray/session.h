@@ -164,6 +164,21 @@ typedef struct hr_settings {
    * every piece is being copied. */
   uint64_t device_piece;
   uint32_t device_pieces;
+  /* ---- appended: staged RDMA sources (docs/protocol.md decision 76) ----
+   * Source owner: a single tensor the fabric cannot read where it lies
+   * (device memory without GPUDirect, dense transcoded output) goes over
+   * RDMA from a host copy of the whole tensor (pinned memory of its
+   * device for a device tensor), made off the loop thread before its
+   * descriptor goes and freed when the fabric is done with it.  Such
+   * copies in flight take at most `rdma_stage_budget` bytes in all (4 GiB
+   * by hr_settings_default(); 0: no copies, those tensors go as frames);
+   * a tensor that does not fit goes as frames, and its record's
+   * `fallback` says so.  The engine counts the copies of all its
+   * sessions together. */
+  uint64_t rdma_stage_budget;
+  /* Internal: the account those bytes are counted in (the engine sets
+   * its own; NULL: each session counts its own).  Not copied. */
+  struct hr_stage_account *rdma_stage_account;
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */

@@ -372,48 +372,67 @@ static void dev_src_close(dev_src *ds) {
 }
 
 /*
- * A device tensor served with GPUDirect advertised (both HELLOs), but this
- * provider cannot register device memory (the simulated device's, here):
- * the registration is refused by libfabric's side of the backend, and the
- * tensor is staged after its producer's event and framed; the server's
- * record says why; the bytes are the producer's (written after the GET was
- * answered).
+ * A device tensor served where GPUDirect cannot be the source: with it
+ * advertised (both HELLOs; `dest`), this provider cannot register device
+ * memory (the simulated device's, here), the registration is refused by
+ * libfabric's side of the backend; without it, nothing is tried.  Either
+ * way the tensor is staged into a host region after its producer's event
+ * and goes over RDMA from there (decision 76); the server's record says
+ * why; the bytes are the producer's (written after the GET was answered).
  */
-static void test_device_source_refused(void **state) {
-  (void)state;
+static void device_get(int dest) {
   dev_src ds;
   hr_tensor *t = dev_src_open(&ds, 13);
   fixture f;
-  open_pair(&f, provider(), 1);
+  open_pair(&f, provider(), dest);
   tl_put(&f.srv, "t", t);
   hr_tensor_unref(t);
-  get_check(&f, ds.want, 1, HR_PLANE_FRAMES);
-  if (!strstr(f.log.last.fallback, "device tensor staged and framed: ") ||
-      !strstr(f.log.last.fallback, "registering the source failed"))
+  hr_fabric_stats s0, s1;
+  hr_fabric_get_stats(hr_engine_fabric(f.srv.e), &s0);
+  get_check(&f, ds.want, 1, HR_PLANE_RDMA);
+  if (!strstr(f.log.last.fallback, "device tensor staged for RDMA: ") ||
+      !strstr(f.log.last.fallback, dest ? "registering the source failed"
+                                        : "RDMA_GPUDIRECT is not in both"))
     fail_msg("fallback \"%s\"", f.log.last.fallback);
+  hr_fabric_get_stats(hr_engine_fabric(f.srv.e), &s1);
+  assert_true(s1.remote_regs > s0.remote_regs); /* the staged region */
+  /* Parallel: each shard stages its own range. */
+  get_check(&f, ds.want, 4, HR_PLANE_RDMA);
   close_pair(&f);
   dev_src_close(&ds);
 }
 
+static void test_device_source_refused(void **state) {
+  (void)state;
+  device_get(1);
+}
+
+static void test_device_source_staged(void **state) {
+  (void)state;
+  device_get(0);
+}
+
 /*
  * The same for a client PUT of the device tensor (decision 75): GPUDirect
- * advertised, the registration refused by this provider; the tensor is
- * staged after its producer's event and framed, the client's record says
- * why, and the server stores the producer's bytes.
+ * advertised and the registration refused by this provider, or not
+ * advertised; the tensor is staged after its producer's event and goes
+ * over RDMA from the host region, the client's record says why, and the
+ * server stores the producer's bytes.
  */
-static void test_device_put_refused(void **state) {
-  (void)state;
+static void device_put(int dest) {
   dev_src ds;
   hr_tensor *t = dev_src_open(&ds, 17);
   uint64_t n = DEV_SRC_BYTES;
   fixture f;
-  open_pair(&f, provider(), 1);
+  open_pair(&f, provider(), dest);
   tc_res r;
   assert_int_equal(tc_put(&f.conn, "up", 0, t, &r), 0);
   hr_tensor_unref(t);
-  assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
-  if (!strstr(r.rec.fallback, "device tensor staged and framed: ") ||
-      !strstr(r.rec.fallback, "registering the source failed"))
+  assert_int_equal(r.rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(f.log.last.data_plane, HR_PLANE_RDMA);
+  if (!strstr(r.rec.fallback, "device tensor staged for RDMA: ") ||
+      !strstr(r.rec.fallback, dest ? "registering the source failed"
+                                   : "RDMA_GPUDIRECT is not in both"))
     fail_msg("fallback \"%s\"", r.rec.fallback);
   tc_res_clear(&r);
   hr_tensor *got = NULL;
@@ -424,6 +443,48 @@ static void test_device_put_refused(void **state) {
   hr_tensor_unref(got);
   close_pair(&f);
   dev_src_close(&ds);
+}
+
+static void test_device_put_refused(void **state) {
+  (void)state;
+  device_put(1);
+}
+
+static void test_device_put_staged(void **state) {
+  (void)state;
+  device_put(0);
+}
+
+/* A transcoded GET (ROW_MAJOR stored, COLUMN_MAJOR asked): the output is
+ * produced into one host region and goes over RDMA from there, byte-exact
+ * (decision 76). */
+static void test_transcoded_get(void **state) {
+  (void)state;
+  fixture f;
+  open_pair(&f, provider(), 0);
+  uint64_t shape[2] = {1024, 4096}; /* 4 MiB of uint8 */
+  hr_tensor *t = tl_dense(HR_ELEM_UINT8, 2, shape, 29);
+  tl_put(&f.srv, "t", t);
+  hr_layout_entry l = {HR_LAYOUT_COLUMN_MAJOR, 0, NULL};
+  hr_get_opts o;
+  tc_res r;
+  memset(&r, 0, sizeof r);
+  tc_opts(&o, "t");
+  o.layouts = &l;
+  o.layout_count = 1;
+  o.flags = HR_REQ_ALLOW_TRANSCODE;
+  assert_int_equal(tc_get(&f.conn, &o, &r), 0);
+  assert_int_equal(hr_tensor_descriptor(r.t)->layout.tag,
+                   HR_LAYOUT_COLUMN_MAJOR);
+  assert_true(tl_same_elements(t, NULL, r.t));
+  assert_int_equal(r.rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(f.log.last.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(f.log.last.transcoded, 1);
+  if (strstr(f.log.last.fallback, "frames"))
+    fail_msg("fallback \"%s\"", f.log.last.fallback);
+  tc_res_clear(&r);
+  hr_tensor_unref(t);
+  close_pair(&f);
 }
 
 int main(void) {
@@ -450,6 +511,9 @@ int main(void) {
       cmocka_unit_test(test_registration_lifetime),
       cmocka_unit_test(test_device_source_refused),
       cmocka_unit_test(test_device_put_refused),
+      cmocka_unit_test(test_device_source_staged),
+      cmocka_unit_test(test_device_put_staged),
+      cmocka_unit_test(test_transcoded_get),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

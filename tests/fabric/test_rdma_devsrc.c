@@ -13,14 +13,24 @@
  *    RDMA without a fallback, the descriptor is producer-synced.
  *  - The same producer declared without its event (skipping the wait) is
  *    shown to deliver OLD: the wait is what makes the cases above right.
- *  - Failures: the source registration refused, a fabric without FI_HMEM,
- *    no RDMA_GPUDIRECT in the HELLOs (staged, framed, the record says why);
+ *  - Where GPUDirect cannot be the source (the source registration
+ *    refused, a fabric without FI_HMEM, no RDMA_GPUDIRECT in the HELLOs):
+ *    staged into one pinned host region after the event, then RDMA from
+ *    that region (decision 76), the record says why; the fabric refusing
+ *    the region too sends frames from it;
+ *  - staged sources' failures: the region's allocation, the copy's wait
+ *    for the event, the budget spent or off (frames), a cancel, a PUT's
+ *    cancel and a session's teardown while the copy runs (the region goes
+ *    once, after the copy), the peer answering ERROR instead of READY
+ *    (the client retries with frames); a wrong producer is caught staged
+ *    as unstaged;
+ *  - Failures of GPUDirect:
  *    the producer's event failing on the device (the GET fails, nothing
  *    stays registered); the peer gone in the middle of the write (the
  *    client retries with frames); a cancel while the event is awaited.
  *  - The same for a client PUT of the device tensor (roles reversed):
  *    GPUDirect from the device after the event, the skipped event caught,
- *    no FI_HMEM (staged, framed, the client's record says why), the
+ *    no FI_HMEM (staged, RDMA, the client's record says why), the
  *    event failing (that PUT only).
  *  - Decision 78: a PUT whose first staging chunk fails inside
  *    hr_session_put() calls back at the next hr_session_handle_expiry()
@@ -32,7 +42,8 @@
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
- * memory, so each must take the staged fallback and still be byte-exact.
+ * memory, so each must take the staged RDMA source and still be
+ * byte-exact.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -208,7 +219,8 @@ static void pump(world *w);
  * on the device (with its event when `with_event`) that the server
  * serves.  `hmem`: both fake endpoints reach the simulated device's
  * memory (only the simulated device's: the fake copies with memcpy). */
-static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
+static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
+                           uint64_t budget) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
   dev_open(&w->d);
@@ -222,6 +234,8 @@ static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   rp_settings(&sc, w->ec, w->ext_c, caps, dest);
   rp_settings(&ss, w->es, w->ext_s, caps, dest);
   ss.shard_bytes = SIZE / 4;
+  sc.rdma_stage_budget = budget;
+  ss.rdma_stage_budget = budget;
   hr_provider prov;
   rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
@@ -241,6 +255,12 @@ static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   produce(&w->d, &w->pr, with_event);
   w->st.served = hr_tensor_ref(w->pr.t);
   return w;
+}
+
+static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
+  hr_settings def;
+  hr_settings_default(&def);
+  return world_open_b(caps, dest, hmem, with_event, def.rdma_stage_budget);
 }
 
 static void world_close(world *w) {
@@ -318,9 +338,10 @@ static void gpudirect_get(int dest) {
   assert_int_equal(hr_tensor_descriptor(w->r.got)->buffers[0].sync_mode,
                    HR_SYNC_PRODUCER_SYNCED);
   /* The wait went through the device (start), never inline; with
-   * GPUDirect it was the only work: nothing was staged. */
+   * GPUDirect it was the only work: nothing was staged.  Staged, the
+   * host region's allocation is the one item this host runs itself. */
   assert_true(w->started > 0);
-  assert_int_equal(w->ran_inline, 0);
+  assert_int_equal(w->ran_inline, is_sim() ? 0 : 1);
   if (is_sim())
     assert_int_equal(w->started, 1);
   hr__fake_stats st;
@@ -335,10 +356,12 @@ static void gpudirect_get(int dest) {
     assert_int_equal(st.bytes, SIZE);
     assert_int_equal(dest ? st.writes : st.sends, 1);
   } else {
-    /* The fake cannot read this device's memory: staged and framed. */
-    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
-    want_fallback(&w->srv_rec, "device tensor staged and framed");
-    assert_int_equal(st.bytes, 0);
+    /* The fake cannot read this device's memory: staged into host
+     * memory, then RDMA from there (decision 76). */
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    want_fallback(&w->srv_rec, "device tensor staged for RDMA");
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
 }
@@ -380,7 +403,11 @@ static void test_get_parallel(void **state) {
     assert_int_equal(st.bytes, SIZE);
     assert_int_equal(w->started, 4); /* one wait per shard, no staging */
   } else {
-    assert_int_equal(st.bytes, 0);
+    /* Each shard staged its own range, then RDMA from it. */
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(st.regs, 4);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
   }
   world_close(w);
 }
@@ -401,39 +428,63 @@ static void test_skipped_event_is_caught(void **state) {
   world_close(w);
 }
 
-/* Cases where GPUDirect cannot be the source: the tensor is staged and
- * framed (after its event: NEW), the server's record says why. */
+/* Cases where GPUDirect cannot be the source: the tensor is staged into
+ * one host region (after its event: NEW) and goes over RDMA from there,
+ * the server's record says why; a fabric that refuses the region too
+ * gets frames from it. */
 static void staged_case(uint32_t caps, int hmem, int reg_fault,
-                        const char *why) {
+                        const char *why, int refused) {
   world *w = world_open(caps, 0, hmem, 1);
   hr__fake_faults_of(w->es)->reg_source = reg_fault;
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
   assert_true(bytes_are(w->r.got, w->pr.p.newb));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
-  want_fallback(&w->srv_rec, "device tensor staged and framed: ");
+  want_fallback(&w->srv_rec, "device tensor staged for RDMA: ");
   if (is_sim())
     want_fallback(&w->srv_rec, why);
+  assert_null(strstr(w->srv_rec.fallback, "staged and framed"));
   hr__fake_stats st;
   hr__fake_get_stats(w->es, &st);
-  assert_int_equal(st.regs, 0);
+  if (refused) {
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "RDMA refused the staged copy");
+    assert_int_equal(st.regs, 0);
+    assert_int_equal(st.bytes, 0);
+  } else {
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    /* One registration, of host memory: the staged region. */
+    assert_int_equal(st.regs, 1);
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
+  }
   world_close(w);
 }
 
 static void test_registration_refused(void **state) {
   (void)state;
-  staged_case(GD, 1, 1, "registering the source failed: injected");
+  /* Only the simulated device has a GPUDirect registration to refuse. */
+  staged_case(GD, 1, is_sim(), "registering the source failed: injected",
+              0);
+}
+
+/* No GPUDirect, and the fabric refuses the staged region as well: frames
+ * from the host copy (NEW), the record says both. */
+static void test_staged_region_refused(void **state) {
+  (void)state;
+  staged_case(HR_CAP_RDMA_DATA_PLANE, 1, 1,
+              "RDMA_GPUDIRECT is not in both HELLOs", 1);
 }
 
 static void test_no_hmem(void **state) {
   (void)state;
-  staged_case(GD, 0, 0, "needs FI_HMEM");
+  staged_case(GD, 0, 0, "needs FI_HMEM", 0);
 }
 
 static void test_no_gpudirect(void **state) {
   (void)state;
   staged_case(HR_CAP_RDMA_DATA_PLANE, 1, 0,
-              "RDMA_GPUDIRECT is not in both HELLOs");
+              "RDMA_GPUDIRECT is not in both HELLOs", 0);
 }
 
 /* The producer's event fails on the device: the GET fails with the
@@ -535,7 +586,8 @@ static void put(world *w, hr_tensor *t) {
 
 /* A PUT of a device tensor whose producer is still running: GPUDirect
  * (simulated device) sends exactly NEW from the device memory, after the
- * event; on another backend it is staged and framed, and says so. */
+ * event; on another backend it is staged into host memory and goes over
+ * RDMA from there, and says so. */
 static void gpudirect_put(int dest) {
   world *w = world_open(GD, dest, 1, 1);
   if (is_sim())
@@ -544,7 +596,7 @@ static void gpudirect_put(int dest) {
   assert_int_equal(w->r.status, 0);
   assert_true(bytes_are(w->st.committed, w->pr.p.newb));
   assert_true(w->started > 0);
-  assert_int_equal(w->ran_inline, 0);
+  assert_int_equal(w->ran_inline, is_sim() ? 0 : 1);
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
   if (is_sim()) {
@@ -555,9 +607,10 @@ static void gpudirect_put(int dest) {
     assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
     assert_int_equal(st.bytes, SIZE);
   } else {
-    assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
-    want_fallback(&w->r.rec, "device tensor staged and framed");
-    assert_int_equal(st.bytes, 0);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+    want_fallback(&w->r.rec, "device tensor staged for RDMA");
+    assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+    assert_int_equal(st.bytes, SIZE);
   }
   world_close(w);
 }
@@ -584,21 +637,23 @@ static void test_put_skipped_event(void **state) {
   world_close(w);
 }
 
-/* A fabric that cannot reach the device's memory: staged and framed, the
- * client's record says why, the bytes are NEW. */
+/* A fabric that cannot reach the device's memory: staged, then RDMA from
+ * the host region, the client's record says why, the bytes are NEW. */
 static void test_put_no_hmem(void **state) {
   (void)state;
   world *w = world_open(GD, 0, 0, 1);
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
   assert_true(bytes_are(w->st.committed, w->pr.p.newb));
-  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
-  want_fallback(&w->r.rec, "device tensor staged and framed: ");
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  want_fallback(&w->r.rec, "device tensor staged for RDMA: ");
   if (is_sim())
     want_fallback(&w->r.rec, "needs FI_HMEM");
   hr__fake_stats st;
   hr__fake_get_stats(w->ec, &st);
-  assert_int_equal(st.regs, 0);
+  assert_int_equal(st.regs, 1);
+  assert_int_equal(st.last_reg_device_tag, HR_DEV_CPU);
+  assert_int_equal(st.bytes, SIZE);
   world_close(w);
 }
 
@@ -889,6 +944,253 @@ static void test_get_lost_while_nic_reads(void **state) {
   get_ends_while_nic_reads(1);
 }
 
+/* ---- staged sources (decision 76) ---------------------------------------- */
+
+/* No RDMA_GPUDIRECT: every device tensor is staged into a host region. */
+#define STAGED HR_CAP_RDMA_DATA_PLANE
+
+/* Moves messages (draining finished work) until the staging copy is on
+ * the device, waiting for the producer's gate. */
+static void until_copy_started(world *w) {
+  for (int i = 0; i < 2000 && w->started == 0; i++) {
+    w->now += 1000;
+    tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
+    tu_pipe_move(&w->s2c, w->s, w->c, w->now, -1);
+    works_drain(w);
+  }
+  assert_int_equal(w->started, 1);
+}
+
+/* A wrong producer (no event declared) staged: the copy reads the device
+ * at once and the client gets OLD over RDMA; staged_case shows the right
+ * one gets NEW.  The same for a PUT. */
+static void test_staged_skipped_event(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip(); /* only the simulated device's gate is slow for sure */
+  world *w = world_open(STAGED, 0, 0, 0);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_false(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(bytes_are(w->r.got, w->pr.p.oldb));
+  produced pr2;
+  produce(&w->d, &pr2, 0);
+  put(w, pr2.t);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->st.committed, pr2.p.oldb));
+  produced_free(&w->d, &pr2);
+  world_close(w);
+}
+
+/* The host region cannot be allocated: that GET fails with
+ * RESOURCE_EXHAUSTED, that PUT with HR_ERR_NOMEM (before its TENSOR_PUT
+ * went: locally), nothing is registered, and the next ones go. */
+static void test_staged_alloc_fails(void **state) {
+  (void)state;
+  world *w = world_open(STAGED, 0, 0, 1);
+  atomic_store(&pinned_fails, 1);
+  get(w, NULL);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_RESOURCE_EXHAUSTED);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, HR_ERR_NOMEM);
+  assert_int_equal(w->r.rec.wire_error, 0);
+  assert_null(w->st.committed);
+  atomic_store(&pinned_fails, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  world_close(w);
+}
+
+/* The staging copy's wait for the producer's event fails on the device:
+ * that GET fails with INTERNAL, that PUT with HR_ERR_IO, the region goes,
+ * nothing is registered. */
+static void test_staged_copy_fails(void **state) {
+  (void)state;
+  world *w = world_open(STAGED, 0, 0, 1);
+  atomic_store(&wait_fails, 1);
+  get(w, NULL);
+  assert_true(w->r.done);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, HR_ERR_IO);
+  assert_null(w->st.committed);
+  atomic_store(&wait_fails, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  world_close(w);
+}
+
+/* A budget too small for the tensor, and a budget of 0: staged and framed
+ * as before, the record says why. */
+static void test_staged_budget(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    world *w = world_open_b(STAGED, 0, 0, 1, i ? 0 : SIZE / 2);
+    get(w, NULL);
+    assert_int_equal(w->r.status, 0);
+    assert_true(bytes_are(w->r.got, w->pr.p.newb));
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+    want_fallback(&w->srv_rec, "device tensor staged and framed");
+    want_fallback(&w->srv_rec,
+                  i ? "RDMA staging is off" : "RDMA staging budget is spent");
+    put(w, w->pr.t);
+    assert_int_equal(w->r.status, 0);
+    assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+    assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+    hr__fake_stats st;
+    hr__fake_get_stats(w->es, &st);
+    assert_int_equal(st.regs, 0);
+    world_close(w);
+  }
+}
+
+/* The client cancels while the server's staging copy waits for the
+ * producer: the stream ends at once, the region goes once the copy
+ * landed (the budget, room for one region, takes the next GET), nothing
+ * was registered. */
+static void test_staged_cancel(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  world *w = world_open_b(STAGED, 0, 0, 1, SIZE + 4096);
+  uint32_t sid = 0;
+  rp_get_start(w->c, &w->r, "t", NULL, 0, &sid);
+  until_copy_started(w);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  pump(w);
+  assert_true(w->r.done);
+  assert_int_not_equal(w->r.status, 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  assert_int_equal(st.bytes, 0);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  world_close(w);
+}
+
+/* A PUT cancelled while its staging copy waits for the producer: it ends
+ * here (its TENSOR_PUT never went), its one callback comes only once the
+ * copy landed (ADR-018 § 5), and the connection PUTs again. */
+static void test_staged_put_cancel(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  world *w = world_open(STAGED, 0, 0, 1);
+  uint32_t sid = 0;
+  w->r.done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  w->pr.t, rp_on_put, &w->r, &sid),
+                   0);
+  until_copy_started(w);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
+  assert_int_equal(hr_session_cancel(w->c, sid), 0);
+  assert_int_equal(w->r.done, 0);
+  pump(w);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, HR_ERR_CLOSED);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
+  assert_null(w->st.committed);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.regs, 0);
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  world_close(w);
+}
+
+/* The serving session is deleted while its staging copy runs: the copy
+ * finishes on its own, the region goes with it, nothing stays
+ * registered, and the client's GET fails once. */
+static void test_staged_teardown(void **state) {
+  (void)state;
+  if (!is_sim())
+    skip();
+  world *w = world_open(STAGED, 0, 0, 1);
+  rp_get_start(w->c, &w->r, "t", NULL, 0, NULL);
+  until_copy_started(w);
+  hr_session_del(w->s);
+  w->s = NULL;
+  for (int i = 0; i < 2000 && works_drain(w); i++)
+    hr__test_sleep(1000000);
+  assert_int_equal(works_drain(w), 0);
+  assert_int_equal(hr_gpu_event_query(w->pr.p.ev), 0);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  assert_false(w->r.done);
+  hr_session_del(w->c);
+  w->c = NULL;
+  assert_int_equal(w->r.done, 1);
+  assert_int_not_equal(w->r.status, 0);
+  world_close(w);
+}
+
+/* The client cannot post its receives and answers ERROR instead of
+ * RDMA_READY: the server's staged source ends, the client retries once,
+ * with frames, and gets NEW.  The same for a PUT whose server cannot
+ * post its receives: the retry goes as frames from the staged copy. */
+static void test_staged_peer_refuses(void **state) {
+  (void)state;
+  world *w = world_open(STAGED, 0, 0, 1);
+  hr__fake_faults_of(w->ec)->recv_start = 1;
+  uint32_t sid = 0;
+  get(w, &sid);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_true(w->r.sid != sid); /* completed as the retry */
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  want_fallback(&w->srv_rec, "frames since");
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  world_close(w);
+  w = world_open(STAGED, 0, 0, 1);
+  hr__fake_faults_of(w->es)->recv_start = 1;
+  w->r.done = 0;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
+                                  w->pr.t, rp_on_put, &w->r, &sid),
+                   0);
+  pump(w);
+  assert_int_equal(w->r.done, 1); /* one callback, the retry's */
+  assert_int_equal(w->r.status, 0);
+  assert_true(w->r.sid != sid);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  hr__fake_get_stats(w->ec, &st);
+  assert_int_equal(st.live_regs, 0);
+  world_close(w);
+}
+
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -901,6 +1203,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_registration_refused),
       cmocka_unit_test(test_no_hmem),
       cmocka_unit_test(test_no_gpudirect),
+      cmocka_unit_test(test_staged_region_refused),
       cmocka_unit_test(test_event_fails),
       cmocka_unit_test(test_peer_gone_tagged),
       cmocka_unit_test(test_peer_gone_write),
@@ -918,6 +1221,14 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_lost_while_nic_reads),
       cmocka_unit_test(test_get_cancel_while_nic_reads),
       cmocka_unit_test(test_get_lost_while_nic_reads),
+      cmocka_unit_test(test_staged_skipped_event),
+      cmocka_unit_test(test_staged_alloc_fails),
+      cmocka_unit_test(test_staged_copy_fails),
+      cmocka_unit_test(test_staged_budget),
+      cmocka_unit_test(test_staged_cancel),
+      cmocka_unit_test(test_staged_put_cancel),
+      cmocka_unit_test(test_staged_teardown),
+      cmocka_unit_test(test_staged_peer_refuses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,10 @@ static void pump(world *w);
 /* The client's device staging piece for the next world (0: default). */
 static uint64_t next_device_piece;
 
+/* The server's rdma_stage_budget for the next world (UINT64_MAX: the
+ * default). */
+static uint64_t next_stage_budget = UINT64_MAX;
+
 static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
@@ -75,6 +79,8 @@ static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
   rp_settings(&ss, w->es, w->ext_s, caps, dest);
   sc.device_piece = next_device_piece;
   sc.device_pieces = 2;
+  if (next_stage_budget != UINT64_MAX)
+    ss.rdma_stage_budget = next_stage_budget;
   hr_provider prov;
   rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
@@ -97,6 +103,13 @@ static world *world_open_x(uint32_t caps, int dest, int peer_refuse) {
 
 static world *world_open(uint32_t caps, int dest) {
   return world_open_x(caps, dest, 0);
+}
+
+static world *world_open_b(uint32_t caps, int dest, uint64_t budget) {
+  next_stage_budget = budget;
+  world *w = world_open_x(caps, dest, 0);
+  next_stage_budget = UINT64_MAX;
+  return w;
 }
 
 static void world_close(world *w) {
@@ -534,6 +547,127 @@ static void test_small(void **state) {
   world_close(w);
 }
 
+/* ---- transcoded output (decision 76) ------------------------------------- */
+
+/* A 2-D float32 tensor of `layout` (dense or COO with `nnz`), contents
+ * from the seed. */
+static hr_tensor *matrix(uint8_t layout, uint64_t n, uint64_t nnz) {
+  hr_descriptor d;
+  memset(&d, 0, sizeof d);
+  d.descriptor_version = 1;
+  d.element_type = HR_ELEM_FLOAT32;
+  d.rank = 2;
+  d.shape[0] = n;
+  d.shape[1] = n;
+  d.layout.tag = layout;
+  d.params.nnz = nnz;
+  d.params.index_type = HR_ELEM_INT64;
+  uint64_t sizes[HR_MAX_BUFFERS];
+  hr_wire_status st;
+  int nb = hr_descriptor_buffer_sizes(&d, sizes, &st);
+  assert_true(nb > 0);
+  d.buffer_count = (uint8_t)nb;
+  for (int k = 0; k < nb; k++)
+    d.buffers[k].size_bytes = sizes[k];
+  hr_tensor *t = NULL;
+  assert_int_equal(hr_tensor_alloc(&t, &d, 6, NULL), 0);
+  for (int k = 0; k < nb; k++) {
+    uint8_t *p = hr_tensor_buffer(t, (unsigned)k);
+    for (uint64_t i = 0; i < sizes[k]; i++)
+      p[i] = (uint8_t)((i * 2654435761u) >> 11);
+  }
+  return t;
+}
+
+static void get_as(world *w, uint8_t layout, uint32_t *sid) {
+  hr_layout_entry l = {layout, 0, NULL};
+  hr_get_opts o;
+  memset(&o, 0, sizeof o);
+  o.key = (const uint8_t *)"t";
+  o.key_len = 1;
+  o.preferred_device = HR_DEV_CPU;
+  o.layouts = &l;
+  o.layout_count = 1;
+  o.flags = HR_REQ_ALLOW_TRANSCODE;
+  w->r.done = 0;
+  assert_int_equal(hr_session_get(w->c, &o, rp_on_get, &w->r, sid), 0);
+  pump(w);
+}
+
+/* A ROW_MAJOR matrix asked as COLUMN_MAJOR: the server transcodes it into
+ * one host region, then sends it over RDMA from there; the bytes are the
+ * transpose. */
+static void test_transcoded(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  hr_tensor_unref(w->st.served);
+  const uint64_t n = 512; /* 1 MiB of float32 */
+  w->st.served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
+  get_as(w, HR_LAYOUT_COLUMN_MAJOR, NULL);
+  if (w->r.status == HR_ERR_REMOTE &&
+      w->r.rec.wire_error == HR_WIRE_TRANSCODE_FAILED) {
+    world_close(w);
+    skip(); /* a build without transcoding kernels */
+  }
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(hr_tensor_descriptor(w->r.got)->layout.tag,
+                   HR_LAYOUT_COLUMN_MAJOR);
+  const float *a = hr_tensor_buffer(w->st.served, 0);
+  const float *b = hr_tensor_buffer(w->r.got, 0);
+  for (uint64_t i = 0; i < n; i++)
+    for (uint64_t j = 0; j < n; j++)
+      if (memcmp(&a[i * n + j], &b[j * n + i], 4) != 0)
+        fail_msg("element (%llu, %llu) differs", (unsigned long long)i,
+                 (unsigned long long)j);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_null(strstr(w->srv_rec.fallback, "goes as frames"));
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 1);
+  assert_int_equal(st.bytes, n * n * 4);
+  /* With no staging budget, frames as before, and the record says so. */
+  world_close(w);
+  w = world_open_b(HR_CAP_RDMA_DATA_PLANE, 0, 0);
+  hr_tensor_unref(w->st.served);
+  w->st.served = matrix(HR_LAYOUT_ROW_MAJOR, n, 0);
+  get_as(w, HR_LAYOUT_COLUMN_MAJOR, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_FRAMES);
+  if (!strstr(w->srv_rec.fallback, "transcoded output goes as frames: RDMA "
+                                   "staging is off"))
+    fail_msg("fallback: %s", w->srv_rec.fallback);
+  world_close(w);
+}
+
+/* A COO matrix whose coordinate repeats cannot be densified: the
+ * transcode into the region fails, that GET ends with TRANSCODE_FAILED,
+ * nothing was registered, and the next GET goes. */
+static void test_transcode_fails(void **state) {
+  (void)state;
+  world *w = world_open(HR_CAP_RDMA_DATA_PLANE, 0);
+  hr_tensor_unref(w->st.served);
+  const uint64_t n = 256; /* 256 KiB dense */
+  w->st.served = matrix(HR_LAYOUT_SPARSE_COO, n, 2);
+  int64_t *idx = hr_tensor_buffer(w->st.served, 0);
+  idx[0] = 1;
+  idx[1] = 2;
+  idx[2] = 1;
+  idx[3] = 2;
+  get_as(w, HR_LAYOUT_ROW_MAJOR, NULL);
+  assert_true(w->r.done);
+  assert_int_equal(w->r.status, HR_ERR_REMOTE);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_TRANSCODE_FAILED);
+  hr__fake_stats st;
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.regs, 0);
+  idx[2] = 3;
+  get_as(w, HR_LAYOUT_ROW_MAJOR, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  world_close(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_tagged),
@@ -558,6 +692,8 @@ int main(void) {
       cmocka_unit_test(test_device_get_gpudirect_p2),
       cmocka_unit_test(test_device_get_gpudirect_tagged),
       cmocka_unit_test(test_device_served),
+      cmocka_unit_test(test_transcoded),
+      cmocka_unit_test(test_transcode_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
