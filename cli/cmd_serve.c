@@ -29,7 +29,8 @@
  * (--max-connections, --max-streams, --max-put-bytes, --max-store-bytes,
  * --max-inflight-bytes, --max-conn-inflight-bytes, --send-budget,
  * --max-message-size, --handshake-timeout, --idle-timeout,
- * --read-timeout) set the engine's caps; README.md lists their defaults.
+ * --read-timeout, --rdma-stage-budget) set the engine's caps; README.md
+ * lists their defaults.
  * --shm-arena SIZE keeps stored tensors that have no segment of their own
  * (files not page-aligned; PUTs land there directly, hr_provider's
  * on_put_alloc) in a shared memfd arena of at most SIZE bytes, served
@@ -70,7 +71,8 @@
   "[--max-put-bytes SIZE] [--max-store-bytes SIZE] "                          \
   "[--max-inflight-bytes SIZE] [--max-conn-inflight-bytes SIZE] "             \
   "[--send-budget SIZE] [--max-message-size SIZE] [--handshake-timeout T] "   \
-  "[--idle-timeout T] [--read-timeout T] [--shm-arena SIZE] [-v] PATH..."
+  "[--idle-timeout T] [--read-timeout T] [--shm-arena SIZE] "                \
+  "[--rdma-stage-budget SIZE] [-v] PATH..."
 /* PUTs may add this much over the served files unless --max-store-bytes
  * says otherwise. */
 #define DEFAULT_PUT_ROOM (4ull << 30)
@@ -289,7 +291,8 @@ int cli_serve(int argc, char **argv) {
   const char **paths;
   /* Limits: UINT64_MAX means "not given" (keep the library's default). */
   enum { L_CONNS, L_STREAMS, L_PUT, L_STORE, L_INFLIGHT, L_CONN_INFLIGHT,
-         L_SEND, L_MSG, L_HANDSHAKE, L_IDLE, L_READ, L_ARENA, L_COUNT };
+         L_SEND, L_MSG, L_HANDSHAKE, L_IDLE, L_READ, L_ARENA, L_STAGE,
+         L_COUNT };
   static const struct {
     const char *flag;
     int kind; /* 0 count, 1 size, 2 duration */
@@ -307,6 +310,7 @@ int cli_serve(int argc, char **argv) {
       {"--idle-timeout", 2, 0, UINT64_MAX - 1},
       {"--read-timeout", 2, 0, UINT64_MAX - 1},
       {"--shm-arena", 1, 1u << 20, (uint64_t)1 << 46},
+      {"--rdma-stage-budget", 1, 0, UINT64_MAX - 1},
   };
   uint64_t lv[L_COUNT];
 
@@ -521,6 +525,8 @@ int cli_serve(int argc, char **argv) {
     ecfg.session.idle_timeout = lv[L_IDLE];
   if (lv[L_READ] != UINT64_MAX)
     ecfg.session.read_timeout = lv[L_READ];
+  if (lv[L_STAGE] != UINT64_MAX)
+    ecfg.session.rdma_stage_budget = lv[L_STAGE];
   if (tls.cert_file)
     ecfg.tls_server = &tls;
   if (fabric) {

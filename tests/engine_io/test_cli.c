@@ -665,6 +665,35 @@ static void test_fabric(void **state) {
   assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
                       "frames");
   cJSON_Delete(j);
+  /* Transcoded output goes over the RDMA plane from a host copy made
+   * first (decision 76); a server with --rdma-stage-budget 0 makes none
+   * and sends it as frames. */
+  char nurl[64];
+  int nport;
+  pid_t npid = ch_serve(&H,
+                        (const char *const[]){"--fabric", "tcp;ofi_rxm",
+                                              "--rdma-stage-budget", "0",
+                                              dir, NULL},
+                        &nport, NULL);
+  snprintf(nurl, sizeof nurl, "127.0.0.1:%d", nport);
+  const char *servers[2] = {furl, nurl}, *planes[2] = {"rdma", "frames"};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(RUN("get", "--fabric", "tcp;ofi_rxm", "--layout",
+                         "column-major", "--allow-transcode", "--stats", "-o",
+                         tpath("fx.npy"), servers[k], "big", NULL),
+                     0);
+    got = load(tpath("fx.npy"));
+    assert_int_equal(hr_tensor_descriptor(got)->layout.tag,
+                     HR_LAYOUT_COLUMN_MAJOR);
+    assert_true(tl_same_elements(ref, NULL, got));
+    hr_tensor_unref(got);
+    j = stats_of(err);
+    assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                        planes[k]);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "transcoded")));
+    cJSON_Delete(j);
+  }
+  assert_int_equal(ch_stop(npid), 0);
   /* An unknown provider is one line and exit 1. */
   assert_int_equal(
       RUN("get", "--fabric", "no-such-provider", furl, "big", NULL), 1);
