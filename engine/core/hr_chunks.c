@@ -269,6 +269,17 @@ int hr__chunk_stream_get(hr_session *s, hr_gpu *g, hr_gpu_stream **out) {
   return HR_ERR_NOT_FOUND;
 }
 
+int hr__gpu_stream_wait(hr_gpu_stream *gs) {
+  hr_gpu_event *e = NULL;
+  int rv = hr_gpu_event_new(hr_gpu_stream_device(gs), 0, &e);
+  if (rv == 0)
+    rv = hr_gpu_event_record(e, gs);
+  if (rv == 0)
+    rv = hr_gpu_event_sync(e);
+  hr_gpu_event_del(e);
+  return rv;
+}
+
 int hr__chunk_stream_adopt(hr_session *s, hr_gpu *g, hr_gpu_stream *gs,
                            hr_gpu_stream **out) {
   hr_cpool *p = pool_of(s);

@@ -228,14 +228,7 @@ static int piece_start(hr_work *w, void (*complete)(hr_work *, void *),
  * waited for. */
 static void piece_run(hr_work *w) {
   pwork *x = (pwork *)w;
-  hr_gpu_event *e = NULL;
-  int rc = hr_gpu_event_new(hr_gpu_stream_device(x->gs), 0, &e);
-  if (rc == 0)
-    rc = hr_gpu_event_record(e, x->gs);
-  if (rc == 0)
-    rc = hr_gpu_event_sync(e);
-  hr_gpu_event_del(e);
-  x->rc = rc;
+  x->rc = hr__gpu_stream_wait(x->gs);
 }
 
 static void unlink_work(hr_devrx *d, pwork *x) {

@@ -296,16 +296,8 @@ static int copy_start(hr_work *w, void (*complete)(hr_work *, void *),
 
 static void copy_run(hr_work *w) {
   sjob *x = (sjob *)w;
-  hr_gpu_event *e = NULL;
   int rv = copy_enqueue(x);
-  if (rv == 0)
-    rv = hr_gpu_event_new(hr_gpu_stream_device(x->gs), 0, &e);
-  if (rv == 0)
-    rv = hr_gpu_event_record(e, x->gs);
-  if (rv == 0)
-    rv = hr_gpu_event_sync(e);
-  hr_gpu_event_del(e);
-  x->rc = rv;
+  x->rc = rv ? rv : hr__gpu_stream_wait(x->gs);
 }
 
 static void copy_done(hr_work *w) {

@@ -328,16 +328,8 @@ static int stage_start(hr_work *w, void (*complete)(hr_work *, void *),
  * for it on this thread through an event (never a device-wide sync). */
 static void stage_run(hr_work *w) {
   hr_xwork *x = (hr_xwork *)w;
-  hr_gpu_event *e = NULL;
   int rv = stage_enqueue(x);
-  if (rv == 0)
-    rv = hr_gpu_event_new(hr_gpu_stream_device(x->gs), 0, &e);
-  if (rv == 0)
-    rv = hr_gpu_event_record(e, x->gs);
-  if (rv == 0)
-    rv = hr_gpu_event_sync(e);
-  hr_gpu_event_del(e);
-  x->rc = rv;
+  x->rc = rv ? rv : hr__gpu_stream_wait(x->gs);
 }
 
 static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole,

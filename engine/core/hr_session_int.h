@@ -625,6 +625,11 @@ int hr__chunk_adopt(hr_session *s, hr_gpu *g, hr_gpu_buf *pinned,
                     hr_tensor **out, hr_gpu_buf **gbuf);
 /* The session's staging stream on device g (created on first use). */
 int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
+/* Waits on this thread until the device has done what was enqueued on
+ * `gs` so far, through an event recorded on it (never a device-wide
+ * sync): the `run` of the device-copy work items, for hosts without
+ * `start`.  0 or the device's error. */
+int hr__gpu_stream_wait(hr_gpu_stream *gs);
 /* ... without creating it: 0, or HR_ERR_NOT_FOUND when it has none. */
 int hr__chunk_stream_get(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
 /* Makes `gs` (a stream of g created elsewhere, e.g. on a worker) the
