@@ -575,11 +575,16 @@ static void test_cancel_while_waiting(void **state) {
 
 /* ---- PUT: the client is the source (decision 75) ------------------------ */
 
-static void put(world *w, hr_tensor *t) {
+/* Queues a PUT of `t` under "t"; *sid its stream (sid may be NULL). */
+static void put_start(world *w, hr_tensor *t, uint32_t *sid) {
   w->r.done = 0;
   assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  t, rp_on_put, &w->r, NULL),
+                                  t, rp_on_put, &w->r, sid),
                    0);
+}
+
+static void put(world *w, hr_tensor *t) {
+  put_start(w, t, NULL);
   pump(w);
   assert_int_equal(w->r.done, 1);
 }
@@ -691,10 +696,7 @@ static void test_put_cancel_while_waiting(void **state) {
     skip();
   world *w = world_open(GD, 1, 1, 1);
   uint32_t sid = 0;
-  w->r.done = 0;
-  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  w->pr.t, rp_on_put, &w->r, &sid),
-                   0);
+  put_start(w, w->pr.t, &sid);
   for (int i = 0; i < 20; i++) {
     w->now += 1000;
     tu_pipe_move(&w->c2s, w->c, w->s, w->now, -1);
@@ -1103,10 +1105,7 @@ static void test_staged_put_cancel(void **state) {
     skip();
   world *w = world_open(STAGED, 0, 0, 1);
   uint32_t sid = 0;
-  w->r.done = 0;
-  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  w->pr.t, rp_on_put, &w->r, &sid),
-                   0);
+  put_start(w, w->pr.t, &sid);
   until_copy_started(w);
   assert_int_equal(hr_gpu_event_query(w->pr.p.ev), HR_ERR_WOULDBLOCK);
   assert_int_equal(hr_session_cancel(w->c, sid), 0);
@@ -1175,10 +1174,7 @@ static void test_staged_peer_refuses(void **state) {
   world_close(w);
   w = world_open(STAGED, 0, 0, 1);
   hr__fake_faults_of(w->es)->recv_start = 1;
-  w->r.done = 0;
-  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1, HR_PUT_REPLACE,
-                                  w->pr.t, rp_on_put, &w->r, &sid),
-                   0);
+  put_start(w, w->pr.t, &sid);
   pump(w);
   assert_int_equal(w->r.done, 1); /* one callback, the retry's */
   assert_int_equal(w->r.status, 0);
