@@ -39,6 +39,12 @@
  *    way calls back only after the fabric ended it and the tensor was
  *    released; a served GET ended the same way releases its tensor only
  *    after the fabric.
+ *  - A GPUDirect PUT retried (decisions 44, 45b): the server cannot post
+ *    its receives or they fail (RDMA_SETUP_FAILED: the retry goes as
+ *    frames), the client cannot write into the server's destination
+ *    (GPUDIRECT_UNAVAILABLE sent: the retry goes tagged, still from the
+ *    device) or the peer goes mid-write (frames): one callback, the
+ *    retry's, after the first try's registration went, byte-exact NEW.
  *
  * Usage: test_rdma_devsrc [backend] (default "sim").  Another backend
  * (Vulkan on lavapipe) runs the same cases: the fake fabric cannot read its
@@ -177,6 +183,9 @@ typedef struct world {
   int cb_in_request;   /* a PUT callback ran inside hr_session_put() */
   atomic_int released; /* the PUT tensor's releases (put_release) */
   int released_at_cb;  /* `released` when the PUT callback ran */
+  /* The client's fabric at a retried PUT's callback: registrations
+   * open, operations not yet ended (on_put_retry). */
+  int cb_live_regs, cb_pending;
 } world;
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
@@ -1187,6 +1196,126 @@ static void test_staged_peer_refuses(void **state) {
 }
 
 
+/* ---- a GPUDirect PUT retried (decisions 44, 45b, 70, 78) ---------------- */
+
+/* How the first try of a GPUDirect PUT fails. */
+typedef enum {
+  RETRY_SRV_RECV,     /* the server cannot post its receives (tagged) */
+  RETRY_SRV_RECV_ERR, /* the server's receives fail (tagged) */
+  RETRY_CLI_WRITE,    /* the client cannot start its RMA write into the
+                       * server's destination */
+  RETRY_CLI_GONE,     /* the peer goes in the middle of that write */
+} retry_fault;
+
+/* The PUT's callback, noting what the client's fabric still held then. */
+static void on_put_retry(hr_session *s, uint32_t sid,
+                         const hr_transfer_record *rec, void *ud) {
+  world *w = ud;
+  hr__fake_stats st;
+  hr__fake_get_stats(w->ec, &st);
+  w->cb_live_regs = (int)st.live_regs;
+  w->cb_pending = (int)hr__fake_pending(w->ec);
+  rp_on_put(s, sid, rec, &w->r);
+}
+
+/* A PUT of the device tensor (its producer still running) goes GPUDirect
+ * and its first try fails as `f` says: the stream ends with
+ * RDMA_SETUP_FAILED or GPUDIRECT_UNAVAILABLE, the client repeats the PUT
+ * once under a new stream id on `plane` (frames, or tagged messages
+ * instead of the destination), and the application sees exactly one
+ * callback, the retry's, whose record says why (`why`), after the first
+ * try's registration of the device memory went; the server stores the
+ * bytes the producer wrote (NEW), and the connection PUTs again. */
+static void put_retry(retry_fault f, int dest, int plane, const char *why) {
+  if (!is_sim())
+    skip(); /* only the simulated device is a GPUDirect source here */
+  world *w = world_open(GD, dest, 1, 1);
+  hr__fake_faults *fs = hr__fake_faults_of(w->es);
+  hr__fake_faults *fc = hr__fake_faults_of(w->ec);
+  switch (f) {
+  case RETRY_SRV_RECV: fs->recv_start = 1; break;
+  case RETRY_SRV_RECV_ERR: fs->recv_error = 1; break;
+  case RETRY_CLI_WRITE: fc->write_start = 1; break;
+  case RETRY_CLI_GONE: fc->peer_gone_after = 4096; break;
+  }
+  hr_tensor *t = counted_tensor(w);
+  uint32_t sid = 0;
+  w->r.done = 0;
+  w->cb_live_regs = w->cb_pending = -1;
+  assert_int_equal(hr_session_put(w->c, (const uint8_t *)"t", 1,
+                                  HR_PUT_REPLACE, t, on_put_retry, w, &sid),
+                   0);
+  hr_tensor_unref(t);
+  assert_int_equal(w->r.done, 0);
+  hr__fake_stats st;
+  pump(w);
+  if (w->r.status)
+    printf("PUT: %s: %s (wire 0x%x)\n", hr_strerror(w->r.status),
+           w->r.rec.message, w->r.rec.wire_error);
+  assert_int_equal(w->r.done, 1);
+  assert_int_equal(w->r.status, 0);
+  assert_true(w->r.sid != sid); /* completed as the retry */
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  assert_int_equal(w->r.rec.data_plane, plane);
+  want_fallback(&w->r.rec, why);
+  /* The first try read the device memory itself (GPUDirect); by the
+   * callback its fabric had let go of it. */
+  hr__fake_get_stats(w->ec, &st);
+  assert_true(st.regs >= 1);
+  if (plane == HR_PLANE_RDMA) {
+    /* Tagged instead of the destination, and still from the device
+     * memory: the GPUDIRECT_UNAVAILABLE was ours, not the peer's
+     * (decision 70 stops GPUDirect on the one it came from). */
+    assert_int_equal(st.writes, 0);
+    assert_int_equal(st.sends, 1);
+    assert_int_equal(st.bytes, SIZE);
+    assert_int_equal(st.last_reg_device_tag, HR_GPU_DEV_SIM);
+  } else {
+    /* Frames: whatever went over the fabric was the first try's. */
+    assert_true(st.writes + st.sends <= 1);
+    assert_true(st.bytes <= SIZE);
+  }
+  assert_int_equal(w->cb_live_regs, 0);
+  assert_int_equal(w->cb_pending, 0);
+  assert_int_equal(st.live_regs, 0);
+  hr__fake_get_stats(w->es, &st);
+  assert_int_equal(st.live_regs, 0);
+  /* The tensor went with the request. */
+  assert_int_equal(atomic_load(&w->released), 1);
+  /* Nothing more comes, and the connection PUTs again. */
+  pump(w);
+  assert_int_equal(w->r.done, 1);
+  *fs = (hr__fake_faults){.peer_gone_after = -1};
+  *fc = (hr__fake_faults){.peer_gone_after = -1};
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  world_close(w);
+}
+
+static void test_put_retry_setup_refused(void **state) {
+  (void)state;
+  put_retry(RETRY_SRV_RECV, 0, HR_PLANE_FRAMES,
+            "frames since: RDMA_SETUP_FAILED from the peer");
+}
+
+static void test_put_retry_receive_failed(void **state) {
+  (void)state;
+  put_retry(RETRY_SRV_RECV_ERR, 0, HR_PLANE_FRAMES,
+            "frames since: RDMA_SETUP_FAILED from the peer");
+}
+
+static void test_put_retry_gpudirect_unavailable(void **state) {
+  (void)state;
+  put_retry(RETRY_CLI_WRITE, 1, HR_PLANE_RDMA, "GPUDIRECT_UNAVAILABLE sent");
+}
+
+static void test_put_retry_peer_gone(void **state) {
+  (void)state;
+  put_retry(RETRY_CLI_GONE, 1, HR_PLANE_FRAMES,
+            "the RMA write into the destination failed");
+}
+
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
   if (rv)
@@ -1225,6 +1354,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_staged_put_cancel),
       cmocka_unit_test(test_staged_teardown),
       cmocka_unit_test(test_staged_peer_refuses),
+      cmocka_unit_test(test_put_retry_setup_refused),
+      cmocka_unit_test(test_put_retry_receive_failed),
+      cmocka_unit_test(test_put_retry_gpudirect_unavailable),
+      cmocka_unit_test(test_put_retry_peer_gone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
