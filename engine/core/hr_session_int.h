@@ -561,7 +561,8 @@ struct hr_session {
   /* The RDMA data plane (hr_rdma_glue.c; NULL: none configured). */
   struct hr_rdma_glue *rdma;
   /* The SHM data plane (hr_shm.c). */
-  struct hr_slease *sleases; /* server: segments the client may map */
+  struct hr_slease *sleases; /* server: segments the client may map
+                              * (an array, hr_shm.c: nsleases below) */
   struct hr_clease *cleases; /* client: mapped segments not yet released */
   struct hr_pfd *pfds;       /* received descriptors not yet claimed */
   size_t npfds;
@@ -589,6 +590,9 @@ struct hr_session {
    * callback runs inside one; what ends there is due (decision 78). */
   unsigned req_calls;
   unsigned put_due; /* tails due: hr_session_get_expiry() says "now" */
+  /* Server: the leases' array (sleases): entries, room, entries not
+   * ended (HR_SHM_LEASES_MAX bounds these). */
+  size_t nsleases, sleases_cap, sleases_live;
 };
 
 /* Before the session drops output a held pull may still be writing:

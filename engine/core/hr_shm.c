@@ -32,10 +32,14 @@ struct hr_pfd {
   uint64_t lo, hi; /* input range it arrived with */
 };
 
+/* Server: the leases are an array sorted by stream id (s->sleases, of
+ * s->nsleases entries), so that the lookup every BUFFER_RELEASE or
+ * stream ERROR makes, whatever its stream, costs a binary search: a
+ * client chooses those messages freely.  An ended lease keeps its place
+ * with t NULL until the array is compacted. */
 struct hr_slease {
-  struct hr_slease *next;
   uint32_t stream_id;
-  hr_tensor *t; /* reference */
+  hr_tensor *t; /* reference; NULL: ended */
 };
 
 /* Client: one GET stream's mapped segments.  Shared by the session and
@@ -91,10 +95,14 @@ static int part_whole_native(const hr_part *p) {
   return 1;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
   if (!s->shm_ok)
     return;
   const char *miss = NULL;
+  size_t leases = s->sleases_live;
   for (size_t i = 0; i < tx->nparts; i++) {
     hr_part *p = &tx->parts[i];
     if (p->desc.layout.tag == HR_LAYOUT_COMPOSITE)
@@ -103,6 +111,11 @@ void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
     uint64_t off;
     if (s->shm_off) {
       miss = "shm: off on this connection since the client could not map";
+    } else if (leases >= HR_SHM_LEASES_MAX) {
+      /* Answers planned and not yet sent may pass the bound by what
+       * they hold; the client must release before SHM comes back. */
+      miss = "shm: " STR(HR_SHM_LEASES_MAX) " segments leased on this "
+             "connection and not released";
     } else if (hr_tensor_on_device(p->t)) {
       /* Exported device memory (hr_shm_dev.c). */
       (void)hr__shm_dev_plan(s, p, &miss);
@@ -121,33 +134,75 @@ void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
     hr__set_msg(why, why_len, miss, strlen(miss));
 }
 
+/* The first lease of stream `sid` or above. */
+static size_t lease_lower(const hr_session *s, uint32_t sid) {
+  size_t lo = 0, hi = s->nsleases;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->sleases[mid].stream_id < sid)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Drops the ended leases' places. */
+static void lease_compact(hr_session *s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->nsleases; i++)
+    if (s->sleases[i].t)
+      s->sleases[n++] = s->sleases[i];
+  s->nsleases = n;
+}
+
 int hr__shm_lease_add(hr_session *s, uint32_t sid, hr_tensor *t) {
-  struct hr_slease *l = hr__mem_calloc(&s->mem, 1, sizeof *l);
-  if (!l)
-    return HR_ERR_NOMEM;
-  l->stream_id = sid;
-  l->t = hr_tensor_ref(t);
-  l->next = s->sleases;
-  s->sleases = l;
+  if (s->nsleases == s->sleases_cap && s->sleases_live < s->nsleases / 2) {
+    lease_compact(s);
+  } else if (s->nsleases == s->sleases_cap) {
+    size_t cap = s->sleases_cap ? 2 * s->sleases_cap : 16;
+    struct hr_slease *a =
+        hr__mem_realloc(&s->mem, s->sleases, cap * sizeof *a);
+    if (!a)
+      return HR_ERR_NOMEM;
+    s->sleases = a;
+    s->sleases_cap = cap;
+  }
+  /* Stream ids grow, so this is mostly an append; an answer given late
+   * goes before those given since. */
+  size_t i = s->nsleases;
+  if (i > 0 && s->sleases[i - 1].stream_id > sid) {
+    i = lease_lower(s, sid + 1);
+    memmove(&s->sleases[i + 1], &s->sleases[i],
+            (s->nsleases - i) * sizeof s->sleases[0]);
+  }
+  s->sleases[i].stream_id = sid;
+  s->sleases[i].t = hr_tensor_ref(t);
+  s->nsleases++;
+  s->sleases_live++;
   return 0;
 }
 
 void hr__shm_lease_drop(hr_session *s, uint32_t sid, int failed) {
-  struct hr_slease **pp = &s->sleases;
-  while (*pp) {
-    struct hr_slease *l = *pp;
-    if (l->stream_id != sid) {
-      pp = &l->next;
+  int found = 0;
+  /* A composite's members are leased under their one stream id. */
+  for (size_t i = lease_lower(s, sid);
+       i < s->nsleases && s->sleases[i].stream_id == sid; i++) {
+    if (!s->sleases[i].t)
       continue;
-    }
-    *pp = l->next;
-    hr_tensor_unref(l->t);
-    hr__mem_free(&s->mem, l);
-    /* The client answered our segment with ERROR: it cannot map what we
-     * send, so the rest of the connection goes as frames (§ 14). */
-    if (failed)
-      s->shm_off = 1;
+    hr_tensor_unref(s->sleases[i].t);
+    s->sleases[i].t = NULL;
+    s->sleases_live--;
+    found = 1;
   }
+  if (!found)
+    return;
+  if (s->sleases_live == 0)
+    s->nsleases = 0;
+  /* The client answered our segment with ERROR: it cannot map what we
+   * send, so the rest of the connection goes as frames (§ 14). */
+  if (failed)
+    s->shm_off = 1;
 }
 
 /* ---- received descriptors ------------------------------------------------ */
@@ -435,12 +490,11 @@ int hr__shm_flush_releases(hr_session *s) {
 }
 
 void hr__shm_free(hr_session *s) {
-  while (s->sleases) {
-    struct hr_slease *l = s->sleases;
-    s->sleases = l->next;
-    hr_tensor_unref(l->t);
-    hr__mem_free(&s->mem, l);
-  }
+  for (size_t i = 0; i < s->nsleases; i++)
+    hr_tensor_unref(s->sleases[i].t);
+  hr__mem_free(&s->mem, s->sleases);
+  s->sleases = NULL;
+  s->nsleases = s->sleases_cap = s->sleases_live = 0;
   /* Mappings outlive the session: they only lose the way back. */
   while (s->cleases) {
     struct hr_clease *l = s->cleases;

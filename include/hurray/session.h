@@ -760,6 +760,14 @@ HR_EXTERN void hr_session_consumed(hr_session *s, size_t n, hr_tstamp now);
  * it).  version-added: 0.2 */
 HR_EXTERN int hr_session_pull_fd(const hr_session *s);
 
+/* SHM data plane, server: the most segments one connection may hold
+ * leased at a time (answered over SHM and not yet released with
+ * BUFFER_RELEASE or ERROR).  Past it the server answers with frames, the
+ * record's fallback saying so, until the client releases some: a client
+ * that keeps every mapping (or never releases) cannot make the server
+ * pin tensors and bookkeeping without bound.  version-added: 0.3 */
+#define HR_SHM_LEASES_MAX 4096
+
 /*
  * Asynchronous I/O (a host that moves bulk bytes on other threads).
  * HR_IO_TX, right after hr_session_pull(): the returned iovecs are being

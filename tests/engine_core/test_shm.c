@@ -4,7 +4,8 @@
  * SCM_RIGHTS): the round trip and BUFFER_RELEASE, the fallback after a
  * failed map, and a hostile peer's descriptors (none with an SHM
  * descriptor, two at once, one with a message that carries none, one sent
- * to the server).  Every test checks that no descriptor leaked.
+ * to the server), and the bound on the server's leases.  Every test
+ * checks that no descriptor leaked.
  */
 
 #include <fcntl.h>
@@ -22,6 +23,7 @@ typedef struct shm_pair {
   int mode;
   int stray_done;
   int fail_map;
+  int heap_map; /* map into a zeroed heap block (no mmap: no map limit) */
   int maps, unmaps, closes;
 } shm_pair;
 
@@ -33,7 +35,9 @@ typedef struct tmap {
 
 static void t_unmap(void *ctx) {
   tmap *m = ctx;
-  if (m->addr)
+  if (m->addr && m->sp->heap_map)
+    free(m->addr);
+  else if (m->addr)
     munmap(m->addr, m->len);
   m->sp->unmaps++;
   free(m);
@@ -52,7 +56,11 @@ static int t_map(hr_session *s, int fd, uint64_t offset, uint64_t len,
   assert_int_equal(offset % 4096, 0);
   tmap *m = calloc(1, sizeof *m);
   m->sp = sp;
-  if (len) {
+  if (len && sp->heap_map) {
+    m->len = (size_t)len;
+    m->addr = calloc(1, m->len);
+    assert_non_null(m->addr);
+  } else if (len) {
     m->len = (size_t)len;
     m->addr = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, (off_t)offset);
     assert_true(m->addr != MAP_FAILED);
@@ -339,6 +347,112 @@ static void test_not_negotiated(void **state) {
   sp_close(&sp);
 }
 
+/* A client that keeps every segment mapped (or a hostile one that never
+ * sends BUFFER_RELEASE) cannot make the server keep leases without
+ * bound: past HR_SHM_LEASES_MAX leases on the connection the answers go
+ * as frames, and say why; once the client lets go of some, SHM again. */
+static void test_lease_bound(void **state) {
+  (void)state;
+  int fds0 = tu_fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  sp_open_seg(&sp, 1, &g, 16, &r);
+  sp.heap_map = 1;
+  enum { N = HR_SHM_LEASES_MAX };
+  hr_tensor **held = calloc(N, sizeof *held);
+  assert_non_null(held);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(get(&sp, "a", &r), 0);
+    assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+    held[i] = r.t;
+    memset(&r, 0, sizeof r);
+  }
+  /* One more: frames, with the reason on the server's record. */
+  assert_int_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
+  assert_int_equal(sp.p.last_srv_rec.data_plane, HR_PLANE_FRAMES);
+  assert_non_null(strstr(sp.p.last_srv_rec.fallback, "not released"));
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[15], 45);
+  result_clear(&r);
+  /* The client drops one: its BUFFER_RELEASE frees a lease. */
+  hr_tensor_unref(held[N / 2]);
+  held[N / 2] = NULL;
+  frun(&sp);
+  assert_int_equal(get(&sp, "a", &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  result_clear(&r);
+  frun(&sp);
+  for (int i = 0; i < N; i++)
+    hr_tensor_unref(held[i]);
+  free(held);
+  frun(&sp);
+  assert_int_equal(sp.unmaps, sp.maps);
+  store_clear(&sp.p.st);
+  frun(&sp);
+  /* Every lease ended with its release: the segment is free. */
+  assert_true(atomic_load(&g.released));
+  sp_close(&sp);
+  assert_int_equal(tu_fd_count(), fds0);
+}
+
+/* Leases taken out of stream order (GETs answered late, the last first)
+ * end with their own stream's BUFFER_RELEASE, each releasing its own
+ * segment and no other. */
+static void test_leases_out_of_order(void **state) {
+  (void)state;
+  int fds0 = tu_fd_count();
+  shm_pair sp;
+  seg g[3];
+  result r[3];
+  const char *keys[3] = {"a", "b", "c"};
+  sp_open(&sp, 1);
+  for (int i = 0; i < 3; i++) {
+    hr_tensor *t = seg_tensor(&g[i], 32 + (uint64_t)i);
+    store_put(&sp.p.st, keys[i], t);
+    hr_tensor_unref(t);
+  }
+  frun(&sp);
+  memset(r, 0, sizeof r);
+  sp.p.st.defer = 1;
+  for (int i = 0; i < 3; i++) {
+    hr_get_opts o;
+    memset(&o, 0, sizeof o);
+    o.key = (const uint8_t *)keys[i];
+    o.key_len = 1;
+    o.max_shards = 1;
+    assert_int_equal(hr_session_get(sp.p.c, &o, on_get_done, &r[i], NULL), 0);
+  }
+  frun(&sp);
+  assert_int_equal(sp.p.st.npending, 3);
+  hr_srv_get *first = sp.p.st.pending[0];
+  sp.p.st.pending[0] = sp.p.st.pending[2];
+  sp.p.st.pending[2] = first;
+  store_answer_pending(&sp.p.st);
+  frun(&sp);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(r[i].calls, 1);
+    assert_int_equal(r[i].status, 0);
+    assert_int_equal(r[i].rec.data_plane, HR_PLANE_SHM);
+  }
+  /* Only the leases hold the segments now. */
+  store_clear(&sp.p.st);
+  frun(&sp);
+  int order[3] = {1, 2, 0};
+  for (int k = 0; k < 3; k++) {
+    result_clear(&r[order[k]]);
+    frun(&sp);
+    for (int i = 0; i < 3; i++) {
+      int gone = 0;
+      for (int j = 0; j <= k; j++)
+        gone |= order[j] == i;
+      assert_int_equal(atomic_load(&g[i].released), gone);
+    }
+  }
+  sp_close(&sp);
+  assert_int_equal(tu_fd_count(), fds0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_release),
@@ -348,6 +462,8 @@ int main(void) {
       cmocka_unit_test(test_stray_fd),
       cmocka_unit_test(test_fd_to_server),
       cmocka_unit_test(test_not_negotiated),
+      cmocka_unit_test(test_lease_bound),
+      cmocka_unit_test(test_leases_out_of_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
