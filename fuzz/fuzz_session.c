@@ -64,9 +64,9 @@ void fz_settings(const fz_driver *d, hr_settings *set) {
 
 static int fz_submit(hr_session *s, hr_work *w, void *ud) {
   fz_driver *d = ud;
-  (void)s;
   if (!(d->mode & FZ_MODE_DEFER_WORK) || d->nwork == FZ_MAX_WORK)
     return -1; /* the session runs it inline */
+  d->work_s[d->nwork] = s;
   d->work[d->nwork++] = w;
   return 0;
 }
@@ -123,12 +123,21 @@ static void check_output(fz_driver *d, const uint8_t *p, size_t len) {
     if (ev.kind == HR_RD_NONE)
       break;
     if (d->trace && (ev.kind == HR_RD_MESSAGE || ev.first))
-      fprintf(stderr, "fuzz: sent type 0x%02x stream %u (%u bytes)\n",
-              ev.hdr.type, ev.hdr.stream_id, ev.hdr.payload_length);
+      fprintf(stderr, "fuzz: conn %d sent type 0x%02x stream %u (%u bytes)\n",
+              d->cur, ev.hdr.type, ev.hdr.stream_id, ev.hdr.payload_length);
     if (ev.kind == HR_RD_ERROR)
       hr_fuzz_fail("the session sent a malformed message");
     if (!sent_by(d->role, ev.hdr.type))
       hr_fuzz_fail("the session sent a message of the other direction");
+    int fd_due = d->fd_due && (ev.kind == HR_RD_MESSAGE || ev.first);
+    if (fd_due) {
+      d->fd_due = 0;
+      if (ev.kind != HR_RD_MESSAGE ||
+          (ev.hdr.type != HR_MSG_TENSOR_DESCRIPTOR &&
+           ev.hdr.type != HR_MSG_TENSOR_PUT))
+        hr_fuzz_fail("a file descriptor went with a message not a "
+                     "descriptor");
+    }
     if (ev.kind == HR_RD_MESSAGE) {
       hr_msg m;
       hr_wire_status st = {0};
@@ -139,6 +148,13 @@ static void check_output(fz_driver *d, const uint8_t *p, size_t len) {
       if (hr_wire_decode_payload(&ev.hdr, ev.payload, &ctx, &m, &st) != 0)
         hr_fuzz_fail("the session sent a message that does not decode");
       hr_fuzz_check_decoded(&m, &ctx);
+      if (fd_due) {
+        const hr_transport_fields *xp = ev.hdr.type == HR_MSG_TENSOR_PUT
+                                            ? &m.u.put.xport
+                                            : &m.u.tensor.xport;
+        if (xp->data_plane != HR_PLANE_SHM)
+          hr_fuzz_fail("a file descriptor went with a descriptor not SHM");
+      }
     }
   }
 }
@@ -168,6 +184,18 @@ static size_t pull_once(fz_driver *d, int max, unsigned how) {
   }
   size_t take = how == 0 ? total : how == 1 ? total / 2
               : how == 2 ? (total > 0) : 0;
+  /* A descriptor rides on the first byte of the pull: it is sent once
+   * that byte is, and its message must then start there. */
+  int fd = hr_session_pull_fd(d->s);
+  if (fd >= 0 && take > 0) {
+    if (d->fd_due)
+      hr_fuzz_fail("hr_session_pull_fd: two descriptors for one message");
+    if (d->check_fd)
+      d->check_fd(d, fd);
+    if (d->trace)
+      fprintf(stderr, "fuzz: conn %d sends descriptor %d\n", d->cur, fd);
+    d->fd_due = 1;
+  }
   /* Only the bytes consumed are sent; the checker reads them in order. */
   size_t left = take;
   for (int i = 0; i < n && left > 0; i++) {
@@ -196,9 +224,88 @@ void fz_drain(fz_driver *d) {
 
 static void run_work(fz_driver *d, int i) {
   hr_work *w = d->work[i];
-  d->work[i] = d->work[--d->nwork];
+  hr_session *s = d->work_s[i];
+  d->nwork--;
+  d->work[i] = d->work[d->nwork];
+  d->work_s[i] = d->work_s[d->nwork];
   w->run(w);
-  hr_session_work_done(d->s, w, d->now);
+  hr_session_work_done(s, w, d->now);
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+static void conn_save(fz_driver *d) {
+  fz_conn *c = &d->conns[d->cur];
+  c->s = d->s;
+  c->out_rd = d->out_rd;
+  c->dead = d->dead;
+  c->fd_due = d->fd_due;
+}
+
+static void conn_load(fz_driver *d, int i) {
+  fz_conn *c = &d->conns[i];
+  d->cur = i;
+  d->s = c->s;
+  d->out_rd = c->out_rd;
+  d->dead = c->dead;
+  d->fd_due = c->fd_due;
+}
+
+static hr_reader *new_checker(void) {
+  hr_reader_settings rs;
+  memset(&rs, 0, sizeof(rs));
+  rs.max_payload = 1u << 30;
+  rs.ctx.transport = HR_TRANSPORT_NETWORK;
+  hr_reader *rd = NULL;
+  if (hr_reader_new(&rd, &rs, NULL) != 0)
+    hr_fuzz_fail("hr_reader_new failed");
+  return rd;
+}
+
+int fz_conn_add(fz_driver *d, hr_session *s) {
+  if (d->nconns == 0) {
+    d->nconns = 1;
+    d->cur = 0;
+  }
+  if (d->nconns == FZ_MAX_CONNS)
+    return -1;
+  int i = d->nconns++;
+  fz_conn *c = &d->conns[i];
+  memset(c, 0, sizeof(*c));
+  c->s = s;
+  c->out_rd = new_checker();
+  return i;
+}
+
+void fz_conn_switch(fz_driver *d, int i) {
+  if (i < 0 || i >= d->nconns || i == d->cur)
+    return;
+  conn_save(d);
+  conn_load(d, i);
+}
+
+/* Pulls everything from every connection, the current one first. */
+static void drain_all(fz_driver *d) {
+  fz_drain(d);
+  if (d->nconns < 2)
+    return;
+  int cur = d->cur;
+  /* A pull on one lane may give another lane output (a shard cancelled),
+   * so go round until none has any. */
+  for (int rounds = 0, more = 1; more; rounds++) {
+    if (rounds == 1000)
+      hr_fuzz_fail("the lanes' output never ends");
+    more = 0;
+    for (int i = 0; i < d->nconns; i++) {
+      fz_conn_switch(d, i);
+      for (int k = 0; !d->dead && pull_once(d, 8, 0) > 0; k++) {
+        if (k == 100000)
+          hr_fuzz_fail("the session's output never ends");
+        more = 1;
+      }
+    }
+  }
+  fz_conn_switch(d, cur);
 }
 
 /* ---- input --------------------------------------------------------------- */
@@ -264,12 +371,7 @@ void fz_init(fz_driver *d, const uint8_t *data, size_t size, int role) {
   d->mem.free = fz_free;
   d->mem.calloc = fz_calloc;
   d->mem.realloc = fz_realloc;
-  hr_reader_settings rs;
-  memset(&rs, 0, sizeof(rs));
-  rs.max_payload = 1u << 30;
-  rs.ctx.transport = HR_TRANSPORT_NETWORK;
-  if (hr_reader_new(&d->out_rd, &rs, NULL) != 0)
-    hr_fuzz_fail("hr_reader_new failed");
+  d->out_rd = new_checker();
   d->role = role;
   d->trace = getenv("HR_FUZZ_TRACE") != NULL;
   fz_fabric_init(d);
@@ -278,7 +380,7 @@ void fz_init(fz_driver *d, const uint8_t *data, size_t size, int role) {
 void fz_run(fz_driver *d) {
   int manual = (d->mode & FZ_MODE_MANUAL_OUT) != 0;
   if (!manual)
-    fz_drain(d);
+    drain_all(d);
   while (d->in.n > 0) {
     uint8_t c = fz_take(&d->in);
     unsigned op = c >> 5, arg = c & 31;
@@ -299,7 +401,7 @@ void fz_run(fz_driver *d) {
     }
     if (!manual) {
       fz_fabric_step(d);
-      fz_drain(d);
+      drain_all(d);
     }
   }
   /* The end: either every work item comes back first, or the session is
@@ -310,22 +412,27 @@ void fz_run(fz_driver *d) {
       if (rounds == 100000)
         hr_fuzz_fail("work items never stop coming");
       run_work(d, 0);
-      fz_drain(d);
+      drain_all(d);
     }
   }
   /* Work still out keeps the session's memory: it is reported on the
    * deleted session as usual, and the last report frees it. */
-  hr_session *s = d->s;
-  hr_session_del(s);
-  d->s = NULL;
-  while (d->nwork > 0) {
-    hr_work *w = d->work[--d->nwork];
-    w->run(w);
-    hr_session_work_done(s, w, d->now);
+  if (d->nconns == 0) {
+    hr_session_del(d->s);
+    d->s = NULL;
+    hr_reader_del(d->out_rd);
+  } else {
+    conn_save(d);
+    for (int i = 0; i < d->nconns; i++) {
+      hr_session_del(d->conns[i].s);
+      hr_reader_del(d->conns[i].out_rd);
+    }
+    d->s = NULL;
   }
+  while (d->nwork > 0)
+    run_work(d, d->nwork - 1);
   /* The data plane outlives the session until the fabric lets go. */
   fz_fabric_done(d);
-  hr_reader_del(d->out_rd);
 }
 
 /* ---- tensors ------------------------------------------------------------- */

@@ -21,12 +21,16 @@
  *     6    run the deferred work item arg % count (run and report it)
  *     7    the target's action `arg` (more bytes may follow)
  *   When the input ends: all work is run, the output drained, and the
- *   session deleted.
+ *   session deleted.  A target with several connections (fz_conn_add)
+ *   has the output of all of them pulled after each command (a call on
+ *   one lane may give another output), and all deleted at the end.
  *
  * Checked: no crash, leak or UB (the sanitizers); hr_session_recv takes
  * all of its input or fails fatally; what the session sends is a stream
  * of well-formed messages (every one decodes), in the direction its role
- * sends; a session that failed fatally stays failed.
+ * sends; a descriptor attached to the output (hr_session_pull_fd) goes
+ * with a TENSOR_DESCRIPTOR or TENSOR_PUT whose data_plane is SHM; a
+ * session that failed fatally stays failed.
  *
  * With HR_FUZZ_TRACE set in the environment, every message the session
  * sends is listed on stderr (to see what a seed reaches).
@@ -50,6 +54,7 @@
 #define FZ_MODE_SMALL_FRAMES 0x10
 
 #define FZ_MAX_WORK 256
+#define FZ_MAX_CONNS 4
 
 typedef struct fz_input {
   const uint8_t *p;
@@ -58,6 +63,14 @@ typedef struct fz_input {
 
 /* The next input byte (0 once the input is used up). */
 uint8_t fz_take(fz_input *in);
+
+/* One connection's session and its output checker (fz_conn_add). */
+typedef struct fz_conn {
+  hr_session *s;
+  hr_reader *out_rd;
+  int dead;
+  int fd_due;
+} fz_conn;
 
 typedef struct fz_driver fz_driver;
 struct fz_driver {
@@ -78,6 +91,21 @@ struct fz_driver {
   void *target;
   /* The fake fabric (fuzz_fabric.c; NULL where fabric/ is not built). */
   struct fz_fabric *fab;
+  /* Several connections to one server (lanes of a session, or separate
+   * sessions): conns[cur] is the one s, dead, out_rd and fd_due stand
+   * for; the others are kept here (fz_conn_add, fz_conn_switch).  With a
+   * single connection nconns is 0 and only s counts. */
+  fz_conn conns[FZ_MAX_CONNS];
+  int nconns;
+  int cur;
+  /* The session each deferred work item belongs to. */
+  hr_session *work_s[FZ_MAX_WORK];
+  /* The SHM data plane: a descriptor hr_session_pull_fd() named went with
+   * the bytes consumed, so the next message the checker sees must be a
+   * descriptor with data_plane SHM. */
+  int fd_due;
+  /* Optional: checks such a descriptor (the target knows its segments). */
+  void (*check_fd)(fz_driver *d, int fd);
 };
 
 /* Fills settings for a fuzzed session: short timeouts so the fake clock
@@ -90,7 +118,8 @@ hr_session_callbacks fz_callbacks(void);
 /* Sets up the driver (mode byte taken from the input; the output checker
  * reads the direction `role` sends).  Call before creating the session. */
 void fz_init(fz_driver *d, const uint8_t *data, size_t size, int role);
-/* Runs the commands, then drains and deletes the session. */
+/* Runs the commands, then drains and deletes the session (every
+ * connection's, lane 0 first). */
 void fz_run(fz_driver *d);
 /* Feeds the next `len` bytes of the input (fewer when it ends), as the
  * feed commands do. */
@@ -99,6 +128,12 @@ void fz_feed(fz_driver *d, size_t len);
 void fz_drain(fz_driver *d);
 /* Checks a return of the session API: a fatal one marks the driver dead. */
 void fz_check_rv(fz_driver *d, int rv);
+/* Another connection: session `s` (created by the target), with its own
+ * output checker.  Returns its index, or -1 when FZ_MAX_CONNS are open
+ * (then the target deletes s).  The current connection stays current. */
+int fz_conn_add(fz_driver *d, hr_session *s);
+/* Makes connection i current (feeds, pulls and actions go to it). */
+void fz_conn_switch(fz_driver *d, int i);
 
 /*
  * The RDMA data plane on the fake fabric (fuzz_fabric.c).  Where fabric/

@@ -10,8 +10,9 @@ OUT_DIR/server_session/ and OUT_DIR/client_session/: whole conversations in
 the command format of fuzz/fuzz_session.h, built from the vectors' messages
 (a CLIENT_HELLO then requests, PUTs, LISTs, PINGs and CANCELs for the
 server; the requests issued, then a SERVER_HELLO and the answers for the
-client; RDMA conversations on the fuzzers' fake fabric, and SHM answers
-with a file descriptor for the client).  Only the
+client; RDMA conversations on the fuzzers' fake fabric, SHM answers with
+a file descriptor for the client, and for the server SHM leases with their
+releases and sessions over several connections (lanes)).  Only the
 Python standard library is used.  Exits 1 when the
 folder holds no vectors.
 """
@@ -401,6 +402,164 @@ def client_shm_conversations(docs):
     return out
 
 
+# ---- the server's SHM leases and lanes (fuzz/fuzz_server_session.c) -----
+
+MSG_ERROR, MSG_RELEASE = 9, 16
+CAP_PARALLEL = 2
+ERR_DEVICE_UNAVAILABLE = 7
+
+
+def with_caps(hello, caps):
+    """`hello` with capability flags `caps` added."""
+    body = bytearray(hello[12:])
+    (flags,) = struct.unpack_from("<I", body, 8)
+    struct.pack_into("<I", body, 8, flags | caps)
+    return hello[:12] + bytes(body)
+
+
+def join_hello(hello, token):
+    """`hello` (ending in an empty extension list) with SESSION_JOIN."""
+    body = bytearray(hello[12:])
+    assert body[-2:] == b"\0\0", "the HELLO must end in an empty list"
+    body = body[:-2] + struct.pack("<HHH", 1, 2, len(token)) + token
+    return struct.pack("<III", hello[0], 0, len(body)) + bytes(body)
+
+
+def get(sid, key, flags=0, max_shards=1):
+    key = key.encode()
+    return msg(MSG_REQUEST, sid, struct.pack("<H", len(key)) + key +
+               struct.pack("<IHBBH", flags, 0, 0, 0, max_shards))
+
+
+def release(sid):
+    return msg(MSG_RELEASE, sid)
+
+
+def error(sid, code, text=b"fuzz"):
+    return msg(MSG_ERROR, sid, struct.pack("<IH", code, len(text)) + text)
+
+
+def srv_action(arg):
+    return bytes([7 << 5 | arg])
+
+
+def conn(i):
+    """The server target's action 6: connection i becomes current."""
+    return srv_action(i << 3 | 6)
+
+
+# The registry's fake randomness (fuzz_server_session.c: fake_random):
+# the first session's token.
+FIRST_TOKEN = bytes((k * 131) & 255 for k in range(1, 17))
+
+
+def server_shm_conversations(docs):
+    """GETs over the SHM data plane: the client offers SHM_DATA_PLANE and
+    the fixtures in segments go as descriptors with a lease, which
+    BUFFER_RELEASE (well-formed, on the wrong stream, twice, with a payload)
+    or an ERROR ends."""
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    hello = with_caps(hellos["hello_client_minimal"], CAP_SHM | CAP_PARALLEL)
+    convs = [
+        ("shm-release", feed(hello + get(1, "t")) + feed(release(1)) +
+         feed(get(3, "w") + get(5, "x") + release(5) + release(3))),
+        ("shm-release-early", feed(hello + release(1) + get(1, "big"))),
+        ("shm-release-payload", feed(hello + get(1, "big")) +
+         feed(msg(MSG_RELEASE, 1, b"\1\2\3\4") + release(1))),
+        ("shm-release-twice", feed(hello + get(1, "big")) +
+         feed(release(1) + release(1) + get(3, "big")) + tick(30)),
+        ("shm-release-other", feed(hello + get(1, "big")) + feed(release(7))),
+        ("shm-release-zero", feed(hello + get(1, "big")) + feed(release(0))),
+        ("shm-release-unreleased", feed(hello + get(1, "big") + get(3, "t") +
+                                        get(5, "w")) + tick(31) + tick(31)),
+        ("shm-error", feed(hello + get(1, "img")) +
+         feed(error(1, ERR_DEVICE_UNAVAILABLE) + get(3, "img") + release(3))),
+        ("shm-cancel", feed(hello + get(1, "big") +
+                            struct.pack("<BxxxII", MSG_CANCEL, 1, 0)) +
+         feed(release(1))),
+        ("shm-frames", feed(hello + get(1, "weights") + get(3, "pair") +
+                            get(5, "big", 2, 4) + get(9, "t", 1) +
+                            release(1) + release(3) + release(5))),
+        ("shm-fd-in", feed(hello) + srv_action(7) + bytes([len(
+            get(1, "t")) - 1]) + get(1, "t")),
+        ("shm-goaway", feed(hello + get(1, "t") + get(3, "w")) +
+         srv_action(0) + feed(release(1) + release(3))),
+    ]
+    # Every valid request and PUT of the vectors, with the lease released.
+    for t in ("request", "put"):
+        for name, m in messages(docs, t, "valid", {MSG_REQUEST, MSG_PUT}):
+            convs.append(("shm-" + name, feed(hello + restream(m, 1)) +
+                          feed(release(1))))
+    # A PUT into a segment, then a GET of it over SHM.
+    for v in docs.get("put", []):
+        seq = v.get("sequence")
+        if seq and seq.get("direction") == "c2s":
+            data = bytes.fromhex(v["hex"])
+            msgs = split(data)
+            key_len = struct.unpack_from("<H", msgs[0], 12)[0]
+            key = msgs[0][14:14 + key_len].decode("utf-8", "replace")
+            convs.append(("shm-put-" + v["name"],
+                          feed(hello + data) + feed(get(101, key)) +
+                          feed(release(101))))
+    out = []
+    for name, body in convs:
+        for i, mode in enumerate(SERVER_MODES):
+            tail = bytes([7 << 5 | 4]) if mode & SRV_DEFER_GET else b""
+            out.append(("%s-m%d" % (name, i), bytes([mode]) + body + tail))
+    return out
+
+
+def server_lane_conversations(docs):
+    """Sessions over several connections: lane 0's SERVER_HELLO names the
+    registry's first token, connections 1-3 join with it (or a wrong one),
+    and parallel GETs on lane 0 put their shards on every lane."""
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    minimal = hellos["hello_client_minimal"]
+    hello = with_caps(minimal, CAP_PARALLEL)
+    shm_hello = with_caps(minimal, CAP_PARALLEL | CAP_SHM)
+    join = join_hello(hello, FIRST_TOKEN)
+    bad_join = join_hello(hello, bytes(16))
+    big4 = get(1, "big", 2, 4)
+    cancel = struct.pack("<BxxxII", MSG_CANCEL, 1, 0)
+    convs = [
+        ("lanes-3", feed(hello) + conn(1) + feed(join) + conn(2) +
+         feed(join) + conn(0) + feed(big4 + get(5, "x", 2, 8))),
+        ("lanes-2-cancel", feed(hello) + conn(1) + feed(join) + conn(0) +
+         feed(big4) + feed(struct.pack("<BxxxII", MSG_CANCEL, 2, 0))),
+        ("lanes-close", feed(hello) + conn(1) + feed(join) + conn(2) +
+         feed(join) + conn(0) + feed(big4) + conn(1) + srv_action(1) +
+         conn(0) + feed(get(5, "big", 2, 8))),
+        ("lanes-lane0-dies", feed(hello) + conn(1) + feed(join) + conn(0) +
+         feed(big4) + srv_action(1) + conn(1) + feed(get(5, "t")) + conn(2) +
+         feed(join)),
+        ("lanes-bad-join", feed(hello) + conn(1) + feed(bad_join) + conn(2) +
+         feed(join) + feed(big4)),
+        ("lanes-request-on-lane", feed(hello) + conn(1) + feed(join) +
+         feed(big4 + cancel) + conn(0) + feed(get(5, "big", 2, 4) + cancel)),
+        ("lanes-shm", feed(shm_hello) + conn(1) + feed(join) + conn(0) +
+         feed(get(1, "t") + get(3, "big", 2, 4) +
+              release(1))),
+        ("lanes-two-sessions", feed(hello) + conn(1) + feed(hello) + conn(2) +
+         feed(join) + conn(3) + feed(join_hello(hello, bytes(
+             (k * 131) & 255 for k in range(17, 33)))) + conn(0) +
+         feed(big4) + conn(1) + feed(big4)),
+        ("lanes-timeout", feed(hello) + conn(1) + feed(join) + conn(0) +
+         feed(big4) + tick(29) + tick(31) + tick(31)),
+    ]
+    out = []
+    for name, body in convs:
+        for i, mode in enumerate(SERVER_MODES):
+            tail = bytes([7 << 5 | 4]) if mode & SRV_DEFER_GET else b""
+            # The lanes need the registry.
+            out.append(("%s-m%d" % (name, i),
+                        bytes([mode | SRV_REGISTRY]) + body + tail))
+    return out
+
+
 def write_all(out_dir, sub, items):
     d = os.path.join(out_dir, sub)
     os.makedirs(d, exist_ok=True)
@@ -443,7 +602,9 @@ def main():
     if files:
         n_server = write_all(out_dir, "server_session",
                              server_conversations(docs) +
-                             server_rdma_conversations(docs))
+                             server_rdma_conversations(docs) +
+                             server_shm_conversations(docs) +
+                             server_lane_conversations(docs))
         n_client = write_all(out_dir, "client_session",
                              client_conversations(docs) +
                              client_rdma_conversations(docs) +
