@@ -19,7 +19,11 @@
  *   2 LIST: u8 prefix_len, prefix, u8 start_after_len, start_after,
  *     u8 max_entries
  *   3 PING   4 CANCEL: u8 v, the v-th request issued (else stream v)
- *   5 hr_session_shutdown   6 hr_session_terminate
+ *   5 by arg >> 3: 0 hr_session_shutdown; 1 a new lane (the group is
+ *     made on the first connection at the first one: hr_group_new,
+ *     hr_group_add_lane), which becomes the current connection; 2 the
+ *     next connection becomes current; 3 the first one does
+ *   6 hr_session_terminate
  *   7 u8 c: with bit 7 set, a file descriptor arrives with the next
  *     (c & 127) + 1 bytes of input (hr_session_recv_fds: the SHM data
  *     plane); else a fabric command (fuzz_session.h: fz_fabric_action)
@@ -30,9 +34,22 @@
  * descriptor handed in is closed exactly once, by the end at the latest;
  * no unknown one is closed; every mapping is unmapped exactly once.
  *
+ * Built with FZ_DEVICE (the target fuzz_device_session) the client has
+ * the simulated device ("sim", always built, so it runs anywhere): a GET
+ * with arg >> 3 = 3 lands in device memory (hr_get_opts.device) with
+ * device_sync = u8 % 4 (the last value invalid), read after u8 key_len
+ * and the key and before the rest; PUT tensor 4 is device memory on it
+ * (staged for frames, or a GPUDirect source where the fake fabric reaches
+ * the simulated device's memory); and the fake SHM host takes device
+ * memory exported over SHM (shm_wake).  Hostile descriptors with device
+ * buffers and sync modes then meet the device paths (engine/core
+ * hr_devrx.c, hr_devput.c, hr_shm_dev.c).
+ *
  * Checked besides the driver's checks: every request's completion runs
  * exactly once, at the latest when the session is deleted; a successful
- * GET hands out a tensor, a failed one none.
+ * GET hands out a tensor, a failed one none.  With lanes, every
+ * connection's bytes come from the input (the driver's current one), so
+ * a hostile server answers joins and sends shards on any lane.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +57,10 @@
 #include <string.h>
 
 #include "fuzz_session.h"
+
+#ifdef FZ_DEVICE
+#include <hurray/gpu.h>
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -80,6 +101,7 @@ typedef struct client {
   int nfds;
   mapping *maps[MAX_REQ];
   int nmaps;
+  hr_group *grp; /* lanes: made at the first action 5 with arg >> 3 = 1 */
 } client;
 
 static void fd_close(hr_session *s, int fd, void *ud) {
@@ -230,6 +252,57 @@ static request *new_request(client *c, int kind) {
   return r;
 }
 
+#ifdef FZ_DEVICE
+/* The simulated device: opened once for the process (opening one per
+ * input would start and stop its threads every time). */
+static hr_gpu *sim_device(void) {
+  static hr_gpu *g;
+  if (g == NULL && hr_gpu_open(&g, NULL, NULL, NULL) != 0)
+    hr_fuzz_fail("the simulated device could not be opened");
+  return g;
+}
+
+static void release_devbuf(void *ctx) { hr_gpu_buf_del(ctx); }
+
+/* 300 bytes of device memory as a tensor (producer-synced: no event). */
+static hr_tensor *device_tensor(void) {
+  hr_gpu *g = sim_device();
+  hr_gpu_caps caps;
+  hr_gpu_buf *b = NULL;
+  if (hr_gpu_query(g, &caps) != 0 ||
+      hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, 300, &b) != 0)
+    hr_fuzz_fail("device memory could not be allocated");
+  hr_descriptor desc;
+  memset(&desc, 0, sizeof(desc));
+  desc.descriptor_version = 1;
+  desc.element_type = HR_ELEM_UINT8;
+  desc.rank = 1;
+  desc.shape[0] = 300;
+  desc.layout.tag = HR_LAYOUT_ROW_MAJOR;
+  desc.buffer_count = 1;
+  desc.buffers[0].size_bytes = 300;
+  desc.buffers[0].device_tag = caps.device_tag;
+  desc.buffers[0].device_index = caps.device_index;
+  hr_tensor *t = NULL;
+  if (hr_tensor_wrap_device(&t, &desc, &b, NULL, release_devbuf, b, NULL) !=
+      0)
+    hr_fuzz_fail("hr_tensor_wrap_device failed");
+  return t;
+}
+
+/* Device memory imported over SHM: the token's unmap makes the host pull
+ * (this driver pulls after every command anyway). */
+static void wake_unmap(void *ctx) { (void)ctx; }
+
+static int shm_wake(hr_session *s, hr_shm_mapping *out, void *ud) {
+  (void)s;
+  (void)ud;
+  out->unmap = wake_unmap;
+  out->ctx = NULL;
+  return 0;
+}
+#endif
+
 static void get(fz_driver *d, client *c, unsigned dest_sel) {
   uint8_t key[256], ext[4][16];
   uint16_t key_len = take_bytes(&d->in, key);
@@ -237,6 +310,15 @@ static void get(fz_driver *d, client *c, unsigned dest_sel) {
   memset(&o, 0, sizeof(o));
   o.key = key;
   o.key_len = key_len;
+#ifdef FZ_DEVICE
+  if (dest_sel == 3) {
+    o.device = sim_device();
+    o.device_sync = fz_take(&d->in) % 4;
+    if (o.device_sync == 3)
+      o.device_sync = HR_SYNC_INVALID;
+    dest_sel = 0;
+  }
+#endif
   o.flags = fz_take(&d->in);
   o.max_shards = fz_take(&d->in);
   hr_layout_entry layouts[4];
@@ -326,6 +408,41 @@ static void ping(fz_driver *d, client *c) {
     c->nreq++;
 }
 
+/* Action 5: shutdown, or the lanes (a group over several connections). */
+static void lanes(fz_driver *d, client *c, unsigned op) {
+  int n = d->nconns ? d->nconns : 1;
+  switch (op) {
+  case 0: fz_check_rv(d, hr_session_shutdown(d->s, d->now)); break;
+  case 1: {
+    hr_session *lane0 = d->cur == 0 ? d->s : d->conns[0].s;
+    if (c->grp == NULL) {
+      int rv = hr_group_new(&c->grp, lane0);
+      if (rv != 0 && rv != HR_ERR_STATE && rv != HR_ERR_NOMEM)
+        hr_fuzz_fail("hr_group_new: an undocumented return");
+      if (rv != 0)
+        return;
+    }
+    hr_session *ls = NULL;
+    int rv = hr_group_add_lane(c->grp, d, d->now, &ls);
+    if (rv != 0 && rv != HR_ERR_STATE && rv != HR_ERR_UNSUPPORTED &&
+        rv != HR_ERR_BUSY && rv != HR_ERR_LIMIT && rv != HR_ERR_NOMEM)
+      hr_fuzz_fail("hr_group_add_lane: an undocumented return");
+    if (rv != 0)
+      return;
+    int i = fz_conn_add(d, ls);
+    if (i < 0) {
+      /* No room for another connection: it never connects. */
+      hr_session_del(ls);
+      return;
+    }
+    fz_conn_switch(d, i);
+    break;
+  }
+  case 2: fz_conn_switch(d, (d->cur + 1) % n); break;
+  default: fz_conn_switch(d, 0); break;
+  }
+}
+
 static void action(fz_driver *d, unsigned arg) {
   client *c = d->target;
   switch (arg & 7) {
@@ -339,7 +456,7 @@ static void action(fz_driver *d, unsigned arg) {
     fz_check_rv(d, hr_session_cancel(d->s, id));
     break;
   }
-  case 5: fz_check_rv(d, hr_session_shutdown(d->s, d->now)); break;
+  case 5: lanes(d, c, arg >> 3); break;
   case 6: hr_session_terminate(d->s, d->now); break;
   default: {
     uint8_t b = fz_take(&d->in);
@@ -364,8 +481,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                           (uint64_t[]){4, 5}, NULL, 2);
   c.tensors[2] = fz_csr(5, 4);
   c.tensors[3] = fz_tuple(c.tensors[0], c.tensors[1]);
+#ifdef FZ_DEVICE
+  c.tensors[4] = device_tensor();
+#else
   c.tensors[4] = fz_dense(HR_ELEM_UINT8, HR_LAYOUT_ROW_MAJOR, 1,
                           (uint64_t[]){300}, NULL, 3);
+#endif
   for (int i = 0; i < 5; i++)
     if (c.tensors[i] == NULL)
       hr_fuzz_fail("a fixture tensor could not be built");
@@ -374,6 +495,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_settings(&d, &set);
   set.strict_composites = !(d.mode & MODE_LOOSE);
   set.rdma_destination = (d.mode & MODE_RDMA_DEST) != 0;
+#ifdef FZ_DEVICE
+  /* The smallest ring: pieces fill, wait and spill with small tensors
+   * (and 8 MiB pinned pieces would make every run slow). */
+  set.device_piece = 4096;
+  set.device_pieces = 2;
+#endif
   static const uint8_t token[] = "fuzz-token";
   if (d.mode & MODE_AUTH) {
     set.auth_token = token;
@@ -382,12 +509,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hr_session_callbacks cb = fz_callbacks();
   cb.shm_map = shm_map;
   cb.fd_close = fd_close;
+#ifdef FZ_DEVICE
+  cb.shm_wake = shm_wake;
+#endif
   if (hr_session_new(&d.s, HR_ROLE_CLIENT, &set, &cb, NULL, &d, d.now,
                      &d.mem) != 0)
     hr_fuzz_fail("hr_session_new failed");
   d.action = action;
   d.target = &c;
   fz_run(&d);
+  /* The lanes' sessions are gone: the handle may go after them. */
+  hr_group_del(c.grp);
   for (int i = 0; i < c.nreq; i++) {
     if (c.req[i].calls != 1)
       hr_fuzz_fail("a request never completed");

@@ -12,6 +12,10 @@
 
 #include "fabric/hr_fab_fake.h"
 
+#ifdef FZ_DEVICE
+#include <hurray/gpu.h>
+#endif
+
 #define PEER_OPS 8
 #define PEER_REGS 4
 #define PEER_BUF 4096
@@ -44,6 +48,12 @@ void fz_fabric_init(fz_driver *d) {
       hr__fake_ep_new(&f->me, f->w, "me", 0, 0) != 0 ||
       hr__fake_ep_new(&f->peer, f->w, "peer", 0, 0) != 0)
     hr_fuzz_fail("the fake fabric could not be set up");
+#ifdef FZ_DEVICE
+  /* Both ends reach the simulated device's memory: device tensors can be
+   * GPUDirect sources and destinations. */
+  hr__fake_set_hmem(f->me, HR_GPU_DEV_SIM);
+  hr__fake_set_hmem(f->peer, HR_GPU_DEV_SIM);
+#endif
   uint8_t addr[128];
   int64_t n = hr__fake_address(f->me, addr, sizeof addr);
   int e = n > 0 ? hr_ext_put(f->ext, sizeof f->ext, HR_EXT_FABRIC_ADDRESS, addr,

@@ -22,8 +22,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HR_FUZZ_BUILD_DIR:-$root/build/fuzz}
 vectors=${HURRAY_VECTORS_DIR:-$root/../shared/vectors}
 # target:weight
-weighted=(fuzz_codec:2 fuzz_reader:2 fuzz_server_session:4
-          fuzz_client_session:4 fuzz_rdma_sm:3 fuzz_files:2 fuzz_auth:1)
+# The session targets reach the most (the RDMA and SHM planes, lanes,
+# the simulated device) and get the most.
+weighted=(fuzz_codec:1 fuzz_reader:2 fuzz_server_session:5
+          fuzz_client_session:4 fuzz_device_session:2 fuzz_rdma_sm:2
+          fuzz_files:1 fuzz_auth:1)
 
 CC=${CC:-clang} cmake -S "$root" -B "$build" -G Ninja -DHR_FUZZ=ON \
   -DHR_BUILD_TESTS=OFF -DHR_BUILD_PERF=OFF -DHR_BUILD_EXAMPLES=OFF \

@@ -11,8 +11,10 @@ the command format of fuzz/fuzz_session.h, built from the vectors' messages
 (a CLIENT_HELLO then requests, PUTs, LISTs, PINGs and CANCELs for the
 server; the requests issued, then a SERVER_HELLO and the answers for the
 client; RDMA conversations on the fuzzers' fake fabric, SHM answers with
-a file descriptor for the client, and for the server SHM leases with their
-releases and sessions over several connections (lanes)).  Only the
+a file descriptor for the client, SHM leases with their releases for the
+server, and sessions over several connections (lanes) for both), and
+OUT_DIR/device_session/: the client's, with its GETs into the simulated
+device and PUTs of device memory.  Only the
 Python standard library is used.  Exits 1 when the
 folder holds no vectors.
 """
@@ -177,10 +179,19 @@ def u8(x):
     return min(int(x), 255)
 
 
+# fuzz_device_session: GETs into the simulated device with this sync mode
+# (None: the plain client target's GETs).
+GET_DEVICE = None
+
+
 def get_action(req, dest_sel=0):
     """The client target's GET command reproducing a vector's request."""
     key = req["tensor_key"].encode("utf-8")[:255]
-    out = bytearray([7 << 5 | dest_sel << 3 | 0, len(key)]) + key
+    if GET_DEVICE is not None and dest_sel == 0:
+        out = bytearray([7 << 5 | 3 << 3 | 0, len(key)]) + key
+        out.append(GET_DEVICE)
+    else:
+        out = bytearray([7 << 5 | dest_sel << 3 | 0, len(key)]) + key
     flags = int(req.get("request_flags", 0))
     out += bytes([flags & 255, u8(req.get("max_shards", 1))])
     layouts = req.get("preferred_layouts", [])[:4]
@@ -560,6 +571,136 @@ def server_lane_conversations(docs):
     return out
 
 
+def token_hello(hello, token):
+    """`hello` (ending in an empty extension list) with SESSION_TOKEN."""
+    body = bytearray(hello[12:])
+    assert body[-2:] == b"\0\0", "the HELLO must end in an empty list"
+    body = body[:-2] + struct.pack("<HHH", 1, 3, len(token)) + token
+    return struct.pack("<III", hello[0], 0, len(body)) + bytes(body)
+
+
+def cli_lane(op):
+    """The client target's action 5: 1 a new lane, 2 the next connection,
+    3 the first."""
+    return bytes([7 << 5 | op << 3 | 5])
+
+
+def client_lane_conversations(docs):
+    """A client over two or three lanes: lane 0's SERVER_HELLO carries a
+    SESSION_TOKEN, each lane joins (its SERVER_HELLO, or an ERROR), and a
+    parallel GET's shards arrive on lane (i mod L), or on the wrong one;
+    a lane closes in the middle."""
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" not in hellos:
+        return []
+    minimal = hellos["hello_client_minimal"]
+    shello = with_caps(struct.pack("<I", MSG_SERVER_HELLO) + minimal[4:],
+                       CAP_PARALLEL)
+    token = bytes(range(1, 17))
+    hello0 = token_hello(shello, token)
+    other = token_hello(shello, bytes(16))
+    out = []
+    for v in docs.get("shards", []):
+        seq = v.get("sequence")
+        if not seq or seq.get("direction") != "s2c":
+            continue
+        base = int(seq.get("base_stream", 1))
+        msgs = [restream(m, struct.unpack_from("<I", m, 4)[0] - base + 1)
+                for m in split(bytes.fromhex(v["hex"])) if len(m) >= 12]
+        act = get_action(seq["request"])
+
+        def on_lanes(nl):
+            """Each shard's messages on lane (i mod nl), in order."""
+            body = b""
+            cur = 0
+            for m in msgs:
+                lane = (struct.unpack_from("<I", m, 4)[0] - 1) % nl
+                while cur != lane:
+                    body += cli_lane(2)
+                    cur = (cur + 1) % nl
+                body += feed(m)
+            return body
+
+        convs = [
+            ("lanes2-" + v["name"],
+             feed(hello0) + cli_lane(1) + feed(shello) + cli_lane(3) + act +
+             on_lanes(2)),
+            ("lanes3-" + v["name"],
+             feed(hello0) + cli_lane(1) + feed(hello0) + cli_lane(1) +
+             feed(shello) + cli_lane(3) + act + on_lanes(3)),
+            ("lanes-wrong-" + v["name"],
+             feed(hello0) + cli_lane(1) + feed(shello) + cli_lane(3) + act +
+             on_lanes(1)),
+            ("lanes-closed-" + v["name"],
+             feed(hello0) + cli_lane(1) + feed(shello) + cli_lane(3) + act +
+             feed(msgs[0]) + cli_lane(2) + bytes([7 << 5 | 6]) +
+             cli_lane(3) + act + on_lanes(2)),
+        ]
+        if v["name"] == "shards_two_of_four":
+            convs += [
+                ("lanes-refused", feed(hello0) + cli_lane(1) +
+                 feed(error(0, 15)) + cli_lane(1) + feed(other) +
+                 cli_lane(3) + act + on_lanes(1)),
+                ("lanes-no-token", feed(shello) + cli_lane(1) + act +
+                 on_lanes(1)),
+                ("lanes-early", cli_lane(1) + feed(hello0) + cli_lane(1) +
+                 cli_lane(1) + feed(shello)),
+            ]
+        for name, body in convs:
+            for i, mode in enumerate(CLIENT_MODES):
+                out.append(("%s-m%d" % (name, i), bytes([mode]) + body))
+    return out
+
+
+def device_conversations(docs):
+    """fuzz_device_session: the client's conversations with every GET into
+    the simulated device, producer-synced; those of the data and sync
+    vectors also with the EVENT and CONSUMER_STREAM modes; and PUTs of
+    the device tensor (tensor 4), answered or over RDMA."""
+    global GET_DEVICE
+    out = []
+    for sync in (0, 1, 2):
+        GET_DEVICE = sync
+        try:
+            convs = client_conversations(docs)
+            if sync == 0:
+                convs += (client_rdma_conversations(docs) +
+                          client_shm_conversations(docs))
+            else:
+                convs = [c for c in convs
+                         if c[0].startswith("get-") or "sync" in c[0]]
+        finally:
+            GET_DEVICE = None
+        out += [("dev-s%d-%s" % (sync, n), b) for n, b in convs]
+    shellos = messages(docs, "hello", "valid", {MSG_SERVER_HELLO})
+    ack = dict(messages(docs, "header", "valid")).get("header_put_ack")
+    if shellos and ack:
+        hello = dict(shellos).get("hello_server_full", shellos[0][1])
+        put_dev = bytes([7 << 5 | 1, 1]) + b"d" + bytes([1, 4])
+        for i, mode in enumerate(CLIENT_MODES):
+            out.append(("dev-put-m%d" % i, bytes([mode]) + put_dev +
+                        feed(hello) + tick(10) + feed(restream(ack, 1))))
+    hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
+    if "hello_client_minimal" in hellos:
+        minimal = hellos["hello_client_minimal"]
+        hello = fabric_hello(struct.pack("<I", MSG_SERVER_HELLO) + minimal[4:])
+        put_dev = bytes([7 << 5 | 1, 1]) + b"d" + bytes([1, 4])
+        ready = msg(MSG_RDMA_READY, 1)
+        for i, mode in enumerate(CLIENT_MODES):
+            # Tagged: the peer posts its receives, then READY; with a
+            # destination registered by the peer (mode bit 7 is the
+            # client's own destination flag: unused by a PUT).
+            end = feed(restream(ack, 1)) if ack else b""
+            out.append(("dev-put-rdma-m%d" % i, bytes([mode]) + put_dev +
+                        feed(hello) + fabric_cmd_client(3, 1, 44, 1) +
+                        feed(ready) + fabric_cmd_client(2) + end))
+            out.append(("dev-put-rdma-dest-m%d" % i, bytes([mode]) +
+                        put_dev + feed(hello) + fabric_cmd_client(5, 1, 44) +
+                        feed(rdma_register(1, 1, 300, 0, FAKE_KEY0 + 1) +
+                             ready) + end))
+    return out
+
+
 def write_all(out_dir, sub, items):
     d = os.path.join(out_dir, sub)
     os.makedirs(d, exist_ok=True)
@@ -598,7 +739,7 @@ def main():
             with open(os.path.join(reader_dir, name), "wb") as f:
                 f.write(reader_prefix(vector, msgs) + data)
             n_reader += 1
-    n_server = n_client = 0
+    n_server = n_client = n_device = 0
     if files:
         n_server = write_all(out_dir, "server_session",
                              server_conversations(docs) +
@@ -608,10 +749,14 @@ def main():
         n_client = write_all(out_dir, "client_session",
                              client_conversations(docs) +
                              client_rdma_conversations(docs) +
-                             client_shm_conversations(docs))
-    print("seeded %d codec, %d reader, %d server and %d client session "
-          "inputs from %d files in %s"
-          % (n_codec, n_reader, n_server, n_client, len(files), vectors_dir))
+                             client_shm_conversations(docs) +
+                             client_lane_conversations(docs))
+        n_device = write_all(out_dir, "device_session",
+                             device_conversations(docs))
+    print("seeded %d codec, %d reader, %d server, %d client and %d device "
+          "session inputs from %d files in %s"
+          % (n_codec, n_reader, n_server, n_client, n_device, len(files),
+             vectors_dir))
     return 0 if files else 1
 
 

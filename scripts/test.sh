@@ -12,8 +12,9 @@
 #   4. valgrind memcheck: the soak, 20 seconds with 8 clients, clean
 #      (every leak kind an error, --error-exitcode);
 #   5. libFuzzer: every fuzz target (codec, reader, whole server and client
-#      sessions, RDMA handshake, .npy/.safetensors files, token file),
-#      100 seconds in all, split by weight (fuzz/run.sh).
+#      sessions, the client with the simulated device, RDMA handshake,
+#      .npy/.safetensors files, token file), 100 seconds in all, split by
+#      weight (fuzz/run.sh).
 # Build trees go to build/ under the repository.  Exits non-zero on any
 # failure.
 set -euo pipefail
