@@ -112,8 +112,8 @@ void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
     if (s->shm_off) {
       miss = "shm: off on this connection since the client could not map";
     } else if (leases >= HR_SHM_LEASES_MAX) {
-      /* Answers planned and not yet sent may pass the bound by what
-       * they hold; the client must release before SHM comes back. */
+      /* Answers planned and not yet sent may pass the bound by the
+       * leases they will take; the client must release some first. */
       miss = "shm: " STR(HR_SHM_LEASES_MAX) " segments leased on this "
              "connection and not released";
     } else if (hr_tensor_on_device(p->t)) {
@@ -129,6 +129,9 @@ void hr__shm_plan(hr_session *s, hr_tx *tx, char *why, size_t why_len) {
       p->desc.byte_offset = off;
       p->xp.data_plane = HR_PLANE_SHM;
     }
+    /* Each part sent over SHM takes a lease. */
+    if (p->shm)
+      leases++;
   }
   if (miss && why && !why[0])
     hr__set_msg(why, why_len, miss, strlen(miss));
