@@ -500,6 +500,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
    * (and 8 MiB pinned pieces would make every run slow). */
   set.device_piece = 4096;
   set.device_pieces = 2;
+  /* The client names the simulated device among its devices: it takes
+   * device memory exported over SHM. */
+  static const uint8_t devices[] = {HR_DEV_CPU, HR_GPU_DEV_SIM};
+  set.devices = devices;
+  set.device_count = 2;
 #endif
   static const uint8_t token[] = "fuzz-token";
   if (d.mode & MODE_AUTH) {

@@ -383,10 +383,12 @@ def client_rdma_conversations(docs):
 CAP_SHM = 64  # SHM_DATA_PLANE
 
 
-def client_shm_conversations(docs):
+def client_shm_conversations(docs, device=None):
     """GETs answered over SHM: the descriptor (data_plane 2) arrives with a
     file descriptor (the client target's action 7 with bit 7: the fd comes
-    with the next bytes), then TENSOR_DATA_END."""
+    with the next bytes), then TENSOR_DATA_END.  With `device` (device_tag,
+    memory_class, sync_mode), one-buffer descriptors name device memory
+    exported over SHM instead."""
     hellos = dict(messages(docs, "hello", "valid", {MSG_CLIENT_HELLO}))
     if "hello_client_minimal" not in hellos:
         return []
@@ -403,6 +405,12 @@ def client_shm_conversations(docs):
             continue
         desc = bytearray(restream(msgs[0], 1))
         desc[-4] = 2  # data_plane SHM
+        if device:
+            # The one buffer handle ends where the 16 transport bytes
+            # start, after buffer_count 1.
+            if desc[-33] != 1:
+                continue
+            desc[-23], desc[-22], desc[-19] = device
         body = (get_action(seq["request"]) + feed(hello) +
                 bytes([7 << 5 | 7, 0x80 | (len(desc) - 1)]) + bytes(desc) +
                 feed(msg(MSG_DATA_END, 1)))
@@ -666,6 +674,12 @@ def device_conversations(docs):
             if sync == 0:
                 convs += (client_rdma_conversations(docs) +
                           client_shm_conversations(docs))
+                # Device memory exported over SHM (the simulated device's
+                # tag, PINNED), producer-synced or with an event.
+                for dsync in (0, 1):
+                    convs += [("devshm%d-%s" % (dsync, n), b) for n, b in
+                              client_shm_conversations(
+                                  docs, (0xF0, 1, dsync))]
             else:
                 convs = [c for c in convs
                          if c[0].startswith("get-") or "sync" in c[0]]
