@@ -453,6 +453,48 @@ static void test_leases_out_of_order(void **state) {
   assert_int_equal(tu_fd_count(), fds0);
 }
 
+/* Leases released out of order make room that later ones reuse (the
+ * array is compacted): none is lost or kept twice, so the segment goes
+ * exactly with the last release. */
+static void test_leases_reused(void **state) {
+  (void)state;
+  int fds0 = tu_fd_count();
+  shm_pair sp;
+  seg g;
+  result r;
+  sp_open_seg(&sp, 1, &g, 16, &r);
+  enum { N = 40, ROUNDS = 3 };
+  hr_tensor *held[N], *kept[ROUNDS];
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < N; i++) {
+      assert_int_equal(get(&sp, "a", &r), 0);
+      assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+      held[i] = r.t;
+      memset(&r, 0, sizeof r);
+    }
+    /* Every other one, then the rest but the last, which stays. */
+    for (int i = 0; i < N; i += 2)
+      hr_tensor_unref(held[i]);
+    frun(&sp);
+    for (int i = 1; i < N - 1; i += 2)
+      hr_tensor_unref(held[i]);
+    frun(&sp);
+    kept[round] = held[N - 1];
+  }
+  /* Only the kept ones' leases hold the segment now. */
+  store_clear(&sp.p.st);
+  frun(&sp);
+  for (int round = 0; round < ROUNDS; round++) {
+    assert_false(atomic_load(&g.released));
+    hr_tensor_unref(kept[round]);
+    frun(&sp);
+  }
+  assert_true(atomic_load(&g.released));
+  assert_int_equal(sp.unmaps, sp.maps);
+  sp_close(&sp);
+  assert_int_equal(tu_fd_count(), fds0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_release),
@@ -464,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_not_negotiated),
       cmocka_unit_test(test_lease_bound),
       cmocka_unit_test(test_leases_out_of_order),
+      cmocka_unit_test(test_leases_reused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
