@@ -34,7 +34,7 @@
 
 #include "hr_gpu_drv.h"
 
-/* The driver entry points, in the order of `sym_names`. */
+/* The driver entry points (fn_syms names the symbol of each). */
 typedef struct cu_fns {
   CUresult (*Init)(unsigned);
   CUresult (*DeviceGetCount)(int *);
@@ -75,44 +75,46 @@ typedef struct cu_fns {
                            void **);
 } cu_fns;
 
-static const char *const sym_names[] = {
-    "cuInit",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceTotalMem_v2",
-    "cuDeviceGetAttribute",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuGetErrorString",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostAlloc",
-    "cuMemFreeHost",
-    "cuMemAllocManaged",
-    "cuMemcpyAsync",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuStreamWaitEvent",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuLaunchHostFunc",
-    "cuIpcGetMemHandle",
-    "cuIpcOpenMemHandle_v2",
-    "cuIpcCloseMemHandle",
-    "cuIpcGetEventHandle",
-    "cuIpcOpenEventHandle",
-    "cuModuleLoadData",
-    "cuModuleUnload",
-    "cuModuleGetFunction",
-    "cuLaunchKernel",
+#define SYM(member, name) HR__GPU_SYM(cu_fns, member, name)
+static const hr__gpu_sym fn_syms[] = {
+    SYM(Init, "cuInit"),
+    SYM(DeviceGetCount, "cuDeviceGetCount"),
+    SYM(DeviceGet, "cuDeviceGet"),
+    SYM(DeviceGetName, "cuDeviceGetName"),
+    SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
+    SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    SYM(GetErrorString, "cuGetErrorString"),
+    SYM(MemAlloc, "cuMemAlloc_v2"),
+    SYM(MemFree, "cuMemFree_v2"),
+    SYM(MemHostAlloc, "cuMemHostAlloc"),
+    SYM(MemFreeHost, "cuMemFreeHost"),
+    SYM(MemAllocManaged, "cuMemAllocManaged"),
+    SYM(MemcpyAsync, "cuMemcpyAsync"),
+    SYM(StreamCreate, "cuStreamCreate"),
+    SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    SYM(StreamSynchronize, "cuStreamSynchronize"),
+    SYM(EventCreate, "cuEventCreate"),
+    SYM(EventDestroy, "cuEventDestroy_v2"),
+    SYM(EventRecord, "cuEventRecord"),
+    SYM(StreamWaitEvent, "cuStreamWaitEvent"),
+    SYM(EventQuery, "cuEventQuery"),
+    SYM(EventSynchronize, "cuEventSynchronize"),
+    SYM(LaunchHostFunc, "cuLaunchHostFunc"),
+    SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
+    SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+    SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+    SYM(IpcGetEventHandle, "cuIpcGetEventHandle"),
+    SYM(IpcOpenEventHandle, "cuIpcOpenEventHandle"),
+    SYM(ModuleLoadData, "cuModuleLoadData"),
+    SYM(ModuleUnload, "cuModuleUnload"),
+    SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    SYM(LaunchKernel, "cuLaunchKernel"),
 };
-#define NSYMS (sizeof sym_names / sizeof *sym_names)
+#undef SYM
+#define NSYMS (sizeof fn_syms / sizeof *fn_syms)
 _Static_assert(sizeof(cu_fns) == NSYMS * sizeof(hr__gpu_fn),
                "one slot per symbol");
 _Static_assert(sizeof(CUipcMemHandle) <= sizeof(hr_gpu_ipc_handle),
@@ -148,19 +150,21 @@ typedef struct cu_vmm_fns {
                                            void *, CUmemAllocationHandleType);
 } cu_vmm_fns;
 
-static const char *const vmm_names[] = {
-    "cuMemCreate",
-    "cuMemRelease",
-    "cuMemAddressReserve",
-    "cuMemAddressFree",
-    "cuMemMap",
-    "cuMemUnmap",
-    "cuMemSetAccess",
-    "cuMemGetAllocationGranularity",
-    "cuMemExportToShareableHandle",
-    "cuMemImportFromShareableHandle",
+#define SYM(member, name) HR__GPU_SYM(cu_vmm_fns, member, name)
+static const hr__gpu_sym vmm_syms[] = {
+    SYM(MemCreate, "cuMemCreate"),
+    SYM(MemRelease, "cuMemRelease"),
+    SYM(MemAddressReserve, "cuMemAddressReserve"),
+    SYM(MemAddressFree, "cuMemAddressFree"),
+    SYM(MemMap, "cuMemMap"),
+    SYM(MemUnmap, "cuMemUnmap"),
+    SYM(MemSetAccess, "cuMemSetAccess"),
+    SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+    SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle"),
+    SYM(MemImportFromShareableHandle, "cuMemImportFromShareableHandle"),
 };
-#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+#undef SYM
+#define NVMM (sizeof vmm_syms / sizeof *vmm_syms)
 _Static_assert(sizeof(cu_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
@@ -183,10 +187,7 @@ typedef struct cu_dev {
 } cu_dev;
 
 static int load(cu_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+  return hr__gpu_load(lib_names, fn_syms, NSYMS, f, lib, why);
 }
 
 static const char *errname(const cu_fns *f, CUresult r) {
@@ -469,8 +470,7 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
         d->dev);
     hr_gpu_probe_info ignored;
     d->drv.have_vmm = vmm && posix &&
-                      hr__gpu_dlsym_all(d->lib, vmm_names,
-                                        (hr__gpu_fn *)&d->vmm, NVMM,
+                      hr__gpu_dlsym_all(d->lib, vmm_syms, NVMM, &d->vmm,
                                         &ignored) == 0;
   }
   if (rv == 0) {

@@ -60,37 +60,39 @@ typedef struct hip_fns {
   hipError_t (*IpcOpenEventHandle)(hipEvent_t *, hipIpcEventHandle_t);
 } hip_fns;
 
-static const char *const sym_names[] = {
-    "hipInit",
-    "hipGetDeviceCount",
-    "hipSetDevice",
-    "hipDeviceGet",
-    "hipDeviceGetName",
-    "hipDeviceTotalMem",
-    "hipDeviceGetAttribute",
-    "hipGetErrorString",
-    "hipMalloc",
-    "hipFree",
-    "hipHostMalloc",
-    "hipHostFree",
-    "hipMallocManaged",
-    "hipMemcpyAsync",
-    "hipStreamCreateWithFlags",
-    "hipStreamDestroy",
-    "hipStreamSynchronize",
-    "hipEventCreateWithFlags",
-    "hipEventDestroy",
-    "hipEventRecord",
-    "hipStreamWaitEvent",
-    "hipEventQuery",
-    "hipEventSynchronize",
-    "hipIpcGetMemHandle",
-    "hipIpcOpenMemHandle",
-    "hipIpcCloseMemHandle",
-    "hipIpcGetEventHandle",
-    "hipIpcOpenEventHandle",
+#define SYM(member, name) HR__GPU_SYM(hip_fns, member, name)
+static const hr__gpu_sym fn_syms[] = {
+    SYM(Init, "hipInit"),
+    SYM(GetDeviceCount, "hipGetDeviceCount"),
+    SYM(SetDevice, "hipSetDevice"),
+    SYM(DeviceGet, "hipDeviceGet"),
+    SYM(DeviceGetName, "hipDeviceGetName"),
+    SYM(DeviceTotalMem, "hipDeviceTotalMem"),
+    SYM(DeviceGetAttribute, "hipDeviceGetAttribute"),
+    SYM(GetErrorString, "hipGetErrorString"),
+    SYM(Malloc, "hipMalloc"),
+    SYM(Free, "hipFree"),
+    SYM(HostMalloc, "hipHostMalloc"),
+    SYM(HostFree, "hipHostFree"),
+    SYM(MallocManaged, "hipMallocManaged"),
+    SYM(MemcpyAsync, "hipMemcpyAsync"),
+    SYM(StreamCreateWithFlags, "hipStreamCreateWithFlags"),
+    SYM(StreamDestroy, "hipStreamDestroy"),
+    SYM(StreamSynchronize, "hipStreamSynchronize"),
+    SYM(EventCreateWithFlags, "hipEventCreateWithFlags"),
+    SYM(EventDestroy, "hipEventDestroy"),
+    SYM(EventRecord, "hipEventRecord"),
+    SYM(StreamWaitEvent, "hipStreamWaitEvent"),
+    SYM(EventQuery, "hipEventQuery"),
+    SYM(EventSynchronize, "hipEventSynchronize"),
+    SYM(IpcGetMemHandle, "hipIpcGetMemHandle"),
+    SYM(IpcOpenMemHandle, "hipIpcOpenMemHandle"),
+    SYM(IpcCloseMemHandle, "hipIpcCloseMemHandle"),
+    SYM(IpcGetEventHandle, "hipIpcGetEventHandle"),
+    SYM(IpcOpenEventHandle, "hipIpcOpenEventHandle"),
 };
-#define NSYMS (sizeof sym_names / sizeof *sym_names)
+#undef SYM
+#define NSYMS (sizeof fn_syms / sizeof *fn_syms)
 _Static_assert(sizeof(hip_fns) == NSYMS * sizeof(hr__gpu_fn),
                "one slot per symbol");
 _Static_assert(sizeof(hipIpcMemHandle_t) <= sizeof(hr_gpu_ipc_handle),
@@ -132,19 +134,21 @@ typedef struct hip_vmm_fns {
                                              hipMemAllocationHandleType);
 } hip_vmm_fns;
 
-static const char *const vmm_names[] = {
-    "hipMemCreate",
-    "hipMemRelease",
-    "hipMemAddressReserve",
-    "hipMemAddressFree",
-    "hipMemMap",
-    "hipMemUnmap",
-    "hipMemSetAccess",
-    "hipMemGetAllocationGranularity",
-    "hipMemExportToShareableHandle",
-    "hipMemImportFromShareableHandle",
+#define SYM(member, name) HR__GPU_SYM(hip_vmm_fns, member, name)
+static const hr__gpu_sym vmm_syms[] = {
+    SYM(MemCreate, "hipMemCreate"),
+    SYM(MemRelease, "hipMemRelease"),
+    SYM(MemAddressReserve, "hipMemAddressReserve"),
+    SYM(MemAddressFree, "hipMemAddressFree"),
+    SYM(MemMap, "hipMemMap"),
+    SYM(MemUnmap, "hipMemUnmap"),
+    SYM(MemSetAccess, "hipMemSetAccess"),
+    SYM(MemGetAllocationGranularity, "hipMemGetAllocationGranularity"),
+    SYM(MemExportToShareableHandle, "hipMemExportToShareableHandle"),
+    SYM(MemImportFromShareableHandle, "hipMemImportFromShareableHandle"),
 };
-#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+#undef SYM
+#define NVMM (sizeof vmm_syms / sizeof *vmm_syms)
 _Static_assert(sizeof(hip_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
@@ -159,10 +163,7 @@ typedef struct hip_dev {
 } hip_dev;
 
 static int load(hip_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+  return hr__gpu_load(lib_names, fn_syms, NSYMS, f, lib, why);
 }
 
 /* Resolves one of the two host-function entry points. */
@@ -441,8 +442,7 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     hr_gpu_probe_info ignored;
     size_t gran = 0;
     d->drv.have_vmm =
-        hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm, NVMM,
-                          &ignored) == 0 &&
+        hr__gpu_dlsym_all(d->lib, vmm_syms, NVMM, &d->vmm, &ignored) == 0 &&
         vmm_granularity(d, &gran) == 0 && gran > 0;
   }
   if (rv != 0) {

@@ -201,12 +201,9 @@ static const char *const lib_names[] = {"libvulkan.so.1", "libvulkan.so",
 /* ---- loading and device choice ---------------------------------------- */
 
 static int load(vk_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  static const char *const n[] = {"vkGetInstanceProcAddr"};
-  int rv = hr__gpu_dlsym_all(*lib, n, (hr__gpu_fn *)&f->vkGetInstanceProcAddr,
-                             1, why);
+  static const hr__gpu_sym get[] = {
+      HR__GPU_SYM(vk_fns, vkGetInstanceProcAddr, "vkGetInstanceProcAddr")};
+  int rv = hr__gpu_load(lib_names, get, 1, f, lib, why);
   if (rv != 0)
     return rv;
 #define GET(name)                                                              \
