@@ -335,85 +335,14 @@ static const hr__gpu_vmm_ops vmm_ops = {
 };
 
 /* The adaptors of hr__gpu_drv_ops (see hr_gpu_drv.h). */
-static int drv_make_current(void *dev) { return cur(dev); }
-
-static int drv_stream_create(void *dev, void **s) {
-  CUstream cs = NULL;
-  int rv =
-      map_err(((cu_dev *)dev)->f.StreamCreate(&cs, CU_STREAM_NON_BLOCKING));
-  *s = cs;
-  return rv;
-}
-
-static void drv_stream_destroy(void *dev, void *s) {
-  ((cu_dev *)dev)->f.StreamDestroy(s);
-}
-
-static int drv_stream_sync(void *dev, void *s) {
-  return map_err(((cu_dev *)dev)->f.StreamSynchronize(s));
-}
-
-static int drv_event_create(void *dev, int ipc, void **e) {
-  CUevent ce = NULL;
-  unsigned f = CU_EVENT_DISABLE_TIMING;
-  if (ipc)
-    f |= CU_EVENT_INTERPROCESS;
-  int rv = map_err(((cu_dev *)dev)->f.EventCreate(&ce, f));
-  *e = ce;
-  return rv;
-}
-
-static void drv_event_destroy(void *dev, void *e) {
-  ((cu_dev *)dev)->f.EventDestroy(e);
-}
-
-static int drv_event_record(void *dev, void *e, void *s) {
-  return map_err(((cu_dev *)dev)->f.EventRecord(e, s));
-}
-
-static int drv_stream_wait_event(void *dev, void *s, void *e) {
-  return map_err(((cu_dev *)dev)->f.StreamWaitEvent(s, e, 0));
-}
-
-static int drv_event_query(void *dev, void *e) {
-  return map_err(((cu_dev *)dev)->f.EventQuery(e));
-}
-
-static int drv_event_sync(void *dev, void *e) {
-  return map_err(((cu_dev *)dev)->f.EventSynchronize(e));
-}
-
-static int drv_ipc_event_get(void *dev, void *e, hr_gpu_ipc_handle *h) {
-  CUipcEventHandle ih;
-  int rv = map_err(((cu_dev *)dev)->f.IpcGetEventHandle(&ih, e));
-  if (rv == 0)
-    memcpy(h->bytes, &ih, sizeof ih);
-  return rv;
-}
-
-static int drv_ipc_event_open(void *dev, const hr_gpu_ipc_handle *h, void **e) {
-  CUipcEventHandle ih;
-  CUevent ce = NULL;
-  memcpy(&ih, h->bytes, sizeof ih);
-  int rv = map_err(((cu_dev *)dev)->f.IpcOpenEventHandle(&ce, ih));
-  *e = ce;
-  return rv;
-}
-
-static const hr__gpu_drv_ops drv_ops = {
-    .make_current = drv_make_current,
-    .stream_create = drv_stream_create,
-    .stream_destroy = drv_stream_destroy,
-    .stream_sync = drv_stream_sync,
-    .event_create = drv_event_create,
-    .event_destroy = drv_event_destroy,
-    .event_record = drv_event_record,
-    .stream_wait_event = drv_stream_wait_event,
-    .event_query = drv_event_query,
-    .event_sync = drv_event_sync,
-    .ipc_event_get = drv_ipc_event_get,
-    .ipc_event_open = drv_ipc_event_open,
-};
+#define DRV_DEV cu_dev
+#define DRV_STREAM CUstream
+#define DRV_EVENT CUevent
+#define DRV_IPC_EVENT CUipcEventHandle
+#define DRV_STREAM_NONBLOCKING CU_STREAM_NON_BLOCKING
+#define DRV_EVENT_NO_TIMING CU_EVENT_DISABLE_TIMING
+#define DRV_EVENT_IPC CU_EVENT_INTERPROCESS
+#include "hr_gpu_drv_adapt.h"
 
 static void cu_close(void *dev) {
   cu_dev *d = dev;
