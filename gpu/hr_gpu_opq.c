@@ -119,7 +119,9 @@ void hr__gpu_opq_push(hr__gpu_opq *q, void *sp, hr__gpu_qop *op) {
   pthread_mutex_unlock(&q->mu);
 }
 
-int hr__gpu_opq_event_new(hr__gpu_opq *q, void **out) {
+int hr__gpu_opq_event_new(void *dev, unsigned flags, void **out) {
+  hr__gpu_opq *q = dev;
+  (void)flags;
   hr__gpu_qevent *e = hr__mem_calloc(&q->mem, 1, sizeof *e);
   if (!e)
     return HR_ERR_NOMEM;
@@ -127,7 +129,8 @@ int hr__gpu_opq_event_new(hr__gpu_opq *q, void **out) {
   return 0;
 }
 
-void hr__gpu_opq_event_del(hr__gpu_opq *q, void *ep) {
+void hr__gpu_opq_event_del(void *dev, void *ep) {
+  hr__gpu_opq *q = dev;
   hr__gpu_qevent *e = ep;
   pthread_mutex_lock(&q->mu);
   if (!e->target)
@@ -136,7 +139,8 @@ void hr__gpu_opq_event_del(hr__gpu_opq *q, void *ep) {
   hr__mem_free(&q->mem, e);
 }
 
-int hr__gpu_opq_event_record(hr__gpu_opq *q, void *ep, void *sp) {
+int hr__gpu_opq_event_record(void *dev, void *ep, void *sp) {
+  hr__gpu_opq *q = dev;
   hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
   hr__gpu_qop *op = hr__gpu_opq_op_new(q, HR__GPU_OP_RECORD);
   hr__gpu_qpoint *p = hr__mem_calloc(&q->mem, 1, q->cbs->point_size);
@@ -155,7 +159,8 @@ int hr__gpu_opq_event_record(hr__gpu_opq *q, void *ep, void *sp) {
   return 0;
 }
 
-int hr__gpu_opq_stream_wait_event(hr__gpu_opq *q, void *sp, void *ep) {
+int hr__gpu_opq_stream_wait_event(void *dev, void *sp, void *ep) {
+  hr__gpu_opq *q = dev;
   hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
   hr__gpu_qop *op = hr__gpu_opq_op_new(q, HR__GPU_OP_WAIT);
   if (!op)
@@ -185,8 +190,8 @@ hr__gpu_qpoint *hr__gpu_opq_event_reach(hr__gpu_opq *q, void *ep) {
   return p;
 }
 
-int hr__gpu_opq_host_fn(hr__gpu_opq *q, void *sp, hr_gpu_host_fn fn,
-                        void *arg) {
+int hr__gpu_opq_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
+  hr__gpu_opq *q = dev;
   hr__gpu_qop *op = hr__gpu_opq_op_new(q, HR__GPU_OP_HOST_FN);
   if (!op)
     return HR_ERR_NOMEM;
@@ -196,14 +201,15 @@ int hr__gpu_opq_host_fn(hr__gpu_opq *q, void *sp, hr_gpu_host_fn fn,
   return 0;
 }
 
-void *hr__gpu_opq_native(int what, void *obj) {
+void *hr__gpu_opq_native(void *dev, int what, void *obj) {
+  (void)dev;
   if (what == HR_GPU_OBJ_STREAM)
     return hr__gpu_opq_stream_real(obj);
   return hr__gpu_opq_event_real(obj);
 }
 
-int hr__gpu_opq_wrap_native(hr__gpu_opq *q, int what, void *native,
-                            void **out) {
+int hr__gpu_opq_wrap_native(void *dev, int what, void *native, void **out) {
+  hr__gpu_opq *q = dev;
   if (what == HR_GPU_OBJ_STREAM) {
     hr__gpu_qstream *s = hr__mem_calloc(&q->mem, 1, q->cbs->stream_size);
     if (!s)

@@ -111,14 +111,16 @@ void hr__gpu_opq_point_wait_locked(hr__gpu_opq *q, hr__gpu_qpoint *p);
 /* Drops a reference to `p` (NULL: none); q->mu held. */
 void hr__gpu_opq_point_unref_locked(hr__gpu_opq *q, hr__gpu_qpoint *p);
 
-/* The ops of hr_gpu_ops that every such backend does alike. */
-int hr__gpu_opq_event_new(hr__gpu_opq *q, void **out);
-void hr__gpu_opq_event_del(hr__gpu_opq *q, void *ep);
-int hr__gpu_opq_event_record(hr__gpu_opq *q, void *ep, void *sp);
-int hr__gpu_opq_stream_wait_event(hr__gpu_opq *q, void *sp, void *ep);
-int hr__gpu_opq_host_fn(hr__gpu_opq *q, void *sp, hr_gpu_host_fn fn, void *arg);
-void *hr__gpu_opq_native(int what, void *obj);
-int hr__gpu_opq_wrap_native(hr__gpu_opq *q, int what, void *native, void **out);
+/* The entries of hr_gpu_ops that every such backend does alike, for its
+ * ops table as they are: `dev` is the backend's device, which begins with
+ * its hr__gpu_opq. */
+int hr__gpu_opq_event_new(void *dev, unsigned flags, void **out);
+void hr__gpu_opq_event_del(void *dev, void *ep);
+int hr__gpu_opq_event_record(void *dev, void *ep, void *sp);
+int hr__gpu_opq_stream_wait_event(void *dev, void *sp, void *ep);
+int hr__gpu_opq_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg);
+void *hr__gpu_opq_native(void *dev, int what, void *obj);
+int hr__gpu_opq_wrap_native(void *dev, int what, void *native, void **out);
 /* The latest recording of `ep` once reached, with a reference the caller
  * drops (hr__gpu_opq_point_unref_locked); NULL when never recorded. */
 hr__gpu_qpoint *hr__gpu_opq_event_reach(hr__gpu_opq *q, void *ep);

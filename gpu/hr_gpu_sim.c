@@ -285,27 +285,6 @@ static void sim_stream_del(void *dev, void *sp) {
   hr__mem_free(&d->q.mem, s);
 }
 
-static int sim_event_new(void *dev, unsigned flags, void **out) {
-  sim_dev *d = dev;
-  (void)flags;
-  return hr__gpu_opq_event_new(&d->q, out);
-}
-
-static void sim_event_del(void *dev, void *ep) {
-  sim_dev *d = dev;
-  hr__gpu_opq_event_del(&d->q, ep);
-}
-
-static int sim_event_record(void *dev, void *ep, void *sp) {
-  sim_dev *d = dev;
-  return hr__gpu_opq_event_record(&d->q, ep, sp);
-}
-
-static int sim_stream_wait_event(void *dev, void *sp, void *ep) {
-  sim_dev *d = dev;
-  return hr__gpu_opq_stream_wait_event(&d->q, sp, ep);
-}
-
 static int sim_event_query(void *dev, void *ep) {
   sim_dev *d = dev;
   hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
@@ -347,21 +326,6 @@ static int sim_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   return 0;
 }
 
-static int sim_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
-  sim_dev *d = dev;
-  return hr__gpu_opq_host_fn(&d->q, sp, fn, arg);
-}
-
-static void *sim_native(void *dev, int what, void *obj) {
-  (void)dev;
-  return hr__gpu_opq_native(what, obj);
-}
-
-static int sim_wrap_native(void *dev, int what, void *native, void **out) {
-  sim_dev *d = dev;
-  return hr__gpu_opq_wrap_native(&d->q, what, native, out);
-}
-
 const hr_gpu_ops hr__gpu_sim_ops = {
     .size = sizeof(hr_gpu_ops),
     .name = "sim",
@@ -379,16 +343,16 @@ const hr_gpu_ops hr__gpu_sim_ops = {
     .stream_new = sim_stream_new,
     .stream_del = sim_stream_del,
     .stream_sync = sim_stream_sync,
-    .event_new = sim_event_new,
-    .event_del = sim_event_del,
-    .event_record = sim_event_record,
-    .stream_wait_event = sim_stream_wait_event,
+    .event_new = hr__gpu_opq_event_new,
+    .event_del = hr__gpu_opq_event_del,
+    .event_record = hr__gpu_opq_event_record,
+    .stream_wait_event = hr__gpu_opq_stream_wait_event,
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .copy = sim_copy,
-    .host_fn = sim_host_fn,
-    .native = sim_native,
-    .wrap_native = sim_wrap_native,
+    .host_fn = hr__gpu_opq_host_fn,
+    .native = hr__gpu_opq_native,
+    .wrap_native = hr__gpu_opq_wrap_native,
     .mem_alloc_shareable = sim_mem_alloc_shareable,
     .ipc_mem_export_fd = sim_ipc_mem_export_fd,
     .ipc_mem_import_fd = sim_ipc_mem_import_fd,

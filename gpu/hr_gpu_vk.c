@@ -1033,27 +1033,6 @@ static void vk_stream_del(void *dev, void *sp) {
   hr__mem_free(&d->q.mem, s);
 }
 
-static int vk_event_new(void *dev, unsigned flags, void **out) {
-  vk_dev *d = dev;
-  (void)flags;
-  return hr__gpu_opq_event_new(&d->q, out);
-}
-
-static void vk_event_del(void *dev, void *ep) {
-  vk_dev *d = dev;
-  hr__gpu_opq_event_del(&d->q, ep);
-}
-
-static int vk_event_record(void *dev, void *ep, void *sp) {
-  vk_dev *d = dev;
-  return hr__gpu_opq_event_record(&d->q, ep, sp);
-}
-
-static int vk_stream_wait_event(void *dev, void *sp, void *ep) {
-  vk_dev *d = dev;
-  return hr__gpu_opq_stream_wait_event(&d->q, sp, ep);
-}
-
 static int vk_event_query(void *dev, void *ep) {
   vk_dev *d = dev;
   hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
@@ -1134,21 +1113,6 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   return 0;
 }
 
-static int vk_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
-  vk_dev *d = dev;
-  return hr__gpu_opq_host_fn(&d->q, sp, fn, arg);
-}
-
-static void *vk_native(void *dev, int what, void *obj) {
-  (void)dev;
-  return hr__gpu_opq_native(what, obj);
-}
-
-static int vk_wrap_native(void *dev, int what, void *native, void **out) {
-  vk_dev *d = dev;
-  return hr__gpu_opq_wrap_native(&d->q, what, native, out);
-}
-
 const hr_gpu_ops hr__gpu_vk_ops = {
     .size = sizeof(hr_gpu_ops),
     .name = "vulkan",
@@ -1163,16 +1127,16 @@ const hr_gpu_ops hr__gpu_vk_ops = {
     .stream_new = vk_stream_new,
     .stream_del = vk_stream_del,
     .stream_sync = vk_stream_sync,
-    .event_new = vk_event_new,
-    .event_del = vk_event_del,
-    .event_record = vk_event_record,
-    .stream_wait_event = vk_stream_wait_event,
+    .event_new = hr__gpu_opq_event_new,
+    .event_del = hr__gpu_opq_event_del,
+    .event_record = hr__gpu_opq_event_record,
+    .stream_wait_event = hr__gpu_opq_stream_wait_event,
     .event_query = vk_event_query,
     .event_sync = vk_event_sync,
     .copy = vk_copy,
-    .host_fn = vk_host_fn,
-    .native = vk_native,
-    .wrap_native = vk_wrap_native,
+    .host_fn = hr__gpu_opq_host_fn,
+    .native = hr__gpu_opq_native,
+    .wrap_native = hr__gpu_opq_wrap_native,
     .mem_alloc_shareable = vk_mem_alloc_shareable,
     .ipc_mem_export_fd = vk_ipc_mem_export_fd,
     .ipc_mem_import_fd = vk_ipc_mem_import_fd,
