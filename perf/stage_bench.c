@@ -86,8 +86,8 @@ static double median(double *v, int k) {
 enum { GET_STAGED, GET_FRAMES, GET_HOST, PUT_STAGED, PUT_FRAMES, PUT_HOST, NM };
 
 static const char *const mode_name[NM] = {
-    "GET device, staged RDMA", "GET device, staged frames",
-    "GET host,   RDMA       ", "PUT device, staged RDMA",
+    "GET device, staged RDMA",   "GET device, staged frames",
+    "GET host,   RDMA       ",   "PUT device, staged RDMA",
     "PUT device, staged frames", "PUT host,   RDMA       "};
 
 #define MAX_ITERS 64
@@ -103,8 +103,8 @@ typedef struct bench {
 
 /* The plane and the fallback a mode's transfer must report. */
 static void check_record(int m, const hr_transfer_record *rec) {
-  int rdma = m == GET_STAGED || m == GET_HOST || m == PUT_STAGED ||
-             m == PUT_HOST;
+  int rdma =
+      m == GET_STAGED || m == GET_HOST || m == PUT_STAGED || m == PUT_HOST;
   int staged_frames = m == GET_FRAMES || m == PUT_FRAMES;
   if (rdma && rec->data_plane != HR_PLANE_RDMA) {
     fprintf(stderr, "stage_bench: %s went on plane %u (%s)\n", mode_name[m],
@@ -157,8 +157,8 @@ static double one(bench *b, int m, int verify) {
   } else {
     hr_client *c = m == PUT_FRAMES ? b->cb : b->ca;
     hr_tensor *t = m == PUT_HOST ? b->ht : b->dt;
-    int rv = hr_client_put(c, (const uint8_t *)"put", 3, HR_PUT_REPLACE, t,
-                           &rec);
+    int rv =
+        hr_client_put(c, (const uint8_t *)"put", 3, HR_PUT_REPLACE, t, &rec);
     if (rv) {
       fprintf(stderr, "stage_bench: %s: %s\n", mode_name[m],
               hr_client_last_error(c)->message);
@@ -170,8 +170,7 @@ static double one(bench *b, int m, int verify) {
       hr_tensor *got = NULL;
       CHECK("store get", hr_store_get(b->sa, "put", 3, &got));
       if (memcmp(hr_tensor_buffer(got, 0), b->want, b->n)) {
-        fprintf(stderr, "stage_bench: %s: stored bytes differ\n",
-                mode_name[m]);
+        fprintf(stderr, "stage_bench: %s: stored bytes differ\n", mode_name[m]);
         exit(2);
       }
       hr_tensor_unref(got);
@@ -285,8 +284,8 @@ static int run_provider(const char *prov, uint64_t n, int iters,
   for (int j = 0; j < nm; j++) {
     int m = modes[j];
     med[m] = median(t[m], iters);
-    printf("  %-26s %7.3f s  %6.2f GB/s  %6.3f CPU s\n", mode_name[m],
-           med[m], (double)n / med[m] / 1e9, median(cpu[m], iters));
+    printf("  %-26s %7.3f s  %6.2f GB/s  %6.3f CPU s\n", mode_name[m], med[m],
+           (double)n / med[m] / 1e9, median(cpu[m], iters));
   }
   if (want[GET_STAGED] && want[GET_FRAMES] && want[GET_HOST])
     printf("  GET staged RDMA: %.2fx the time of staged frames, %.2fx that "

@@ -206,8 +206,7 @@ uint64_t hr__stage_account_used(const hr_stage_account *a) {
   return a ? atomic_load(&((hr_stage_account *)a)->used) : 0;
 }
 
-void hr__stage_account_stats(const hr_stage_account *a,
-                             hr__stage_stats *st) {
+void hr__stage_account_stats(const hr_stage_account *a, hr__stage_stats *st) {
   hr_stage_account *m = (hr_stage_account *)a;
   memset(st, 0, sizeof *st);
   if (!a)

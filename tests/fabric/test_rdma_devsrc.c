@@ -278,8 +278,8 @@ static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
                            uint64_t budget) {
   hr_settings def;
   hr_settings_default(&def);
-  return world_open_x(caps, dest, hmem, with_event, budget,
-                      def.rdma_stage_keep, NULL);
+  return world_open_x(caps, dest, hmem, with_event, budget, def.rdma_stage_keep,
+                      NULL);
 }
 
 static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
@@ -1228,15 +1228,13 @@ static void serve_second(world *w, uint64_t n, unsigned seed) {
   assert_null(w->t2);
   w->hb2 = tu_host_buf(w->d.g, n);
   gt_fill(hr_gpu_buf_host_ptr(w->hb2), n, seed);
-  assert_int_equal(hr_gpu_buf_alloc(w->d.g, HR_GPU_MEM_DEVICE, n, &w->db2),
-                   0);
+  assert_int_equal(hr_gpu_buf_alloc(w->d.g, HR_GPU_MEM_DEVICE, n, &w->db2), 0);
   assert_int_equal(hr_gpu_copy_async(w->d.P, w->db2, 0, w->hb2, 0, n), 0);
   assert_int_equal(hr_gpu_stream_sync(w->d.P), 0);
   hr_descriptor desc = tu_bytes_desc(n, 0, w->d.caps.device_tag);
   desc.buffers[0].device_index = w->d.caps.device_index;
   assert_int_equal(
-      hr_tensor_wrap_device(&w->t2, &desc, &w->db2, NULL, NULL, NULL, NULL),
-      0);
+      hr_tensor_wrap_device(&w->t2, &desc, &w->db2, NULL, NULL, NULL, NULL), 0);
   hr_tensor_unref(w->st.served);
   w->st.served = hr_tensor_ref(w->t2);
 }
@@ -1338,8 +1336,8 @@ static void test_staged_idle_gives_budget(void **state) {
   hr_settings_default(&def);
   hr_stage_account *a = hr__stage_account_new(NULL);
   assert_non_null(a);
-  world *w = world_open_x(STAGED, 0, 0, 1, SIZE + SIZE / 4,
-                          def.rdma_stage_keep, a);
+  world *w =
+      world_open_x(STAGED, 0, 0, 1, SIZE + SIZE / 4, def.rdma_stage_keep, a);
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
@@ -1395,7 +1393,6 @@ static void test_staged_reuse_copy_fails(void **state) {
   assert_int_equal(st.reused, 2);
   world_close(w);
 }
-
 
 int main(int argc, char **argv) {
   int rv = gt_main_prologue(argc, argv);
