@@ -169,7 +169,8 @@ typedef struct hr_settings {
    * (device memory without GPUDirect, dense transcoded output) goes over
    * RDMA from a host copy of the whole tensor (pinned memory of its
    * device for a device tensor), made off the loop thread before its
-   * descriptor goes and freed when the fabric is done with it.  Such
+   * descriptor goes and freed (or kept for reuse: rdma_stage_keep) when
+   * the fabric is done with it.  Such
    * copies in flight take at most `rdma_stage_budget` bytes in all (4 GiB
    * by hr_settings_default(); 0: no copies, those tensors go as frames);
    * a tensor that does not fit goes as frames, and its record's
