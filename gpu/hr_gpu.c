@@ -97,16 +97,25 @@ void *hr__gpu_dlopen(const char *const *names, hr_gpu_probe_info *why) {
   return NULL;
 }
 
-int hr__gpu_dlsym_all(void *lib, const char *const *names, hr__gpu_fn *slots,
-                      size_t n, hr_gpu_probe_info *why) {
+int hr__gpu_dlsym_all(void *lib, const hr__gpu_sym *syms, size_t n,
+                      void *table, hr_gpu_probe_info *why) {
   for (size_t i = 0; i < n; i++) {
-    void *p = dlsym(lib, names[i]);
+    void *p = dlsym(lib, syms[i].name);
     if (!p)
-      return hr__gpu_unavailable(why, "driver lacks %s", names[i]);
-    /* POSIX guarantees that object and function pointers convert. */
-    memcpy(&slots[i], &p, sizeof p);
+      return hr__gpu_unavailable(why, "driver lacks %s", syms[i].name);
+    /* The member's bytes take the pointer's: POSIX guarantees that the
+     * result of dlsym() converts to a function pointer so. */
+    memcpy((unsigned char *)table + syms[i].off, &p, sizeof p);
   }
   return 0;
+}
+
+int hr__gpu_load(const char *const *libs, const hr__gpu_sym *syms, size_t n,
+                 void *table, void **lib, hr_gpu_probe_info *why) {
+  *lib = hr__gpu_dlopen(libs, why);
+  if (!*lib)
+    return HR_ERR_UNSUPPORTED;
+  return hr__gpu_dlsym_all(*lib, syms, n, table, why);
 }
 
 uint64_t hr__gpu_now_ns(void) {

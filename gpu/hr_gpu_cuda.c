@@ -34,7 +34,7 @@
 
 #include "hr_gpu_drv.h"
 
-/* The driver entry points, in the order of `sym_names`. */
+/* The driver entry points (fn_syms names the symbol of each). */
 typedef struct cu_fns {
   CUresult (*Init)(unsigned);
   CUresult (*DeviceGetCount)(int *);
@@ -75,44 +75,46 @@ typedef struct cu_fns {
                            void **);
 } cu_fns;
 
-static const char *const sym_names[] = {
-    "cuInit",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceTotalMem_v2",
-    "cuDeviceGetAttribute",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuGetErrorString",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostAlloc",
-    "cuMemFreeHost",
-    "cuMemAllocManaged",
-    "cuMemcpyAsync",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuStreamWaitEvent",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuLaunchHostFunc",
-    "cuIpcGetMemHandle",
-    "cuIpcOpenMemHandle_v2",
-    "cuIpcCloseMemHandle",
-    "cuIpcGetEventHandle",
-    "cuIpcOpenEventHandle",
-    "cuModuleLoadData",
-    "cuModuleUnload",
-    "cuModuleGetFunction",
-    "cuLaunchKernel",
+#define SYM(member, name) HR__GPU_SYM(cu_fns, member, name)
+static const hr__gpu_sym fn_syms[] = {
+    SYM(Init, "cuInit"),
+    SYM(DeviceGetCount, "cuDeviceGetCount"),
+    SYM(DeviceGet, "cuDeviceGet"),
+    SYM(DeviceGetName, "cuDeviceGetName"),
+    SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
+    SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    SYM(GetErrorString, "cuGetErrorString"),
+    SYM(MemAlloc, "cuMemAlloc_v2"),
+    SYM(MemFree, "cuMemFree_v2"),
+    SYM(MemHostAlloc, "cuMemHostAlloc"),
+    SYM(MemFreeHost, "cuMemFreeHost"),
+    SYM(MemAllocManaged, "cuMemAllocManaged"),
+    SYM(MemcpyAsync, "cuMemcpyAsync"),
+    SYM(StreamCreate, "cuStreamCreate"),
+    SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    SYM(StreamSynchronize, "cuStreamSynchronize"),
+    SYM(EventCreate, "cuEventCreate"),
+    SYM(EventDestroy, "cuEventDestroy_v2"),
+    SYM(EventRecord, "cuEventRecord"),
+    SYM(StreamWaitEvent, "cuStreamWaitEvent"),
+    SYM(EventQuery, "cuEventQuery"),
+    SYM(EventSynchronize, "cuEventSynchronize"),
+    SYM(LaunchHostFunc, "cuLaunchHostFunc"),
+    SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
+    SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+    SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+    SYM(IpcGetEventHandle, "cuIpcGetEventHandle"),
+    SYM(IpcOpenEventHandle, "cuIpcOpenEventHandle"),
+    SYM(ModuleLoadData, "cuModuleLoadData"),
+    SYM(ModuleUnload, "cuModuleUnload"),
+    SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    SYM(LaunchKernel, "cuLaunchKernel"),
 };
-#define NSYMS (sizeof sym_names / sizeof *sym_names)
+#undef SYM
+#define NSYMS (sizeof fn_syms / sizeof *fn_syms)
 _Static_assert(sizeof(cu_fns) == NSYMS * sizeof(hr__gpu_fn),
                "one slot per symbol");
 _Static_assert(sizeof(CUipcMemHandle) <= sizeof(hr_gpu_ipc_handle),
@@ -148,19 +150,21 @@ typedef struct cu_vmm_fns {
                                            void *, CUmemAllocationHandleType);
 } cu_vmm_fns;
 
-static const char *const vmm_names[] = {
-    "cuMemCreate",
-    "cuMemRelease",
-    "cuMemAddressReserve",
-    "cuMemAddressFree",
-    "cuMemMap",
-    "cuMemUnmap",
-    "cuMemSetAccess",
-    "cuMemGetAllocationGranularity",
-    "cuMemExportToShareableHandle",
-    "cuMemImportFromShareableHandle",
+#define SYM(member, name) HR__GPU_SYM(cu_vmm_fns, member, name)
+static const hr__gpu_sym vmm_syms[] = {
+    SYM(MemCreate, "cuMemCreate"),
+    SYM(MemRelease, "cuMemRelease"),
+    SYM(MemAddressReserve, "cuMemAddressReserve"),
+    SYM(MemAddressFree, "cuMemAddressFree"),
+    SYM(MemMap, "cuMemMap"),
+    SYM(MemUnmap, "cuMemUnmap"),
+    SYM(MemSetAccess, "cuMemSetAccess"),
+    SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+    SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle"),
+    SYM(MemImportFromShareableHandle, "cuMemImportFromShareableHandle"),
 };
-#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+#undef SYM
+#define NVMM (sizeof vmm_syms / sizeof *vmm_syms)
 _Static_assert(sizeof(cu_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
@@ -183,10 +187,7 @@ typedef struct cu_dev {
 } cu_dev;
 
 static int load(cu_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+  return hr__gpu_load(lib_names, fn_syms, NSYMS, f, lib, why);
 }
 
 static const char *errname(const cu_fns *f, CUresult r) {
@@ -334,85 +335,14 @@ static const hr__gpu_vmm_ops vmm_ops = {
 };
 
 /* The adaptors of hr__gpu_drv_ops (see hr_gpu_drv.h). */
-static int drv_make_current(void *dev) { return cur(dev); }
-
-static int drv_stream_create(void *dev, void **s) {
-  CUstream cs = NULL;
-  int rv =
-      map_err(((cu_dev *)dev)->f.StreamCreate(&cs, CU_STREAM_NON_BLOCKING));
-  *s = cs;
-  return rv;
-}
-
-static void drv_stream_destroy(void *dev, void *s) {
-  ((cu_dev *)dev)->f.StreamDestroy(s);
-}
-
-static int drv_stream_sync(void *dev, void *s) {
-  return map_err(((cu_dev *)dev)->f.StreamSynchronize(s));
-}
-
-static int drv_event_create(void *dev, int ipc, void **e) {
-  CUevent ce = NULL;
-  unsigned f = CU_EVENT_DISABLE_TIMING;
-  if (ipc)
-    f |= CU_EVENT_INTERPROCESS;
-  int rv = map_err(((cu_dev *)dev)->f.EventCreate(&ce, f));
-  *e = ce;
-  return rv;
-}
-
-static void drv_event_destroy(void *dev, void *e) {
-  ((cu_dev *)dev)->f.EventDestroy(e);
-}
-
-static int drv_event_record(void *dev, void *e, void *s) {
-  return map_err(((cu_dev *)dev)->f.EventRecord(e, s));
-}
-
-static int drv_stream_wait_event(void *dev, void *s, void *e) {
-  return map_err(((cu_dev *)dev)->f.StreamWaitEvent(s, e, 0));
-}
-
-static int drv_event_query(void *dev, void *e) {
-  return map_err(((cu_dev *)dev)->f.EventQuery(e));
-}
-
-static int drv_event_sync(void *dev, void *e) {
-  return map_err(((cu_dev *)dev)->f.EventSynchronize(e));
-}
-
-static int drv_ipc_event_get(void *dev, void *e, hr_gpu_ipc_handle *h) {
-  CUipcEventHandle ih;
-  int rv = map_err(((cu_dev *)dev)->f.IpcGetEventHandle(&ih, e));
-  if (rv == 0)
-    memcpy(h->bytes, &ih, sizeof ih);
-  return rv;
-}
-
-static int drv_ipc_event_open(void *dev, const hr_gpu_ipc_handle *h, void **e) {
-  CUipcEventHandle ih;
-  CUevent ce = NULL;
-  memcpy(&ih, h->bytes, sizeof ih);
-  int rv = map_err(((cu_dev *)dev)->f.IpcOpenEventHandle(&ce, ih));
-  *e = ce;
-  return rv;
-}
-
-static const hr__gpu_drv_ops drv_ops = {
-    .make_current = drv_make_current,
-    .stream_create = drv_stream_create,
-    .stream_destroy = drv_stream_destroy,
-    .stream_sync = drv_stream_sync,
-    .event_create = drv_event_create,
-    .event_destroy = drv_event_destroy,
-    .event_record = drv_event_record,
-    .stream_wait_event = drv_stream_wait_event,
-    .event_query = drv_event_query,
-    .event_sync = drv_event_sync,
-    .ipc_event_get = drv_ipc_event_get,
-    .ipc_event_open = drv_ipc_event_open,
-};
+#define DRV_DEV cu_dev
+#define DRV_STREAM CUstream
+#define DRV_EVENT CUevent
+#define DRV_IPC_EVENT CUipcEventHandle
+#define DRV_STREAM_NONBLOCKING CU_STREAM_NON_BLOCKING
+#define DRV_EVENT_NO_TIMING CU_EVENT_DISABLE_TIMING
+#define DRV_EVENT_IPC CU_EVENT_INTERPROCESS
+#include "hr_gpu_drv_adapt.h"
 
 static void cu_close(void *dev) {
   cu_dev *d = dev;
@@ -469,8 +399,7 @@ static int cu_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
         d->dev);
     hr_gpu_probe_info ignored;
     d->drv.have_vmm = vmm && posix &&
-                      hr__gpu_dlsym_all(d->lib, vmm_names,
-                                        (hr__gpu_fn *)&d->vmm, NVMM,
+                      hr__gpu_dlsym_all(d->lib, vmm_syms, NVMM, &d->vmm,
                                         &ignored) == 0;
   }
   if (rv == 0) {

@@ -44,10 +44,10 @@ typedef struct hip_fns {
   hipError_t (*MallocManaged)(void **, size_t, unsigned);
   hipError_t (*MemcpyAsync)(void *, const void *, size_t, hipMemcpyKind,
                             hipStream_t);
-  hipError_t (*StreamCreateWithFlags)(hipStream_t *, unsigned);
+  hipError_t (*StreamCreate)(hipStream_t *, unsigned);
   hipError_t (*StreamDestroy)(hipStream_t);
   hipError_t (*StreamSynchronize)(hipStream_t);
-  hipError_t (*EventCreateWithFlags)(hipEvent_t *, unsigned);
+  hipError_t (*EventCreate)(hipEvent_t *, unsigned);
   hipError_t (*EventDestroy)(hipEvent_t);
   hipError_t (*EventRecord)(hipEvent_t, hipStream_t);
   hipError_t (*StreamWaitEvent)(hipStream_t, hipEvent_t, unsigned);
@@ -60,37 +60,39 @@ typedef struct hip_fns {
   hipError_t (*IpcOpenEventHandle)(hipEvent_t *, hipIpcEventHandle_t);
 } hip_fns;
 
-static const char *const sym_names[] = {
-    "hipInit",
-    "hipGetDeviceCount",
-    "hipSetDevice",
-    "hipDeviceGet",
-    "hipDeviceGetName",
-    "hipDeviceTotalMem",
-    "hipDeviceGetAttribute",
-    "hipGetErrorString",
-    "hipMalloc",
-    "hipFree",
-    "hipHostMalloc",
-    "hipHostFree",
-    "hipMallocManaged",
-    "hipMemcpyAsync",
-    "hipStreamCreateWithFlags",
-    "hipStreamDestroy",
-    "hipStreamSynchronize",
-    "hipEventCreateWithFlags",
-    "hipEventDestroy",
-    "hipEventRecord",
-    "hipStreamWaitEvent",
-    "hipEventQuery",
-    "hipEventSynchronize",
-    "hipIpcGetMemHandle",
-    "hipIpcOpenMemHandle",
-    "hipIpcCloseMemHandle",
-    "hipIpcGetEventHandle",
-    "hipIpcOpenEventHandle",
+#define SYM(member, name) HR__GPU_SYM(hip_fns, member, name)
+static const hr__gpu_sym fn_syms[] = {
+    SYM(Init, "hipInit"),
+    SYM(GetDeviceCount, "hipGetDeviceCount"),
+    SYM(SetDevice, "hipSetDevice"),
+    SYM(DeviceGet, "hipDeviceGet"),
+    SYM(DeviceGetName, "hipDeviceGetName"),
+    SYM(DeviceTotalMem, "hipDeviceTotalMem"),
+    SYM(DeviceGetAttribute, "hipDeviceGetAttribute"),
+    SYM(GetErrorString, "hipGetErrorString"),
+    SYM(Malloc, "hipMalloc"),
+    SYM(Free, "hipFree"),
+    SYM(HostMalloc, "hipHostMalloc"),
+    SYM(HostFree, "hipHostFree"),
+    SYM(MallocManaged, "hipMallocManaged"),
+    SYM(MemcpyAsync, "hipMemcpyAsync"),
+    SYM(StreamCreate, "hipStreamCreateWithFlags"),
+    SYM(StreamDestroy, "hipStreamDestroy"),
+    SYM(StreamSynchronize, "hipStreamSynchronize"),
+    SYM(EventCreate, "hipEventCreateWithFlags"),
+    SYM(EventDestroy, "hipEventDestroy"),
+    SYM(EventRecord, "hipEventRecord"),
+    SYM(StreamWaitEvent, "hipStreamWaitEvent"),
+    SYM(EventQuery, "hipEventQuery"),
+    SYM(EventSynchronize, "hipEventSynchronize"),
+    SYM(IpcGetMemHandle, "hipIpcGetMemHandle"),
+    SYM(IpcOpenMemHandle, "hipIpcOpenMemHandle"),
+    SYM(IpcCloseMemHandle, "hipIpcCloseMemHandle"),
+    SYM(IpcGetEventHandle, "hipIpcGetEventHandle"),
+    SYM(IpcOpenEventHandle, "hipIpcOpenEventHandle"),
 };
-#define NSYMS (sizeof sym_names / sizeof *sym_names)
+#undef SYM
+#define NSYMS (sizeof fn_syms / sizeof *fn_syms)
 _Static_assert(sizeof(hip_fns) == NSYMS * sizeof(hr__gpu_fn),
                "one slot per symbol");
 _Static_assert(sizeof(hipIpcMemHandle_t) <= sizeof(hr_gpu_ipc_handle),
@@ -132,19 +134,21 @@ typedef struct hip_vmm_fns {
                                              hipMemAllocationHandleType);
 } hip_vmm_fns;
 
-static const char *const vmm_names[] = {
-    "hipMemCreate",
-    "hipMemRelease",
-    "hipMemAddressReserve",
-    "hipMemAddressFree",
-    "hipMemMap",
-    "hipMemUnmap",
-    "hipMemSetAccess",
-    "hipMemGetAllocationGranularity",
-    "hipMemExportToShareableHandle",
-    "hipMemImportFromShareableHandle",
+#define SYM(member, name) HR__GPU_SYM(hip_vmm_fns, member, name)
+static const hr__gpu_sym vmm_syms[] = {
+    SYM(MemCreate, "hipMemCreate"),
+    SYM(MemRelease, "hipMemRelease"),
+    SYM(MemAddressReserve, "hipMemAddressReserve"),
+    SYM(MemAddressFree, "hipMemAddressFree"),
+    SYM(MemMap, "hipMemMap"),
+    SYM(MemUnmap, "hipMemUnmap"),
+    SYM(MemSetAccess, "hipMemSetAccess"),
+    SYM(MemGetAllocationGranularity, "hipMemGetAllocationGranularity"),
+    SYM(MemExportToShareableHandle, "hipMemExportToShareableHandle"),
+    SYM(MemImportFromShareableHandle, "hipMemImportFromShareableHandle"),
 };
-#define NVMM (sizeof vmm_names / sizeof *vmm_names)
+#undef SYM
+#define NVMM (sizeof vmm_syms / sizeof *vmm_syms)
 _Static_assert(sizeof(hip_vmm_fns) == NVMM * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
@@ -159,10 +163,7 @@ typedef struct hip_dev {
 } hip_dev;
 
 static int load(hip_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+  return hr__gpu_load(lib_names, fn_syms, NSYMS, f, lib, why);
 }
 
 /* Resolves one of the two host-function entry points. */
@@ -331,85 +332,14 @@ static const hr__gpu_vmm_ops vmm_ops = {
 };
 
 /* The adaptors of hr__gpu_drv_ops (see hr_gpu_drv.h). */
-static int drv_make_current(void *dev) { return cur(dev); }
-
-static int drv_stream_create(void *dev, void **s) {
-  hipStream_t hs = NULL;
-  int rv = map_err(
-      ((hip_dev *)dev)->f.StreamCreateWithFlags(&hs, hipStreamNonBlocking));
-  *s = hs;
-  return rv;
-}
-
-static void drv_stream_destroy(void *dev, void *s) {
-  ((hip_dev *)dev)->f.StreamDestroy(s);
-}
-
-static int drv_stream_sync(void *dev, void *s) {
-  return map_err(((hip_dev *)dev)->f.StreamSynchronize(s));
-}
-
-static int drv_event_create(void *dev, int ipc, void **e) {
-  hipEvent_t he = NULL;
-  unsigned f = hipEventDisableTiming;
-  if (ipc)
-    f |= hipEventInterprocess;
-  int rv = map_err(((hip_dev *)dev)->f.EventCreateWithFlags(&he, f));
-  *e = he;
-  return rv;
-}
-
-static void drv_event_destroy(void *dev, void *e) {
-  ((hip_dev *)dev)->f.EventDestroy(e);
-}
-
-static int drv_event_record(void *dev, void *e, void *s) {
-  return map_err(((hip_dev *)dev)->f.EventRecord(e, s));
-}
-
-static int drv_stream_wait_event(void *dev, void *s, void *e) {
-  return map_err(((hip_dev *)dev)->f.StreamWaitEvent(s, e, 0));
-}
-
-static int drv_event_query(void *dev, void *e) {
-  return map_err(((hip_dev *)dev)->f.EventQuery(e));
-}
-
-static int drv_event_sync(void *dev, void *e) {
-  return map_err(((hip_dev *)dev)->f.EventSynchronize(e));
-}
-
-static int drv_ipc_event_get(void *dev, void *e, hr_gpu_ipc_handle *h) {
-  hipIpcEventHandle_t ih;
-  int rv = map_err(((hip_dev *)dev)->f.IpcGetEventHandle(&ih, e));
-  if (rv == 0)
-    memcpy(h->bytes, &ih, sizeof ih);
-  return rv;
-}
-
-static int drv_ipc_event_open(void *dev, const hr_gpu_ipc_handle *h, void **e) {
-  hipIpcEventHandle_t ih;
-  hipEvent_t he = NULL;
-  memcpy(&ih, h->bytes, sizeof ih);
-  int rv = map_err(((hip_dev *)dev)->f.IpcOpenEventHandle(&he, ih));
-  *e = he;
-  return rv;
-}
-
-static const hr__gpu_drv_ops drv_ops = {
-    .make_current = drv_make_current,
-    .stream_create = drv_stream_create,
-    .stream_destroy = drv_stream_destroy,
-    .stream_sync = drv_stream_sync,
-    .event_create = drv_event_create,
-    .event_destroy = drv_event_destroy,
-    .event_record = drv_event_record,
-    .stream_wait_event = drv_stream_wait_event,
-    .event_query = drv_event_query,
-    .event_sync = drv_event_sync,
-    .ipc_event_get = drv_ipc_event_get,
-    .ipc_event_open = drv_ipc_event_open,
-};
+#define DRV_DEV hip_dev
+#define DRV_STREAM hipStream_t
+#define DRV_EVENT hipEvent_t
+#define DRV_IPC_EVENT hipIpcEventHandle_t
+#define DRV_STREAM_NONBLOCKING hipStreamNonBlocking
+#define DRV_EVENT_NO_TIMING hipEventDisableTiming
+#define DRV_EVENT_IPC hipEventInterprocess
+#include "hr_gpu_drv_adapt.h"
 
 static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
                     hr_gpu_probe_info *why) {
@@ -441,8 +371,7 @@ static int hip_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     hr_gpu_probe_info ignored;
     size_t gran = 0;
     d->drv.have_vmm =
-        hr__gpu_dlsym_all(d->lib, vmm_names, (hr__gpu_fn *)&d->vmm, NVMM,
-                          &ignored) == 0 &&
+        hr__gpu_dlsym_all(d->lib, vmm_syms, NVMM, &d->vmm, &ignored) == 0 &&
         vmm_granularity(d, &gran) == 0 && gran > 0;
   }
   if (rv != 0) {

@@ -7,6 +7,7 @@
 #define HR_GPU_INT_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include <hurray/gpu.h>
 
@@ -44,14 +45,36 @@ int hr__gpu_unavailable(hr_gpu_probe_info *info, const char *fmt, ...)
  */
 void *hr__gpu_dlopen(const char *const *names, hr_gpu_probe_info *why);
 
-/*
- * Resolves `n` symbols into the function pointers at `slots` (an array of
- * generic function pointers, filled in order).  Returns 0, or
- * HR_ERR_UNSUPPORTED naming the first missing symbol in `why`.
- */
+/* A generic function pointer: the size of a table's every member. */
 typedef void (*hr__gpu_fn)(void);
-int hr__gpu_dlsym_all(void *lib, const char *const *names, hr__gpu_fn *slots,
-                      size_t n, hr_gpu_probe_info *why);
+_Static_assert(sizeof(hr__gpu_fn) == sizeof(void *),
+               "dlsym() results fit a function pointer");
+
+/* One entry point of a driver: its name, and the offset of the member of
+ * a table (a struct of the driver's function pointers) it goes to. */
+typedef struct hr__gpu_sym {
+  const char *name;
+  size_t off;
+} hr__gpu_sym;
+#define HR__GPU_SYM(type, member, name) {name, offsetof(type, member)}
+
+/*
+ * Resolves the `n` symbols of `syms` into the members of `table` they
+ * name (each a function pointer).  dlsym()'s void * is copied into the
+ * member byte for byte, the conversion POSIX guarantees for dlsym(): C11
+ * defines neither a cast from an object to a function pointer nor a
+ * write through a pointer to another function type.  Returns 0, or
+ * HR_ERR_UNSUPPORTED naming the first missing symbol in `why` (the
+ * members before it are set).
+ */
+int hr__gpu_dlsym_all(void *lib, const hr__gpu_sym *syms, size_t n,
+                      void *table, hr_gpu_probe_info *why);
+/* hr__gpu_dlopen(`libs`) into *lib, then hr__gpu_dlsym_all() from it.
+ * Returns 0; HR_ERR_UNSUPPORTED with *lib NULL (no library); or
+ * hr__gpu_dlsym_all()'s error with the library still open in *lib (the
+ * caller decides whether it may be closed). */
+int hr__gpu_load(const char *const *libs, const hr__gpu_sym *syms, size_t n,
+                 void *table, void **lib, hr_gpu_probe_info *why);
 
 /* Monotonic clock in nanoseconds (the device layer may read clocks). */
 uint64_t hr__gpu_now_ns(void);

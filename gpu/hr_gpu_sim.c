@@ -18,72 +18,36 @@
  * ThreadSanitizer does not report, while everything the contract orders is
  * ordered through the device mutex.
  *
- * One mutex and one condition variable per device guard every queue,
- * point and counter: the simulation favours obvious correctness over
- * throughput.
+ * The queue, its thread, points and events are the worker-thread
+ * backends' shared ones (hr_gpu_opq.c): one mutex and one condition
+ * variable per device guard every queue, point and counter, the
+ * simulation favouring obvious correctness over throughput.
  */
-#include <pthread.h>
 #include <string.h>
 
 #include <hurray/wire.h>
 
-#include "hr_gpu_int.h"
+#include "hr_gpu_opq.h"
 
-/* A completion point: one recording of an event.  Freed when the last of
- * the event, the record op and the wait ops that refer to it lets go. */
-typedef struct sim_point {
-  int done;
-  int refs;
-} sim_point;
-
-enum sim_op_kind { OP_COPY, OP_HOST_FN, OP_RECORD, OP_WAIT };
-
+/* A copy (HR__GPU_OP_COPY); the other kinds need only the base. */
 typedef struct sim_op {
-  struct sim_op *next;
-  int kind;
+  hr__gpu_qop base;
   char *dst;
   const char *src;
   uint64_t len;
-  hr_gpu_host_fn fn;
-  void *arg;
-  sim_point *point; /* RECORD: marked done; WAIT: waited for */
 } sim_op;
 
-typedef struct sim_dev sim_dev;
-
-typedef struct sim_stream {
-  sim_dev *d;
-  struct sim_stream *target; /* wrappers: the stream they stand for */
-  pthread_t thread;
-  sim_op *head, *tail;
-  uint64_t enqueued, completed; /* op counts */
-  int stop;
-} sim_stream;
-
-typedef struct sim_event {
-  struct sim_event *target; /* wrappers: the event they stand for */
-  sim_point *last;          /* latest recording, or NULL */
-} sim_event;
-
-struct sim_dev {
-  hr_mem mem;
+typedef struct sim_dev {
+  hr__gpu_opq q; /* first: the queue's callbacks cast it back */
   uint64_t op_delay_ns;
   uint64_t bytes_per_sec;
   uint64_t alloc_delay_ns;
   uint64_t max_device_alloc;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-};
+} sim_dev;
 
 #define SIM_PIECE 4096u
 
-/* ---- helpers (called with d->mu held where noted) ---------------------- */
-
-/* Drops a reference to a point; d->mu held. */
-static void point_unref(sim_dev *d, sim_point *p) {
-  if (p && --p->refs == 0)
-    hr__mem_free(&d->mem, p);
-}
+/* ---- the stream's thread ------------------------------------------------ */
 
 /* Copies with relaxed atomics, in words where both sides allow it. */
 static void atomic_copy(char *dst, const char *src, size_t n) {
@@ -123,64 +87,32 @@ static void exec_copy(sim_dev *d, sim_op *op) {
   }
 }
 
-static void *stream_main(void *arg) {
-  sim_stream *s = arg;
-  sim_dev *d = s->d;
-  pthread_mutex_lock(&d->mu);
-  for (;;) {
-    while (!s->head && !s->stop)
-      pthread_cond_wait(&d->cv, &d->mu);
-    if (!s->head)
-      break;
-    sim_op *op = s->head;
-    if (op->kind == OP_WAIT) {
-      while (!op->point->done)
-        pthread_cond_wait(&d->cv, &d->mu);
-    } else if (op->kind == OP_COPY || op->kind == OP_HOST_FN) {
-      pthread_mutex_unlock(&d->mu);
-      if (d->op_delay_ns)
-        hr__gpu_sleep_ns(d->op_delay_ns);
-      if (op->kind == OP_COPY)
-        exec_copy(d, op);
-      else
-        op->fn(op->arg);
-      pthread_mutex_lock(&d->mu);
-    } else {
-      op->point->done = 1;
-    }
-    s->head = op->next;
-    if (!s->head)
-      s->tail = NULL;
-    point_unref(d, op->point);
-    hr__mem_free(&d->mem, op);
-    s->completed++;
-    pthread_cond_broadcast(&d->cv);
+/* What the stream's thread does with an op; q.mu held on entry and
+ * exit. */
+static void exec_op(hr__gpu_qstream *s, hr__gpu_qop *op) {
+  sim_dev *d = (sim_dev *)(void *)s->q;
+  if (op->kind == HR__GPU_OP_WAIT) {
+    hr__gpu_opq_point_wait_locked(&d->q, op->point);
+  } else if (op->kind == HR__GPU_OP_COPY || op->kind == HR__GPU_OP_HOST_FN) {
+    pthread_mutex_unlock(&d->q.mu);
+    if (d->op_delay_ns)
+      hr__gpu_sleep_ns(d->op_delay_ns);
+    if (op->kind == HR__GPU_OP_COPY)
+      exec_copy(d, (sim_op *)(void *)op);
+    else
+      op->fn(op->arg);
+    pthread_mutex_lock(&d->q.mu);
+  } else {
+    op->point->reached = 1;
   }
-  pthread_mutex_unlock(&d->mu);
-  return NULL;
 }
 
-/* Appends an op; d->mu held. */
-static void enqueue(sim_stream *s, sim_op *op) {
-  op->next = NULL;
-  if (s->tail)
-    s->tail->next = op;
-  else
-    s->head = op;
-  s->tail = op;
-  s->enqueued++;
-  pthread_cond_broadcast(&s->d->cv);
-}
-
-static sim_stream *real_stream(void *s) {
-  sim_stream *st = s;
-  return st->target ? st->target : st;
-}
-
-static sim_event *real_event(void *e) {
-  sim_event *ev = e;
-  return ev->target ? ev->target : ev;
-}
+static const hr__gpu_opq_cbs sim_cbs = {
+    .stream_size = sizeof(hr__gpu_qstream),
+    .op_size = sizeof(sim_op),
+    .point_size = sizeof(hr__gpu_qpoint),
+    .exec = exec_op,
+};
 
 /* ---- ops --------------------------------------------------------------- */
 
@@ -197,29 +129,22 @@ static int sim_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   sim_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
   if (!d)
     return HR_ERR_NOMEM;
-  d->mem = *mem;
   d->op_delay_ns = cfg->sim_op_delay_ns;
   d->bytes_per_sec = cfg->sim_bytes_per_sec;
   d->alloc_delay_ns = cfg->sim_alloc_delay_ns;
   d->max_device_alloc = cfg->sim_max_device_alloc;
-  if (pthread_mutex_init(&d->mu, NULL) != 0)
-    goto fail;
-  if (pthread_cond_init(&d->cv, NULL) != 0) {
-    pthread_mutex_destroy(&d->mu);
-    goto fail;
+  if (hr__gpu_opq_init(&d->q, mem, &sim_cbs) != 0) {
+    hr__mem_free(mem, d);
+    return HR_ERR_IO;
   }
   *dev = d;
   return 0;
-fail:
-  hr__mem_free(mem, d);
-  return HR_ERR_IO;
 }
 
 static void sim_close(void *dev) {
   sim_dev *d = dev;
-  pthread_cond_destroy(&d->cv);
-  pthread_mutex_destroy(&d->mu);
-  hr_mem mem = d->mem;
+  hr__gpu_opq_fini(&d->q);
+  hr_mem mem = d->q.mem;
   hr__mem_free(&mem, d);
 }
 
@@ -244,7 +169,7 @@ static int sim_mem_alloc(void *dev, int kind, uint64_t size,
       size > d->max_device_alloc)
     return HR_ERR_NOMEM;
   /* Zeroed so that a never-written buffer reads deterministically. */
-  void *p = hr__mem_calloc(&d->mem, 1, (size_t)size);
+  void *p = hr__mem_calloc(&d->q.mem, 1, (size_t)size);
   if (!p)
     return HR_ERR_NOMEM;
   /* Pinned memory is written by the host (a socket's recv()): resident
@@ -274,9 +199,9 @@ static void sim_mem_free(void *dev, const hr_gpu_mem_info *m) {
   if (m->handle && m->handle != m->device_ptr) {
     /* Shareable or imported: a memfd (the handle is its record). */
     hr__gpu_memfd_free(m->handle);
-    hr__mem_free(&d->mem, m->handle);
+    hr__mem_free(&d->q.mem, m->handle);
   } else if (m->handle) {
-    hr__mem_free(&d->mem, m->handle);
+    hr__mem_free(&d->q.mem, m->handle);
   }
 }
 
@@ -288,12 +213,12 @@ static void sim_mem_free(void *dev, const hr_gpu_mem_info *m) {
 static int sim_mem_alloc_shareable(void *dev, uint64_t size,
                                    hr_gpu_mem_info *out) {
   sim_dev *d = dev;
-  hr__gpu_memfd *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  hr__gpu_memfd *m = hr__mem_calloc(&d->q.mem, 1, sizeof *m);
   if (!m)
     return HR_ERR_NOMEM;
   int rv = hr__gpu_memfd_new(size, m);
   if (rv) {
-    hr__mem_free(&d->mem, m);
+    hr__mem_free(&d->q.mem, m);
     return rv;
   }
   out->handle = m;
@@ -317,12 +242,12 @@ static int sim_ipc_mem_export_fd(void *dev, const hr_gpu_mem_info *m,
 static int sim_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
                                  hr_gpu_mem_info *out) {
   sim_dev *d = dev;
-  hr__gpu_memfd *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  hr__gpu_memfd *m = hr__mem_calloc(&d->q.mem, 1, sizeof *m);
   if (!m)
     return HR_ERR_NOMEM;
   int rv = hr__gpu_memfd_import(fd, size, m);
   if (rv) {
-    hr__mem_free(&d->mem, m);
+    hr__mem_free(&d->q.mem, m);
     return rv;
   }
   out->handle = m;
@@ -333,12 +258,11 @@ static int sim_ipc_mem_import_fd(void *dev, int fd, uint64_t size,
 
 static int sim_stream_new(void *dev, void **out) {
   sim_dev *d = dev;
-  sim_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+  hr__gpu_qstream *s = hr__mem_calloc(&d->q.mem, 1, sizeof *s);
   if (!s)
     return HR_ERR_NOMEM;
-  s->d = d;
-  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
-    hr__mem_free(&d->mem, s);
+  if (hr__gpu_opq_stream_start(&d->q, s) != 0) {
+    hr__mem_free(&d->q.mem, s);
     return HR_ERR_IO;
   }
   *out = s;
@@ -347,115 +271,39 @@ static int sim_stream_new(void *dev, void **out) {
 
 static int sim_stream_sync(void *dev, void *sp) {
   sim_dev *d = dev;
-  sim_stream *s = real_stream(sp);
-  pthread_mutex_lock(&d->mu);
-  uint64_t target = s->enqueued;
-  while (s->completed < target)
-    pthread_cond_wait(&d->cv, &d->mu);
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_lock(&d->q.mu);
+  hr__gpu_opq_stream_idle_locked(hr__gpu_opq_stream_real(sp));
+  pthread_mutex_unlock(&d->q.mu);
   return 0;
 }
 
 static void sim_stream_del(void *dev, void *sp) {
   sim_dev *d = dev;
-  sim_stream *s = sp;
-  if (!s->target) {
-    pthread_mutex_lock(&d->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(s->thread, NULL);
-  }
-  hr__mem_free(&d->mem, s);
-}
-
-static int sim_event_new(void *dev, unsigned flags, void **out) {
-  sim_dev *d = dev;
-  (void)flags;
-  sim_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
-  if (!e)
-    return HR_ERR_NOMEM;
-  *out = e;
-  return 0;
-}
-
-static void sim_event_del(void *dev, void *ep) {
-  sim_dev *d = dev;
-  sim_event *e = ep;
-  pthread_mutex_lock(&d->mu);
-  if (!e->target)
-    point_unref(d, e->last);
-  pthread_mutex_unlock(&d->mu);
-  hr__mem_free(&d->mem, e);
-}
-
-static sim_op *new_op(sim_dev *d, int kind) {
-  sim_op *op = hr__mem_calloc(&d->mem, 1, sizeof *op);
-  if (op)
-    op->kind = kind;
-  return op;
-}
-
-static int sim_event_record(void *dev, void *ep, void *sp) {
-  sim_dev *d = dev;
-  sim_event *e = real_event(ep);
-  sim_op *op = new_op(d, OP_RECORD);
-  sim_point *p = hr__mem_calloc(&d->mem, 1, sizeof *p);
-  if (!op || !p) {
-    hr__mem_free(&d->mem, op);
-    hr__mem_free(&d->mem, p);
-    return HR_ERR_NOMEM;
-  }
-  pthread_mutex_lock(&d->mu);
-  p->refs = 2; /* the event and the op */
-  point_unref(d, e->last);
-  e->last = p;
-  op->point = p;
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
-}
-
-static int sim_stream_wait_event(void *dev, void *sp, void *ep) {
-  sim_dev *d = dev;
-  sim_event *e = real_event(ep);
-  sim_op *op = new_op(d, OP_WAIT);
-  if (!op)
-    return HR_ERR_NOMEM;
-  pthread_mutex_lock(&d->mu);
-  if (!e->last) { /* never recorded: nothing to wait for */
-    pthread_mutex_unlock(&d->mu);
-    hr__mem_free(&d->mem, op);
-    return 0;
-  }
-  op->point = e->last;
-  e->last->refs++;
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
+  hr__gpu_qstream *s = sp;
+  if (!s->target)
+    hr__gpu_opq_stream_stop(s);
+  hr__mem_free(&d->q.mem, s);
 }
 
 static int sim_event_query(void *dev, void *ep) {
   sim_dev *d = dev;
-  sim_event *e = real_event(ep);
-  pthread_mutex_lock(&d->mu);
-  int done = !e->last || e->last->done;
-  pthread_mutex_unlock(&d->mu);
+  hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
+  pthread_mutex_lock(&d->q.mu);
+  int done = !e->last || e->last->reached;
+  pthread_mutex_unlock(&d->q.mu);
   return done ? 0 : HR_ERR_WOULDBLOCK;
 }
 
+/* A reached point is complete: the thread executes in order, and a
+ * record marks only what it already did. */
 static int sim_event_sync(void *dev, void *ep) {
   sim_dev *d = dev;
-  sim_event *e = real_event(ep);
-  pthread_mutex_lock(&d->mu);
-  sim_point *p = e->last;
+  hr__gpu_qpoint *p = hr__gpu_opq_event_reach(&d->q, ep);
   if (p) {
-    p->refs++;
-    while (!p->done)
-      pthread_cond_wait(&d->cv, &d->mu);
-    point_unref(d, p);
+    pthread_mutex_lock(&d->q.mu);
+    hr__gpu_opq_point_unref_locked(&d->q, p);
+    pthread_mutex_unlock(&d->q.mu);
   }
-  pthread_mutex_unlock(&d->mu);
   return 0;
 }
 
@@ -468,54 +316,13 @@ static int sim_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
                     uint64_t dst_off, const hr_gpu_mem_info *src,
                     uint64_t src_off, uint64_t len) {
   sim_dev *d = dev;
-  sim_op *op = new_op(d, OP_COPY);
+  sim_op *op = (sim_op *)(void *)hr__gpu_opq_op_new(&d->q, HR__GPU_OP_COPY);
   if (!op)
     return HR_ERR_NOMEM;
   op->dst = mem_addr(dst, dst_off);
   op->src = mem_addr(src, src_off);
   op->len = len;
-  pthread_mutex_lock(&d->mu);
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
-}
-
-static int sim_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
-  sim_dev *d = dev;
-  sim_op *op = new_op(d, OP_HOST_FN);
-  if (!op)
-    return HR_ERR_NOMEM;
-  op->fn = fn;
-  op->arg = arg;
-  pthread_mutex_lock(&d->mu);
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
-}
-
-static void *sim_native(void *dev, int what, void *obj) {
-  (void)dev;
-  if (what == HR_GPU_OBJ_STREAM)
-    return real_stream(obj);
-  return real_event(obj);
-}
-
-static int sim_wrap_native(void *dev, int what, void *native, void **out) {
-  sim_dev *d = dev;
-  if (what == HR_GPU_OBJ_STREAM) {
-    sim_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
-    if (!s)
-      return HR_ERR_NOMEM;
-    s->d = d;
-    s->target = real_stream(native);
-    *out = s;
-  } else {
-    sim_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
-    if (!e)
-      return HR_ERR_NOMEM;
-    e->target = real_event(native);
-    *out = e;
-  }
+  hr__gpu_opq_push(&d->q, sp, &op->base);
   return 0;
 }
 
@@ -536,16 +343,16 @@ const hr_gpu_ops hr__gpu_sim_ops = {
     .stream_new = sim_stream_new,
     .stream_del = sim_stream_del,
     .stream_sync = sim_stream_sync,
-    .event_new = sim_event_new,
-    .event_del = sim_event_del,
-    .event_record = sim_event_record,
-    .stream_wait_event = sim_stream_wait_event,
+    .event_new = hr__gpu_opq_event_new,
+    .event_del = hr__gpu_opq_event_del,
+    .event_record = hr__gpu_opq_event_record,
+    .stream_wait_event = hr__gpu_opq_stream_wait_event,
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .copy = sim_copy,
-    .host_fn = sim_host_fn,
-    .native = sim_native,
-    .wrap_native = sim_wrap_native,
+    .host_fn = hr__gpu_opq_host_fn,
+    .native = hr__gpu_opq_native,
+    .wrap_native = hr__gpu_opq_wrap_native,
     .mem_alloc_shareable = sim_mem_alloc_shareable,
     .ipc_mem_export_fd = sim_ipc_mem_export_fd,
     .ipc_mem_import_fd = sim_ipc_mem_import_fd,

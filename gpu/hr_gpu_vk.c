@@ -36,13 +36,14 @@
  * a duplicate of the received fd (Vulkan owns what it imports).  Mesa's
  * lavapipe has it (its opaque fd is a memfd), so this runs in CI.
  *
- * One mutex and condition variable per device guard the queues of
- * operations, the event points and the stream counters; a second mutex
- * serialises vkQueueSubmit (a VkQueue is externally synchronised).
+ * The queues of operations, their threads, the event points and the
+ * stream counters are the worker-thread backends' shared ones
+ * (hr_gpu_opq.c), guarded by one mutex and condition variable per device;
+ * a second mutex serialises vkQueueSubmit (a VkQueue is externally
+ * synchronised).
  */
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@
 
 #include <hurray/wire.h>
 
-#include "hr_gpu_int.h"
+#include "hr_gpu_opq.h"
 
 /* ---- entry points ------------------------------------------------------ */
 
@@ -125,22 +126,19 @@ typedef struct vk_mem {
  * (a deleted stream's events stay valid, as in CUDA). */
 typedef struct vk_tl {
   VkSemaphore sem;
-  int refs; /* under d->mu */
+  int refs; /* under d->q.mu */
 } vk_tl;
 
-/* A completion point: one recording of an event. */
+/* A completion point: one recording of an event.  Once the record was
+ * reached (base.reached), tl and value are known. */
 typedef struct vk_point {
-  int assigned; /* the record was reached: tl/value are known */
-  vk_tl *tl;    /* a reference, once assigned */
+  hr__gpu_qpoint base;
+  vk_tl *tl; /* a reference, once reached */
   uint64_t value;
-  int refs;
 } vk_point;
 
-enum { OP_COPY, OP_HOST_FN, OP_RECORD, OP_WAIT };
-
 typedef struct vk_op {
-  struct vk_op *next;
-  int kind;
+  hr__gpu_qop base;
   VkBuffer dst, src;        /* COPY: device-side buffers */
   uint64_t dst_off, src_off, len;
   vk_mem *staging;          /* COPY: freed once the copy completed */
@@ -149,9 +147,6 @@ typedef struct vk_op {
                                resident by the worker first */
   char *hh_dst;             /* COPY host to host */
   const char *hh_src;
-  hr_gpu_host_fn fn;        /* HOST_FN */
-  void *arg;
-  vk_point *point;          /* RECORD / WAIT */
 } vk_op;
 
 /* Work submitted and not yet known complete. */
@@ -165,16 +160,11 @@ typedef struct vk_inflight {
 #define MAX_WAITS 16
 
 typedef struct vk_stream {
-  vk_dev *d;
-  struct vk_stream *target; /* wrappers: the stream they stand for */
-  pthread_t thread;
-  vk_op *head, *tail;
-  uint64_t enqueued, completed; /* op counts, under d->mu */
-  int stop;
+  hr__gpu_qstream base; /* the queue, its thread; wrappers: their target */
   /* Worker-only state (no lock). */
   VkCommandPool pool;
   vk_tl *tl;
-  uint64_t submitted; /* last value a submission will signal; under d->mu */
+  uint64_t submitted; /* last value a submission will signal; under d->q.mu */
   vk_tl *wait_tl[MAX_WAITS]; /* references */
   uint64_t wait_val[MAX_WAITS];
   unsigned nwaits;
@@ -182,13 +172,8 @@ typedef struct vk_stream {
   int failed; /* a submission failed: later syncs report HR_ERR_IO */
 } vk_stream;
 
-typedef struct vk_event {
-  struct vk_event *target; /* wrappers */
-  vk_point *last;
-} vk_event;
-
 struct vk_dev {
-  hr_mem mem;
+  hr__gpu_opq q; /* first: the queue's callbacks cast it back */
   void *lib;
   vk_fns f;
   VkInstance inst;
@@ -203,10 +188,12 @@ struct vk_dev {
   int ipc_dedicated; /* ... which need a dedicated allocation */
   char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
   uint64_t total_memory;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
   pthread_mutex_t qmu;
 };
+
+static const hr__gpu_opq_cbs vk_cbs;
+
+static vk_dev *dev_of(vk_stream *s) { return (vk_dev *)(void *)s->base.q; }
 
 static const char *const lib_names[] = {"libvulkan.so.1", "libvulkan.so",
                                         NULL};
@@ -214,12 +201,9 @@ static const char *const lib_names[] = {"libvulkan.so.1", "libvulkan.so",
 /* ---- loading and device choice ---------------------------------------- */
 
 static int load(vk_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  static const char *const n[] = {"vkGetInstanceProcAddr"};
-  int rv = hr__gpu_dlsym_all(*lib, n, (hr__gpu_fn *)&f->vkGetInstanceProcAddr,
-                             1, why);
+  static const hr__gpu_sym get[] = {
+      HR__GPU_SYM(vk_fns, vkGetInstanceProcAddr, "vkGetInstanceProcAddr")};
+  int rv = hr__gpu_load(lib_names, get, 1, f, lib, why);
   if (rv != 0)
     return rv;
 #define GET(name)                                                              \
@@ -366,7 +350,7 @@ static int probe_ipc_fd(vk_dev *d) {
           VK_SUCCESS ||
       n == 0 || n > 1024)
     return 0;
-  VkExtensionProperties *ext = hr__mem_calloc(&d->mem, n, sizeof *ext);
+  VkExtensionProperties *ext = hr__mem_calloc(&d->q.mem, n, sizeof *ext);
   if (!ext)
     return 0;
   int have = 0;
@@ -374,7 +358,7 @@ static int probe_ipc_fd(vk_dev *d) {
     for (uint32_t i = 0; i < n && !have; i++)
       have = strcmp(ext[i].extensionName,
                     VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) == 0;
-  hr__mem_free(&d->mem, ext);
+  hr__mem_free(&d->q.mem, ext);
   if (!have)
     return 0;
   VkPhysicalDeviceExternalBufferInfo bi = {
@@ -400,9 +384,10 @@ static int vk_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
   vk_dev *d = hr__mem_calloc(mem, 1, sizeof *d);
   if (!d)
     return HR_ERR_NOMEM;
-  d->mem = *mem;
-  pthread_mutex_init(&d->mu, NULL);
-  pthread_cond_init(&d->cv, NULL);
+  if (hr__gpu_opq_init(&d->q, mem, &vk_cbs) != 0) {
+    hr__mem_free(mem, d);
+    return HR_ERR_IO;
+  }
   pthread_mutex_init(&d->qmu, NULL);
   int rv = load(&d->f, &d->lib, why);
   if (rv == 0)
@@ -499,9 +484,8 @@ static void vk_close(void *dev) {
   if (d->lib)
     dlclose(d->lib);
   pthread_mutex_destroy(&d->qmu);
-  pthread_cond_destroy(&d->cv);
-  pthread_mutex_destroy(&d->mu);
-  hr_mem mem = d->mem;
+  hr__gpu_opq_fini(&d->q);
+  hr_mem mem = d->q.mem;
   hr__mem_free(&mem, d);
 }
 
@@ -529,7 +513,7 @@ static void mem_destroy(vk_dev *d, vk_mem *m) {
     d->f.vkFreeMemory(d->dev, m->mem, NULL);
   if (m->has_fd)
     close(m->fd);
-  hr__mem_free(&d->mem, m);
+  hr__mem_free(&d->q.mem, m);
 }
 
 /* External memory of an allocation: none, exportable as an opaque fd,
@@ -542,7 +526,7 @@ enum { EXT_NONE = 0, EXT_EXPORT, EXT_IMPORT };
 static int mem_create_ext(vk_dev *d, uint32_t type, int map, int lazy,
                           uint64_t size, int ext, int import_fd,
                           vk_mem **out) {
-  vk_mem *m = hr__mem_calloc(&d->mem, 1, sizeof *m);
+  vk_mem *m = hr__mem_calloc(&d->q.mem, 1, sizeof *m);
   if (!m)
     return HR_ERR_NOMEM;
   VkExternalMemoryBufferCreateInfo ebci = {
@@ -715,7 +699,7 @@ static void vk_mem_free(void *dev, const hr_gpu_mem_info *m) {
 
 /* ---- the stream worker --------------------------------------------------- */
 
-/* Drops a timeline reference; d->mu held.  The last one destroys the
+/* Drops a timeline reference; d->q.mu held.  The last one destroys the
  * semaphore once no submitted batch can still wait for it. */
 static void tl_unref(vk_dev *d, vk_tl *t) {
   if (!t || --t->refs > 0)
@@ -724,19 +708,17 @@ static void tl_unref(vk_dev *d, vk_tl *t) {
   d->f.vkDeviceWaitIdle(d->dev);
   pthread_mutex_unlock(&d->qmu);
   d->f.vkDestroySemaphore(d->dev, t->sem, NULL);
-  hr__mem_free(&d->mem, t);
+  hr__mem_free(&d->q.mem, t);
 }
 
-static void point_unref(vk_dev *d, vk_point *p) {
-  if (p && --p->refs == 0) {
-    tl_unref(d, p->tl);
-    hr__mem_free(&d->mem, p);
-  }
+/* A point goes: its timeline reference with it; d->q.mu held. */
+static void point_fini(hr__gpu_opq *q, hr__gpu_qpoint *p) {
+  tl_unref((vk_dev *)(void *)q, ((vk_point *)(void *)p)->tl);
 }
 
 /* Frees what completed submissions held.  Worker only. */
 static void reap(vk_stream *s, int all) {
-  vk_dev *d = s->d;
+  vk_dev *d = dev_of(s);
   uint64_t done = UINT64_MAX;
   if (!all && d->f.vkGetSemaphoreCounterValue(d->dev, s->tl->sem, &done) !=
                   VK_SUCCESS)
@@ -749,7 +731,7 @@ static void reap(vk_stream *s, int all) {
       if (x->cmd)
         d->f.vkFreeCommandBuffers(d->dev, s->pool, 1, &x->cmd);
       mem_destroy(d, x->staging);
-      hr__mem_free(&d->mem, x);
+      hr__mem_free(&d->q.mem, x);
     } else {
       pp = &x->next;
     }
@@ -771,29 +753,29 @@ static int wait_value(vk_dev *d, VkSemaphore sem, uint64_t v) {
 
 /* Forgets the pending waits (submitted or drained); worker only. */
 static void drop_waits(vk_stream *s) {
-  vk_dev *d = s->d;
-  pthread_mutex_lock(&d->mu);
+  vk_dev *d = dev_of(s);
+  pthread_mutex_lock(&d->q.mu);
   for (unsigned i = 0; i < s->nwaits; i++)
     tl_unref(d, s->wait_tl[i]);
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   s->nwaits = 0;
 }
 
 /*
  * Submits `cmd` (may be VK_NULL_HANDLE: a batch of waits and the signal
  * only) after the stream's previous submission and its pending waits,
- * signalling the next value.  Worker only; takes d->mu to publish the
+ * signalling the next value.  Worker only; takes d->q.mu to publish the
  * value.  `staging` is freed once the submission completed.
  */
 static int submit(vk_stream *s, VkCommandBuffer cmd, vk_mem *staging) {
-  vk_dev *d = s->d;
+  vk_dev *d = dev_of(s);
   VkSemaphore sems[MAX_WAITS + 1];
   uint64_t vals[MAX_WAITS + 1];
   VkPipelineStageFlags stages[MAX_WAITS + 1];
   uint32_t n = 0;
-  pthread_mutex_lock(&d->mu);
+  pthread_mutex_lock(&d->q.mu);
   uint64_t prev = s->submitted;
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   if (prev) {
     sems[n] = s->tl->sem;
     vals[n++] = prev;
@@ -820,14 +802,14 @@ static int submit(vk_stream *s, VkCommandBuffer cmd, vk_mem *staging) {
                      .pCommandBuffers = cmd ? &cmd : NULL,
                      .signalSemaphoreCount = 1,
                      .pSignalSemaphores = &s->tl->sem};
-  vk_inflight *x = hr__mem_calloc(&d->mem, 1, sizeof *x);
+  vk_inflight *x = hr__mem_calloc(&d->q.mem, 1, sizeof *x);
   if (!x)
     return HR_ERR_NOMEM;
   pthread_mutex_lock(&d->qmu);
   VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
   pthread_mutex_unlock(&d->qmu);
   if (r != VK_SUCCESS) {
-    hr__mem_free(&d->mem, x);
+    hr__mem_free(&d->q.mem, x);
     return HR_ERR_IO;
   }
   drop_waits(s);
@@ -836,9 +818,9 @@ static int submit(vk_stream *s, VkCommandBuffer cmd, vk_mem *staging) {
   x->staging = staging;
   x->next = s->inflight;
   s->inflight = x;
-  pthread_mutex_lock(&d->mu);
+  pthread_mutex_lock(&d->q.mu);
   s->submitted = next;
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   reap(s, 0);
   return 0;
 }
@@ -846,19 +828,19 @@ static int submit(vk_stream *s, VkCommandBuffer cmd, vk_mem *staging) {
 /* Host-waits for everything the stream submitted and every pending wait:
  * what a host function or a host-side copy needs before it runs. */
 static int drain(vk_stream *s) {
-  vk_dev *d = s->d;
+  vk_dev *d = dev_of(s);
   int rv = 0;
   for (unsigned i = 0; i < s->nwaits && rv == 0; i++)
     rv = wait_value(d, s->wait_tl[i]->sem, s->wait_val[i]);
   drop_waits(s);
-  pthread_mutex_lock(&d->mu);
+  pthread_mutex_lock(&d->q.mu);
   uint64_t v = s->submitted;
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   return rv ? rv : wait_value(d, s->tl->sem, v);
 }
 
 static int exec_copy(vk_stream *s, vk_op *op) {
-  vk_dev *d = s->d;
+  vk_dev *d = dev_of(s);
   if (op->hh_dst) { /* host to host: in stream order, on the host */
     int rv = drain(s);
     if (rv == 0)
@@ -905,21 +887,23 @@ fail:
   return rv;
 }
 
-/* Processes one op; d->mu is held on entry and exit. */
-static void exec_op(vk_stream *s, vk_op *op) {
-  vk_dev *d = s->d;
+/* Processes one op; d->q.mu is held on entry and exit. */
+static void exec_op(hr__gpu_qstream *qs, hr__gpu_qop *qop) {
+  vk_stream *s = (vk_stream *)(void *)qs;
+  vk_op *op = (vk_op *)(void *)qop;
+  vk_point *pt = (vk_point *)(void *)qop->point;
+  vk_dev *d = dev_of(s);
   int rv = 0;
-  switch (op->kind) {
-  case OP_WAIT:
+  switch (qop->kind) {
+  case HR__GPU_OP_WAIT:
     /* Wait until the producer's worker has reached the record: its
      * signal has been submitted, so a device-side wait is safe. */
-    while (!op->point->assigned)
-      pthread_cond_wait(&d->cv, &d->mu);
-    if (op->point->value && op->point->tl != s->tl) {
-      vk_tl *t = op->point->tl;
-      uint64_t v = op->point->value;
+    hr__gpu_opq_point_wait_locked(&d->q, &pt->base);
+    if (pt->value && pt->tl != s->tl) {
+      vk_tl *t = pt->tl;
+      uint64_t v = pt->value;
       t->refs++;
-      pthread_mutex_unlock(&d->mu);
+      pthread_mutex_unlock(&d->q.mu);
       if (s->nwaits == MAX_WAITS)
         rv = submit(s, VK_NULL_HANDLE, NULL);
       if (s->nwaits < MAX_WAITS) {
@@ -927,111 +911,68 @@ static void exec_op(vk_stream *s, vk_op *op) {
         s->wait_val[s->nwaits++] = v;
         t = NULL;
       }
-      pthread_mutex_lock(&d->mu);
+      pthread_mutex_lock(&d->q.mu);
       tl_unref(d, t); /* only when the flush failed */
     }
     break;
-  case OP_RECORD:
-    pthread_mutex_unlock(&d->mu);
+  case HR__GPU_OP_RECORD:
+    pthread_mutex_unlock(&d->q.mu);
     /* Pending waits belong to the recorded point: flush them into an
      * empty batch so that the captured value covers them. */
     if (s->nwaits)
       rv = submit(s, VK_NULL_HANDLE, NULL);
-    pthread_mutex_lock(&d->mu);
-    op->point->tl = s->tl;
+    pthread_mutex_lock(&d->q.mu);
+    pt->tl = s->tl;
     s->tl->refs++;
-    op->point->value = s->submitted;
-    op->point->assigned = 1;
+    pt->value = s->submitted;
+    pt->base.reached = 1;
     break;
-  case OP_COPY:
-    pthread_mutex_unlock(&d->mu);
+  case HR__GPU_OP_COPY:
+    pthread_mutex_unlock(&d->q.mu);
     rv = exec_copy(s, op);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->q.mu);
     break;
-  default: /* OP_HOST_FN */
-    pthread_mutex_unlock(&d->mu);
+  default: /* HR__GPU_OP_HOST_FN */
+    pthread_mutex_unlock(&d->q.mu);
     rv = drain(s);
     /* A failed drain still runs the function: a caller may depend on
      * it (a release, a wakeup); the failure is reported by the next
      * sync. */
-    op->fn(op->arg);
-    pthread_mutex_lock(&d->mu);
+    qop->fn(qop->arg);
+    pthread_mutex_lock(&d->q.mu);
     break;
   }
   if (rv != 0)
     s->failed = 1;
 }
 
-static void *stream_main(void *arg) {
-  vk_stream *s = arg;
-  vk_dev *d = s->d;
-  pthread_mutex_lock(&d->mu);
-  for (;;) {
-    while (!s->head && !s->stop)
-      pthread_cond_wait(&d->cv, &d->mu);
-    if (!s->head)
-      break;
-    vk_op *op = s->head;
-    exec_op(s, op);
-    s->head = op->next;
-    if (!s->head)
-      s->tail = NULL;
-    point_unref(d, op->point);
-    if (op->staging) {
-      pthread_mutex_unlock(&d->mu);
-      mem_destroy(d, op->staging);
-      pthread_mutex_lock(&d->mu);
-    }
-    hr__mem_free(&d->mem, op);
-    s->completed++;
-    pthread_cond_broadcast(&d->cv);
+/* A copy's staging buffer, unless exec_copy handed it on; d->q.mu held. */
+static void op_fini(hr__gpu_qstream *qs, hr__gpu_qop *qop) {
+  vk_dev *d = dev_of((vk_stream *)(void *)qs);
+  vk_op *op = (vk_op *)(void *)qop;
+  if (op->staging) {
+    pthread_mutex_unlock(&d->q.mu);
+    mem_destroy(d, op->staging);
+    pthread_mutex_lock(&d->q.mu);
   }
-  pthread_mutex_unlock(&d->mu);
-  return NULL;
 }
 
-static void enqueue(vk_stream *s, vk_op *op) {
-  op->next = NULL;
-  if (s->tail)
-    s->tail->next = op;
-  else
-    s->head = op;
-  s->tail = op;
-  s->enqueued++;
-  pthread_cond_broadcast(&s->d->cv);
-}
-
-static vk_stream *real_stream(void *p) {
-  vk_stream *s = p;
-  return s->target ? s->target : s;
-}
-
-static vk_event *real_event(void *p) {
-  vk_event *e = p;
-  return e->target ? e->target : e;
-}
-
-static void push(vk_dev *d, void *sp, vk_op *op) {
-  pthread_mutex_lock(&d->mu);
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-}
-
-static vk_op *new_op(vk_dev *d, int kind) {
-  vk_op *op = hr__mem_calloc(&d->mem, 1, sizeof *op);
-  if (op)
-    op->kind = kind;
-  return op;
-}
+static const hr__gpu_opq_cbs vk_cbs = {
+    .stream_size = sizeof(vk_stream),
+    .op_size = sizeof(vk_op),
+    .point_size = sizeof(vk_point),
+    .exec = exec_op,
+    .op_fini = op_fini,
+    .point_fini = point_fini,
+};
 
 /* ---- stream ops ---------------------------------------------------------- */
 
 static int vk_stream_new(void *dev, void **out) {
   vk_dev *d = dev;
-  vk_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
+  vk_stream *s = hr__mem_calloc(&d->q.mem, 1, sizeof *s);
   if (!s)
     return HR_ERR_NOMEM;
-  s->d = d;
   VkCommandPoolCreateInfo pci = {
       .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
       .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT |
@@ -1045,36 +986,34 @@ static int vk_stream_new(void *dev, void **out) {
                                .pNext = &tci};
   if (d->f.vkCreateCommandPool(d->dev, &pci, NULL, &s->pool) != VK_SUCCESS)
     goto fail;
-  s->tl = hr__mem_calloc(&d->mem, 1, sizeof *s->tl);
+  s->tl = hr__mem_calloc(&d->q.mem, 1, sizeof *s->tl);
   if (!s->tl)
     goto fail;
   s->tl->refs = 1;
   if (d->f.vkCreateSemaphore(d->dev, &sci, NULL, &s->tl->sem) != VK_SUCCESS)
     goto fail;
-  if (pthread_create(&s->thread, NULL, stream_main, s) != 0)
+  if (hr__gpu_opq_stream_start(&d->q, &s->base) != 0)
     goto fail;
   *out = s;
   return 0;
 fail:
   if (s->tl && s->tl->sem)
     d->f.vkDestroySemaphore(d->dev, s->tl->sem, NULL);
-  hr__mem_free(&d->mem, s->tl);
+  hr__mem_free(&d->q.mem, s->tl);
   if (s->pool)
     d->f.vkDestroyCommandPool(d->dev, s->pool, NULL);
-  hr__mem_free(&d->mem, s);
+  hr__mem_free(&d->q.mem, s);
   return HR_ERR_IO;
 }
 
 static int vk_stream_sync(void *dev, void *sp) {
   vk_dev *d = dev;
-  vk_stream *s = real_stream(sp);
-  pthread_mutex_lock(&d->mu);
-  uint64_t target = s->enqueued;
-  while (s->completed < target)
-    pthread_cond_wait(&d->cv, &d->mu);
+  vk_stream *s = (vk_stream *)(void *)hr__gpu_opq_stream_real(sp);
+  pthread_mutex_lock(&d->q.mu);
+  hr__gpu_opq_stream_idle_locked(&s->base);
   uint64_t v = s->submitted;
   int failed = s->failed;
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   int rv = wait_value(d, s->tl->sem, v);
   return failed ? HR_ERR_IO : rv;
 }
@@ -1082,88 +1021,25 @@ static int vk_stream_sync(void *dev, void *sp) {
 static void vk_stream_del(void *dev, void *sp) {
   vk_dev *d = dev;
   vk_stream *s = sp;
-  if (!s->target) {
+  if (!s->base.target) {
     vk_stream_sync(d, s);
-    pthread_mutex_lock(&d->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(s->thread, NULL);
+    hr__gpu_opq_stream_stop(&s->base);
     reap(s, 1);
     d->f.vkDestroyCommandPool(d->dev, s->pool, NULL);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->q.mu);
     tl_unref(d, s->tl); /* events recorded here may keep it */
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->q.mu);
   }
-  hr__mem_free(&d->mem, s);
-}
-
-static int vk_event_new(void *dev, unsigned flags, void **out) {
-  vk_dev *d = dev;
-  (void)flags;
-  vk_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
-  if (!e)
-    return HR_ERR_NOMEM;
-  *out = e;
-  return 0;
-}
-
-static void vk_event_del(void *dev, void *ep) {
-  vk_dev *d = dev;
-  vk_event *e = ep;
-  pthread_mutex_lock(&d->mu);
-  if (!e->target)
-    point_unref(d, e->last);
-  pthread_mutex_unlock(&d->mu);
-  hr__mem_free(&d->mem, e);
-}
-
-static int vk_event_record(void *dev, void *ep, void *sp) {
-  vk_dev *d = dev;
-  vk_event *e = real_event(ep);
-  vk_op *op = new_op(d, OP_RECORD);
-  vk_point *p = hr__mem_calloc(&d->mem, 1, sizeof *p);
-  if (!op || !p) {
-    hr__mem_free(&d->mem, op);
-    hr__mem_free(&d->mem, p);
-    return HR_ERR_NOMEM;
-  }
-  pthread_mutex_lock(&d->mu);
-  p->refs = 2; /* the event and the op */
-  point_unref(d, e->last);
-  e->last = p;
-  op->point = p;
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
-}
-
-static int vk_stream_wait_event(void *dev, void *sp, void *ep) {
-  vk_dev *d = dev;
-  vk_event *e = real_event(ep);
-  vk_op *op = new_op(d, OP_WAIT);
-  if (!op)
-    return HR_ERR_NOMEM;
-  pthread_mutex_lock(&d->mu);
-  if (!e->last) {
-    pthread_mutex_unlock(&d->mu);
-    hr__mem_free(&d->mem, op);
-    return 0;
-  }
-  op->point = e->last;
-  e->last->refs++;
-  enqueue(real_stream(sp), op);
-  pthread_mutex_unlock(&d->mu);
-  return 0;
+  hr__mem_free(&d->q.mem, s);
 }
 
 static int vk_event_query(void *dev, void *ep) {
   vk_dev *d = dev;
-  vk_event *e = real_event(ep);
-  pthread_mutex_lock(&d->mu);
-  vk_point *p = e->last;
+  hr__gpu_qevent *e = hr__gpu_opq_event_real(ep);
+  pthread_mutex_lock(&d->q.mu);
+  vk_point *p = (vk_point *)(void *)e->last;
   int rv = 0;
-  if (p && !p->assigned) {
+  if (p && !p->base.reached) {
     rv = HR_ERR_WOULDBLOCK;
   } else if (p && p->value) {
     /* Under the lock: the point keeps its timeline alive. */
@@ -1174,28 +1050,20 @@ static int vk_event_query(void *dev, void *ep) {
     else if (now < p->value)
       rv = HR_ERR_WOULDBLOCK;
   }
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->q.mu);
   return rv;
 }
 
 static int vk_event_sync(void *dev, void *ep) {
   vk_dev *d = dev;
-  vk_event *e = real_event(ep);
-  pthread_mutex_lock(&d->mu);
-  vk_point *p = e->last;
-  if (!p) {
-    pthread_mutex_unlock(&d->mu);
+  vk_point *p = (vk_point *)(void *)hr__gpu_opq_event_reach(&d->q, ep);
+  if (!p)
     return 0;
-  }
-  p->refs++;
-  while (!p->assigned)
-    pthread_cond_wait(&d->cv, &d->mu);
-  pthread_mutex_unlock(&d->mu);
   /* Our reference keeps the point, hence its timeline, alive. */
   int rv = wait_value(d, p->value ? p->tl->sem : VK_NULL_HANDLE, p->value);
-  pthread_mutex_lock(&d->mu);
-  point_unref(d, p);
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_lock(&d->q.mu);
+  hr__gpu_opq_point_unref_locked(&d->q, &p->base);
+  pthread_mutex_unlock(&d->q.mu);
   return rv;
 }
 
@@ -1203,7 +1071,7 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
                    uint64_t dst_off, const hr_gpu_mem_info *src,
                    uint64_t src_off, uint64_t len) {
   vk_dev *d = dev;
-  vk_op *op = new_op(d, OP_COPY);
+  vk_op *op = (vk_op *)(void *)hr__gpu_opq_op_new(&d->q, HR__GPU_OP_COPY);
   if (!op)
     return HR_ERR_NOMEM;
   vk_mem *dm = dst->handle, *sm = src->handle;
@@ -1213,7 +1081,7 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   if (!dm && !sm) {
     op->hh_dst = (char *)dst->host_ptr + dst_off;
     op->hh_src = (const char *)src->host_ptr + src_off;
-    push(d, sp, op);
+    hr__gpu_opq_push(&d->q, sp, &op->base);
     return 0;
   }
   op->dst_off = dst_off;
@@ -1221,7 +1089,7 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   if (!sm || !dm) {
     int rv = mem_create(d, d->type_host, 1, len, &op->staging);
     if (rv != 0) {
-      hr__mem_free(&d->mem, op);
+      hr__mem_free(&d->q.mem, op);
       return rv;
     }
   }
@@ -1241,43 +1109,7 @@ static int vk_copy(void *dev, void *sp, const hr_gpu_mem_info *dst,
   } else {
     op->dst = dm->buf;
   }
-  push(d, sp, op);
-  return 0;
-}
-
-static int vk_host_fn(void *dev, void *sp, hr_gpu_host_fn fn, void *arg) {
-  vk_dev *d = dev;
-  vk_op *op = new_op(d, OP_HOST_FN);
-  if (!op)
-    return HR_ERR_NOMEM;
-  op->fn = fn;
-  op->arg = arg;
-  push(d, sp, op);
-  return 0;
-}
-
-static void *vk_native(void *dev, int what, void *obj) {
-  (void)dev;
-  return what == HR_GPU_OBJ_STREAM ? (void *)real_stream(obj)
-                                   : (void *)real_event(obj);
-}
-
-static int vk_wrap_native(void *dev, int what, void *native, void **out) {
-  vk_dev *d = dev;
-  if (what == HR_GPU_OBJ_STREAM) {
-    vk_stream *s = hr__mem_calloc(&d->mem, 1, sizeof *s);
-    if (!s)
-      return HR_ERR_NOMEM;
-    s->d = d;
-    s->target = real_stream(native);
-    *out = s;
-  } else {
-    vk_event *e = hr__mem_calloc(&d->mem, 1, sizeof *e);
-    if (!e)
-      return HR_ERR_NOMEM;
-    e->target = real_event(native);
-    *out = e;
-  }
+  hr__gpu_opq_push(&d->q, sp, &op->base);
   return 0;
 }
 
@@ -1295,16 +1127,16 @@ const hr_gpu_ops hr__gpu_vk_ops = {
     .stream_new = vk_stream_new,
     .stream_del = vk_stream_del,
     .stream_sync = vk_stream_sync,
-    .event_new = vk_event_new,
-    .event_del = vk_event_del,
-    .event_record = vk_event_record,
-    .stream_wait_event = vk_stream_wait_event,
+    .event_new = hr__gpu_opq_event_new,
+    .event_del = hr__gpu_opq_event_del,
+    .event_record = hr__gpu_opq_event_record,
+    .stream_wait_event = hr__gpu_opq_stream_wait_event,
     .event_query = vk_event_query,
     .event_sync = vk_event_sync,
     .copy = vk_copy,
-    .host_fn = vk_host_fn,
-    .native = vk_native,
-    .wrap_native = vk_wrap_native,
+    .host_fn = hr__gpu_opq_host_fn,
+    .native = hr__gpu_opq_native,
+    .wrap_native = hr__gpu_opq_wrap_native,
     .mem_alloc_shareable = vk_mem_alloc_shareable,
     .ipc_mem_export_fd = vk_ipc_mem_export_fd,
     .ipc_mem_import_fd = vk_ipc_mem_import_fd,

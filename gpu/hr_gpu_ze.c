@@ -108,42 +108,45 @@ typedef struct ze_fns {
   ze_result_t (*EventPoolCloseIpcHandle)(ze_event_pool_handle_t);
 } ze_fns;
 
-static const char *const sym_names[] = {
-    "zeInit",
-    "zeDriverGet",
-    "zeDeviceGet",
-    "zeDeviceGetProperties",
-    "zeDeviceGetCommandQueueGroupProperties",
-    "zeDeviceGetMemoryProperties",
-    "zeContextCreate",
-    "zeContextDestroy",
-    "zeMemAllocDevice",
-    "zeMemAllocHost",
-    "zeMemAllocShared",
-    "zeMemFree",
-    "zeCommandListCreateImmediate",
-    "zeCommandListDestroy",
-    "zeCommandListAppendBarrier",
-    "zeCommandListAppendMemoryCopy",
-    "zeCommandListAppendSignalEvent",
-    "zeCommandListAppendWaitOnEvents",
-    "zeCommandListAppendEventReset",
-    "zeEventPoolCreate",
-    "zeEventPoolDestroy",
-    "zeEventCreate",
-    "zeEventDestroy",
-    "zeEventHostSignal",
-    "zeEventHostSynchronize",
-    "zeEventQueryStatus",
-    "zeEventHostReset",
-    "zeMemGetIpcHandle",
-    "zeMemOpenIpcHandle",
-    "zeMemCloseIpcHandle",
-    "zeEventPoolGetIpcHandle",
-    "zeEventPoolOpenIpcHandle",
-    "zeEventPoolCloseIpcHandle",
+#define SYM(member, name) HR__GPU_SYM(ze_fns, member, name)
+static const hr__gpu_sym fn_syms[] = {
+    SYM(Init, "zeInit"),
+    SYM(DriverGet, "zeDriverGet"),
+    SYM(DeviceGet, "zeDeviceGet"),
+    SYM(DeviceGetProperties, "zeDeviceGetProperties"),
+    SYM(DeviceGetCommandQueueGroupProperties,
+        "zeDeviceGetCommandQueueGroupProperties"),
+    SYM(DeviceGetMemoryProperties, "zeDeviceGetMemoryProperties"),
+    SYM(ContextCreate, "zeContextCreate"),
+    SYM(ContextDestroy, "zeContextDestroy"),
+    SYM(MemAllocDevice, "zeMemAllocDevice"),
+    SYM(MemAllocHost, "zeMemAllocHost"),
+    SYM(MemAllocShared, "zeMemAllocShared"),
+    SYM(MemFree, "zeMemFree"),
+    SYM(CommandListCreateImmediate, "zeCommandListCreateImmediate"),
+    SYM(CommandListDestroy, "zeCommandListDestroy"),
+    SYM(AppendBarrier, "zeCommandListAppendBarrier"),
+    SYM(AppendMemoryCopy, "zeCommandListAppendMemoryCopy"),
+    SYM(AppendSignalEvent, "zeCommandListAppendSignalEvent"),
+    SYM(AppendWaitOnEvents, "zeCommandListAppendWaitOnEvents"),
+    SYM(AppendEventReset, "zeCommandListAppendEventReset"),
+    SYM(EventPoolCreate, "zeEventPoolCreate"),
+    SYM(EventPoolDestroy, "zeEventPoolDestroy"),
+    SYM(EventCreate, "zeEventCreate"),
+    SYM(EventDestroy, "zeEventDestroy"),
+    SYM(EventHostSignal, "zeEventHostSignal"),
+    SYM(EventHostSynchronize, "zeEventHostSynchronize"),
+    SYM(EventQueryStatus, "zeEventQueryStatus"),
+    SYM(EventHostReset, "zeEventHostReset"),
+    SYM(MemGetIpcHandle, "zeMemGetIpcHandle"),
+    SYM(MemOpenIpcHandle, "zeMemOpenIpcHandle"),
+    SYM(MemCloseIpcHandle, "zeMemCloseIpcHandle"),
+    SYM(EventPoolGetIpcHandle, "zeEventPoolGetIpcHandle"),
+    SYM(EventPoolOpenIpcHandle, "zeEventPoolOpenIpcHandle"),
+    SYM(EventPoolCloseIpcHandle, "zeEventPoolCloseIpcHandle"),
 };
-#define NSYMS (sizeof sym_names / sizeof *sym_names)
+#undef SYM
+#define NSYMS (sizeof fn_syms / sizeof *fn_syms)
 _Static_assert(sizeof(ze_fns) == NSYMS * sizeof(hr__gpu_fn),
                "one slot per symbol");
 _Static_assert(sizeof(ze_ipc_mem_handle_t) <= sizeof(hr_gpu_ipc_handle),
@@ -201,8 +204,13 @@ typedef struct ze_ext_fns {
                                        ze_device_handle_t *);
 } ze_ext_fns;
 
-static const char *const ext_names[] = {"zeDeviceGetExternalMemoryProperties",
-                                        "zeMemGetAllocProperties"};
+#define SYM(member, name) HR__GPU_SYM(ze_ext_fns, member, name)
+static const hr__gpu_sym ext_syms[] = {
+    SYM(DeviceGetExternalMemoryProperties,
+        "zeDeviceGetExternalMemoryProperties"),
+    SYM(MemGetAllocProperties, "zeMemGetAllocProperties"),
+};
+#undef SYM
 _Static_assert(sizeof(ze_ext_fns) == 2 * sizeof(hr__gpu_fn),
                "one slot per symbol");
 
@@ -234,10 +242,7 @@ struct ze_dev {
 static const char imported_tag = 'i';
 
 static int load(ze_fns *f, void **lib, hr_gpu_probe_info *why) {
-  *lib = hr__gpu_dlopen(lib_names, why);
-  if (!*lib)
-    return HR_ERR_UNSUPPORTED;
-  return hr__gpu_dlsym_all(*lib, sym_names, (hr__gpu_fn *)f, NSYMS, why);
+  return hr__gpu_load(lib_names, fn_syms, NSYMS, f, lib, why);
 }
 
 static int map_err(ze_result_t r) {
@@ -450,8 +455,7 @@ static int ze_open(void **dev, const hr_gpu_config *cfg, const hr_mem *mem,
     ze_device_external_memory_properties_t ep = {
         .stype = ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES};
     d->have_dmabuf =
-        hr__gpu_dlsym_all(d->lib, ext_names, (hr__gpu_fn *)&d->ext, 2,
-                          &ignored) == 0 &&
+        hr__gpu_dlsym_all(d->lib, ext_syms, 2, &d->ext, &ignored) == 0 &&
         d->ext.DeviceGetExternalMemoryProperties(d->dev, &ep) ==
             ZE_RESULT_SUCCESS &&
         (ep.memoryAllocationExportTypes &

@@ -139,8 +139,7 @@ struct pwork {
    * the last one to write them). */
   hr_gpu_buf *own[HR_MAX_BUFFERS];
   unsigned nown;
-  void (*complete)(hr_work *w, void *ctx);
-  void *complete_ctx;
+  hr_gpu_work gw;
   int rc;
 };
 
@@ -211,24 +210,19 @@ static unsigned piece_range(const hr_devrx *d, uint64_t g, uint64_t *lo,
 
 /* ---- the piece copies' work items --------------------------------------- */
 
-static void piece_landed(void *arg) {
-  pwork *x = arg;
-  x->complete(&x->w, x->complete_ctx);
-}
-
+/* The copy was enqueued at submission (enqueue()): only its end is
+ * enqueued here, and a failure is just returned (the host runs `run`). */
 static int piece_start(hr_work *w, void (*complete)(hr_work *, void *),
                        void *ctx) {
   pwork *x = (pwork *)w;
-  x->complete = complete;
-  x->complete_ctx = ctx;
-  return hr_gpu_launch_host_fn(x->gs, piece_landed, x);
+  return hr__gpu_work_start(&x->gw, w, x->gs, NULL, complete, ctx, NULL);
 }
 
 /* For a host without `start` (a worker thread, or inline): the same end,
  * waited for. */
 static void piece_run(hr_work *w) {
   pwork *x = (pwork *)w;
-  x->rc = hr__gpu_stream_wait(x->gs);
+  x->rc = hr__gpu_work_run(w, x->gs, NULL);
 }
 
 static void unlink_work(hr_devrx *d, pwork *x) {
@@ -299,17 +293,8 @@ static void enqueue(hr_devrx *d, uint64_t g) {
   if (d->works)
     d->works->prev = x;
   d->works = x;
-  s->works_inflight++;
-  if (s->cbs.submit_work) {
-    hr__cb_enter(s);
-    int rv = s->cbs.submit_work(s, &x->w, s->ud);
-    hr__cb_leave(s);
-    if (rv == 0)
-      return;
-  }
   /* Inline: piece_done's progress() finds us busy and defers. */
-  x->w.run(&x->w);
-  piece_done(&x->w);
+  hr__work_submit(s, &x->w);
 }
 
 /* Whether something in flight will free a slot (or give the ring its

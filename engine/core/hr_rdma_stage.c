@@ -303,8 +303,7 @@ struct sjob {
   hr_gpu_buf *src[HR_MAX_BUFFERS], *dst[HR_MAX_BUFFERS];
   uint64_t soff[HR_MAX_BUFFERS], doff[HR_MAX_BUFFERS];
   hr_gpu_event *ready;
-  void (*complete)(hr_work *w, void *ctx);
-  void *complete_ctx;
+  hr_gpu_work gw;
   hr_put_tail *tail;
   /* JOB_XC */
   hr_xjob *xj; /* reference */
@@ -354,17 +353,7 @@ static void work_back(hr_session *s, hr_rstage *rs) {
 
 static void submit(hr_session *s, hr_rstage *rs, sjob *x) {
   rs->works++;
-  s->works_inflight++;
-  if (s->cbs.submit_work) {
-    hr__cb_enter(s);
-    int rv = s->cbs.submit_work(s, &x->w, s->ud);
-    hr__cb_leave(s);
-    if (rv == 0)
-      return;
-    /* The host could not take it: run it here rather than fail. */
-  }
-  x->w.run(&x->w);
-  x->w.done(&x->w);
+  hr__work_submit(s, &x->w);
 }
 
 /* Ends the stream on a failure of its stage: the descriptor never went. */
@@ -409,7 +398,8 @@ static void stage_ready(hr_session *s, hr_rstage *rs) {
 
 /* ---- filling: device copies ---------------------------------------------- */
 
-static int copy_enqueue(sjob *x) {
+static int copy_enqueue(hr_work *w) {
+  sjob *x = (sjob *)w;
   int rv = 0;
   if (x->ready)
     rv = hr_gpu_stream_wait_event(x->gs, x->ready);
@@ -420,27 +410,18 @@ static int copy_enqueue(sjob *x) {
   return rv;
 }
 
-static void copy_landed(void *arg) {
-  sjob *x = arg;
-  x->complete(&x->w, x->complete_ctx);
-}
-
+/* A failure is only returned: the host runs `run`, which enqueues again
+ * and waits. */
 static int copy_start(hr_work *w, void (*complete)(hr_work *, void *),
                       void *ctx) {
   sjob *x = (sjob *)w;
-  x->complete = complete;
-  x->complete_ctx = ctx;
-  int rv = copy_enqueue(x);
-  if (rv == 0)
-    rv = hr_gpu_launch_host_fn(x->gs, copy_landed, x);
-  /* Non-zero: the host runs `run`, which enqueues again and waits. */
-  return rv;
+  return hr__gpu_work_start(&x->gw, w, x->gs, copy_enqueue, complete, ctx,
+                            NULL);
 }
 
 static void copy_run(hr_work *w) {
   sjob *x = (sjob *)w;
-  int rv = copy_enqueue(x);
-  x->rc = rv ? rv : hr__gpu_stream_wait(x->gs);
+  x->rc = hr__gpu_work_run(w, x->gs, copy_enqueue);
 }
 
 static void copy_done(hr_work *w) {

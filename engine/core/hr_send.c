@@ -39,8 +39,7 @@ struct hr_xwork {
   uint64_t soff;
   hr_gpu_stream *gs;
   hr_gpu_event *ready;
-  void (*complete)(hr_work *w, void *ctx);
-  void *complete_ctx;
+  hr_gpu_work gw;
   hr_put_tail *tail; /* a device PUT's parked callback (hr_devput.c) */
 };
 
@@ -294,7 +293,8 @@ int hr__tx_stage_error(hr_session *s, hr_stream *st, int rc, uint32_t wire,
 
 /* Enqueues the chunk's copy: after the producer's event (ADR-018 P2: the
  * device orders it, the host never waits), device to pinned memory. */
-static int stage_enqueue(hr_xwork *x) {
+static int stage_enqueue(hr_work *w) {
+  hr_xwork *x = (hr_xwork *)w;
   int rv = 0;
   if (x->ready)
     rv = hr_gpu_stream_wait_event(x->gs, x->ready);
@@ -303,33 +303,21 @@ static int stage_enqueue(hr_xwork *x) {
   return rv;
 }
 
-/* The device reached the end of the copy (its completion thread). */
-static void stage_landed(void *arg) {
-  hr_xwork *x = arg;
-  x->complete(&x->w, x->complete_ctx);
-}
-
+/* The copy is enqueued even when the host function could not be: `run`
+ * then waits for it, which is what the host does on a non-zero return.
+ * The failure is kept in rc as well. */
 static int stage_start(hr_work *w, void (*complete)(hr_work *, void *),
                        void *ctx) {
   hr_xwork *x = (hr_xwork *)w;
-  x->complete = complete;
-  x->complete_ctx = ctx;
-  int rv = stage_enqueue(x);
-  if (rv == 0)
-    rv = hr_gpu_launch_host_fn(x->gs, stage_landed, x);
-  if (rv)
-    x->rc = rv;
-  /* The copy is enqueued even when the host function could not be: `run`
-   * then waits for it, which is what the host does on a non-zero return. */
-  return rv;
+  return hr__gpu_work_start(&x->gw, w, x->gs, stage_enqueue, complete, ctx,
+                            &x->rc);
 }
 
 /* For hosts without `start` (and inline runs): the same copy, then a wait
  * for it on this thread through an event (never a device-wide sync). */
 static void stage_run(hr_work *w) {
   hr_xwork *x = (hr_xwork *)w;
-  int rv = stage_enqueue(x);
-  x->rc = rv ? rv : hr__gpu_stream_wait(x->gs);
+  x->rc = hr__gpu_work_run(w, x->gs, stage_enqueue);
 }
 
 static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole,
@@ -362,17 +350,7 @@ static int submit(hr_session *s, hr_stream *st, hr_chunk *c, int whole,
     x->whole = whole;
   }
   c->work = x;
-  s->works_inflight++;
-  if (s->cbs.submit_work) {
-    hr__cb_enter(s);
-    int rv = s->cbs.submit_work(s, &x->w, s->ud);
-    hr__cb_leave(s);
-    if (rv == 0)
-      return 0;
-    /* The host could not take it: run it here rather than fail. */
-  }
-  x->w.run(&x->w);
-  xwork_done(&x->w);
+  hr__work_submit(s, &x->w);
   return 0;
 }
 

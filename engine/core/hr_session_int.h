@@ -630,6 +630,31 @@ int hr__chunk_stream(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
  * sync): the `run` of the device-copy work items, for hosts without
  * `start`.  0 or the device's error. */
 int hr__gpu_stream_wait(hr_gpu_stream *gs);
+/* Hands `w` to the host (cbs.submit_work), counted in works_inflight;
+ * without a host's workers, or when the host refuses it, runs it here and
+ * calls its done() before returning. */
+void hr__work_submit(hr_session *s, hr_work *w);
+/* The asynchronous end of a device-copy work item (hr_work.start): where
+ * the device's host function reports it. */
+typedef struct hr_gpu_work {
+  hr_work *w;
+  void (*complete)(hr_work *w, void *ctx);
+  void *complete_ctx;
+} hr_gpu_work;
+/* A device-copy item's `start`: enqueue(w) (NULL: its device work was
+ * enqueued at submission), then a host function on `gs` that calls
+ * complete(w, ctx) once the device reached it.  Returns 0 or the first
+ * failure, which is also stored in *failed unless that is NULL; on a
+ * failure the work enqueued stays enqueued (the host then runs `run`,
+ * which is what hr__gpu_work_run does). */
+int hr__gpu_work_start(hr_gpu_work *g, hr_work *w, hr_gpu_stream *gs,
+                       int (*enqueue)(hr_work *w),
+                       void (*complete)(hr_work *w, void *ctx), void *ctx,
+                       int *failed);
+/* The same item's `run`: enqueue(w) (when not NULL), then
+ * hr__gpu_stream_wait(gs).  0 or the first failure. */
+int hr__gpu_work_run(hr_work *w, hr_gpu_stream *gs,
+                     int (*enqueue)(hr_work *w));
 /* ... without creating it: 0, or HR_ERR_NOT_FOUND when it has none. */
 int hr__chunk_stream_get(hr_session *s, hr_gpu *g, hr_gpu_stream **out);
 /* Makes `gs` (a stream of g created elsewhere, e.g. on a worker) the

@@ -1630,6 +1630,32 @@ static int conn_start(hr_engine *e, const hr__addr *a,
 static void lookup_done(hr_engine *e, lookup *lk);
 static void lookups_free(hr_engine *e);
 
+/* A new connection of `e` on socket `fd` (-1: none yet) in `state`, yet
+ * in no list nor the fd map; NULL when out of memory. */
+static hr_conn *conn_alloc(hr_engine *e, int fd, int role, int state) {
+  hr_conn *c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+
+  if (!c)
+    return NULL;
+  c->o.kind = OBJ_CONN;
+  c->e = e;
+  c->fd = fd;
+  c->role = role;
+  c->state = state;
+  return c;
+}
+
+/* Frees a connection conn_alloc() made that never got listed, with its
+ * group handle and session when it got them (its socket is the
+ * caller's). */
+static void conn_discard(hr_conn *c) {
+  hr_engine *e = c->e;
+
+  hr_group_del(c->grp);
+  hr_session_del(c->s);
+  hr__mem_free(&e->mem, c);
+}
+
 /* The lead's address as a one-entry list for its lanes (NULL: a Unix
  * path). */
 static const struct addrinfo *lane_ai(hr_conn *lead, struct addrinfo *ai) {
@@ -1658,23 +1684,17 @@ static void lane_next(hr_conn *lead, hr_tstamp now) {
     lead_up(lead);
     return;
   }
-  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  c = conn_alloc(e, -1, HR_ROLE_CLIENT, CS_CONNECTING);
   if (!c) {
     lead_up(lead);
     return;
   }
-  c->o.kind = OBJ_CONN;
-  c->e = e;
-  c->fd = -1;
-  c->role = HR_ROLE_CLIENT;
-  c->state = CS_CONNECTING;
   rv = hr_group_add_lane(lead->grp, c, now, &c->s);
   if (rv == 0)
     rv = conn_start(e, &lead->addr, lane_ai(lead, &ai), c);
   if (rv) {
     /* HR_ERR_UNSUPPORTED: the server sent no SESSION_TOKEN. */
-    hr_session_del(c->s);
-    hr__mem_free(&e->mem, c);
+    conn_discard(c);
     lead_up(lead);
     return;
   }
@@ -1801,24 +1821,19 @@ static void reject(hr_engine *e, int fd, hr_tstamp now) {
     close(fd);
     return;
   }
-  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  c = conn_alloc(e, fd, HR_ROLE_SERVER, CS_LINGER);
   if (!c) {
     close(fd);
     return;
   }
-  c->o.kind = OBJ_CONN;
-  c->e = e;
-  c->fd = fd;
-  c->role = HR_ROLE_SERVER;
   c->is_reject = 1;
   c->pre_len = encode_reject(c->pre, sizeof c->pre);
   if (fdmap_set(e, fd, &c->o) != 0) {
     close(fd);
-    hr__mem_free(&e->mem, c);
+    conn_discard(c);
     return;
   }
   e->nrejecting++;
-  c->state = CS_LINGER;
   list_push(&e->lingering, c);
   c->linger_until = now + LINGER_NS;
   hr__sock_peer_name(fd, c->peer, sizeof c->peer);
@@ -1834,14 +1849,9 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   hr_conn *c;
   int rv;
 
-  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  c = conn_alloc(e, fd, HR_ROLE_SERVER, CS_OPEN);
   if (!c)
     return HR_ERR_NOMEM;
-  c->o.kind = OBJ_CONN;
-  c->e = e;
-  c->fd = fd;
-  c->role = HR_ROLE_SERVER;
-  c->state = CS_OPEN;
   c->user_prov = l->prov;
   wrap_provider(&l->prov, &prov, c);
   session_callbacks(&cbs, e, hr__sock_is_unix(fd));
@@ -1879,8 +1889,7 @@ static int conn_new_server(hr_engine *e, hr_listener *l, int fd,
   }
   return 0;
 fail:
-  hr_session_del(c->s);
-  hr__mem_free(&e->mem, c);
+  conn_discard(c);
   return rv;
 }
 
@@ -2821,21 +2830,16 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
     return HR_ERR_INVALID_ARGUMENT;
   if (e->closing)
     return HR_ERR_STATE;
-  c = hr__mem_calloc(&e->mem, 1, sizeof *c);
+  c = conn_alloc(e, -1, HR_ROLE_CLIENT, CS_CONNECTING);
   if (!c)
     return HR_ERR_NOMEM;
   rv = inproc_addr(e, url, &c->addr);
   if (rv == HR_ERR_NOT_FOUND)
     rv = hr__addr_parse(url, 1, &c->addr);
   if (rv) {
-    hr__mem_free(&e->mem, c);
+    conn_discard(c);
     return rv;
   }
-  c->o.kind = OBJ_CONN;
-  c->e = e;
-  c->fd = -1;
-  c->role = HR_ROLE_CLIENT;
-  c->state = CS_CONNECTING;
   c->cb = cb;
   c->ud = user_data;
   session_callbacks(&cbs, e, c->addr.path[0] != '\0' || c->addr.inproc);
@@ -2863,9 +2867,7 @@ static int connect_lead(hr_engine *e, const char *url, unsigned lanes,
   if (rv == 0)
     rv = conn_begin(e, c);
   if (rv) {
-    hr_group_del(c->grp);
-    hr_session_del(c->s);
-    hr__mem_free(&e->mem, c);
+    conn_discard(c);
     return rv;
   }
   if (out)
