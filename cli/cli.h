@@ -83,6 +83,8 @@ typedef struct cli_conn_opts {
   int no_shm;              /* never use the SHM data plane (--no-shm) */
   const char *auth_token_file; /* --auth-token-file (NULL: the
                                   HURRAY_AUTH_TOKEN variable, if set) */
+  int stage_budget_set;  /* --rdma-stage-budget given (put) ... */
+  uint64_t stage_budget; /* ... hr_settings.rdma_stage_budget */
 } cli_conn_opts;
 
 typedef struct cli_conn {

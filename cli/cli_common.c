@@ -403,6 +403,8 @@ int cli_connect(cli_conn *cc, const cli_conn_opts *o) {
     opts.fabric_provider = o->fabric;
     opts.fabric_node = cli_fabric_node(o->url);
   }
+  if (o->stage_budget_set)
+    opts.settings.rdma_stage_budget = o->stage_budget;
   if (o->dump_wire) {
     cc->dump = fopen(o->dump_wire, "wb");
     if (!cc->dump) {

@@ -8,7 +8,10 @@
  * application holding a device tensor would (staged after the copy, or
  * GPUDirect with --fabric where the fabric registers device memory); the
  * server stores it in host memory.  --fabric
- * sends over the RDMA data plane when the server has one too; --stats
+ * sends over the RDMA data plane when the server has one too (a device
+ * tensor from a pinned host copy unless GPUDirect applies; at most
+ * --rdma-stage-budget SIZE bytes of such copies, 0: frames instead,
+ * decision 76); --stats
  * prints one JSON line on stderr (data_plane, fallback, bytes, seconds). The
  * AUTH_TOKEN comes from --auth-token-file F or $HURRAY_AUTH_TOKEN
  * (cli_auth_token()).
@@ -26,7 +29,8 @@
 
 #define SYNOPSIS                                                               \
   "[--replace] [--stats] [--device NAME] [--fabric "                           \
-  "PROVIDER] " CLI_TLS_SYNOPSIS " [--auth-token-file F] URL KEY FILE.npy"
+  "PROVIDER] [--rdma-stage-budget SIZE] " CLI_TLS_SYNOPSIS                     \
+  " [--auth-token-file F] URL KEY FILE.npy"
 
 static void print_stats(const char *key, const hr_transfer_record *rec) {
   cJSON *o = cJSON_CreateObject();
@@ -136,6 +140,11 @@ int cli_put(int argc, char **argv) {
       stats = 1;
     } else if (!strcmp(s, "--fabric") && i + 1 < argc) {
       fabric = argv[++i];
+    } else if (!strcmp(s, "--rdma-stage-budget") && i + 1 < argc) {
+      if (cli_parse_size(argv[++i], &co.stage_budget))
+        return cli_usage("put", SYNOPSIS,
+                         "--rdma-stage-budget takes a size (0: none)");
+      co.stage_budget_set = 1;
     } else if (!strcmp(s, "--device") && i + 1 < argc) {
       device = cli_parse_device(argv[++i]);
       if (device < 0 || (device != HR_DEV_CPU && !cli_device_backend(device)))

@@ -55,6 +55,9 @@ void hr__tensor_set_release(hr_tensor *t, hr_release_fn fn, void *ctx);
 typedef struct hr__tensor_watcher hr__tensor_watcher;
 typedef void (*hr__tensor_freed_fn)(void *a, void *b, hr_tensor *t);
 int hr__tensor_watch(hr_tensor *t, hr__tensor_freed_fn fn, void *a, void *b);
+/* The release context of a tensor wrapped with release function `fn`
+ * (hr_tensor_wrap), else NULL: lets a module recognise its own tensors. */
+void *hr__tensor_release_ctx(const hr_tensor *t, hr_release_fn fn);
 
 /* A device tensor of `desc` with no memory yet (no buffer, host or
  * device): what a GET into device memory lands in while its device

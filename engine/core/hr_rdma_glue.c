@@ -476,7 +476,11 @@ static int watch_tensor(hr_rdma_glue *g, hr_tensor *t) {
   void *trk = ops->tracker(g->ctx);
   if (!trk)
     return HR_ERR_NOMEM;
-  int rv = hr__tensor_watch(t, tensor_freed, (void *)ops, trk);
+  /* A staged region's memory outlives the tensor over it (it is reused):
+   * its registrations go when the memory does. */
+  int rv = hr__rstage_watch(t, ops, trk);
+  if (rv == HR_ERR_UNSUPPORTED)
+    rv = hr__tensor_watch(t, tensor_freed, (void *)ops, trk);
   if (rv != 0)
     ops->tracker_unref(trk); /* watched already, or out of memory */
   return rv < 0 ? rv : 0;

@@ -29,10 +29,26 @@
  * flight keep it, so it goes when the last of them is done, on whichever
  * thread that is.  A stream that ends while items run leaves them to
  * finish; the last one frees the stage.
+ *
+ * Regions are reused (decision 79): allocating and faulting in a
+ * tensor-sized pinned region, and freeing it again, cost as much as the
+ * copy on every transfer.  The memory under a freed region tensor goes
+ * back to the engine's account, which keeps a few idle regions (at most
+ * `rdma_stage_keep` bytes, still counted in the budget) in lock-free
+ * slots, keyed by kind (pinned memory of which device, or host memory)
+ * and size class; the next stage of that class takes one instead of
+ * allocating, and its registration with the fabric stays cached, since
+ * the memory is the same.  Whatever thread drops a region last parks it
+ * (one compare-and-swap into an empty slot), so no lock and no thread
+ * ownership is involved; a region that finds no room is freed as before.
+ * Idle regions go when a stage needs their budget and nothing idle fits
+ * (all of them), and when the account goes with the engine.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <hurray/fabric.h>
 
 #include "hr_session_int.h"
 
@@ -40,13 +56,120 @@
 #include <hurray/transcode.h>
 #endif
 
-/* ---- the budget ---------------------------------------------------------- */
+/* ---- the budget and the idle regions ------------------------------------ */
+
+/* Idle regions an account keeps at most. */
+#define POOL_SLOTS 4
+
+typedef struct sreg sreg;
 
 struct hr_stage_account {
   hr_mem mem;
-  _Atomic uint64_t used;
+  _Atomic uint64_t used; /* regions in use and idle */
+  _Atomic uint64_t idle; /* of which idle, in `slot` */
   _Atomic unsigned refs;
+  _Atomic(sreg *) slot[POOL_SLOTS];
+  _Atomic uint64_t made, reused; /* regions allocated / taken from a slot */
 };
+
+/* What the region tensor's release frees or parks (any thread). */
+struct sreg {
+  hr_mem mem;
+  hr_stage_account *acct;           /* reference while in use, else NULL */
+  uint64_t bytes;                   /* counted in acct: the size class */
+  uint64_t keep;                    /* its owner's rdma_stage_keep */
+  hr_gpu *g;                        /* pinned memory of this device */
+  void *raw;                        /* host allocation, or NULL */
+  hr_gpu_buf *pin;                  /* pinned allocation, or NULL */
+  hr_gpu_buf *wrap[HR_MAX_BUFFERS]; /* raw's buffers as copy targets */
+  /* Fabric registrations that may be cached over the memory: told when
+   * the memory itself is freed, not when a region tensor over it goes
+   * (hr__rstage_watch). */
+  const hr_fabric_ops *wops[2];
+  void *wtrk[2];
+};
+
+static void sreg_release_memory(sreg *r) {
+  for (unsigned k = 0; k < HR_MAX_BUFFERS; k++) {
+    hr_gpu_buf_del(r->wrap[k]);
+    r->wrap[k] = NULL;
+  }
+  /* Cached registrations first, while the memory is still there. */
+  for (unsigned k = 0; k < 2; k++)
+    if (r->wops[k]) {
+      void *p = r->pin ? hr_gpu_buf_host_ptr(r->pin) : r->raw;
+      if (p)
+        r->wops[k]->tracker_invalidate(r->wtrk[k], p, r->bytes);
+      r->wops[k]->tracker_unref(r->wtrk[k]);
+    }
+  hr_gpu_buf_del(r->pin);
+  hr__mem_free(&r->mem, r->raw);
+  hr_mem mem = r->mem;
+  hr__mem_free(&mem, r);
+}
+
+static void acct_give(hr_stage_account *a, uint64_t n) {
+  atomic_fetch_sub(&a->used, n);
+}
+
+/* Frees an idle region taken out of its slot. */
+static void pool_evict(hr_stage_account *a, sreg *r) {
+  uint64_t n = r->bytes;
+  sreg_release_memory(r);
+  atomic_fetch_sub(&a->idle, n);
+  acct_give(a, n);
+}
+
+/* Frees every idle region. */
+static void pool_drain(hr_stage_account *a) {
+  for (unsigned i = 0; i < POOL_SLOTS; i++) {
+    sreg *r = atomic_exchange(&a->slot[i], NULL);
+    if (r)
+      pool_evict(a, r);
+  }
+}
+
+/* Parks `r` (acct already NULL, its bytes still counted) in an empty
+ * slot when its owner keeps that much: 1 parked, 0 not (any thread). */
+static int pool_put(hr_stage_account *a, sreg *r) {
+  if (!r->pin && !r->raw)
+    return 0; /* its allocation failed */
+  uint64_t cur = atomic_load(&a->idle);
+  do {
+    if (r->bytes > r->keep || cur > r->keep - r->bytes)
+      return 0;
+  } while (!atomic_compare_exchange_weak(&a->idle, &cur, cur + r->bytes));
+  for (unsigned i = 0; i < POOL_SLOTS; i++) {
+    sreg *none = NULL;
+    /* Publishes the region: whoever takes it sees it whole. */
+    if (atomic_compare_exchange_strong(&a->slot[i], &none, r))
+      return 1;
+  }
+  atomic_fetch_sub(&a->idle, r->bytes);
+  return 0;
+}
+
+/* An idle region of `bytes` bytes of pinned memory of `g` (NULL: host
+ * memory), or NULL.  Regions of another kind taken out on the way go
+ * back, or are freed when their slot was filled meanwhile. */
+static sreg *pool_take(hr_stage_account *a, hr_gpu *g, uint64_t bytes) {
+  for (unsigned i = 0; i < POOL_SLOTS; i++) {
+    if (!atomic_load(&a->slot[i]))
+      continue;
+    sreg *r = atomic_exchange(&a->slot[i], NULL);
+    if (!r)
+      continue;
+    if (r->bytes == bytes && r->g == g) {
+      atomic_fetch_sub(&a->idle, bytes);
+      atomic_fetch_add(&a->reused, 1);
+      return r;
+    }
+    sreg *none = NULL;
+    if (!atomic_compare_exchange_strong(&a->slot[i], &none, r))
+      pool_evict(a, r);
+  }
+  return NULL;
+}
 
 hr_stage_account *hr__stage_account_new(const hr_mem *mem) {
   const hr_mem *m = mem ? mem : hr_mem_default();
@@ -55,7 +178,12 @@ hr_stage_account *hr__stage_account_new(const hr_mem *mem) {
     return NULL;
   a->mem = *m;
   atomic_init(&a->used, 0);
+  atomic_init(&a->idle, 0);
   atomic_init(&a->refs, 1);
+  atomic_init(&a->made, 0);
+  atomic_init(&a->reused, 0);
+  for (unsigned i = 0; i < POOL_SLOTS; i++)
+    atomic_init(&a->slot[i], NULL);
   return a;
 }
 
@@ -68,12 +196,27 @@ hr_stage_account *hr__stage_account_ref(hr_stage_account *a) {
 void hr__stage_account_unref(hr_stage_account *a) {
   if (!a || atomic_fetch_sub(&a->refs, 1) != 1)
     return;
+  /* Nobody can park a region any more: only holders of a reference do. */
+  pool_drain(a);
   hr_mem mem = a->mem;
   hr__mem_free(&mem, a);
 }
 
 uint64_t hr__stage_account_used(const hr_stage_account *a) {
   return a ? atomic_load(&((hr_stage_account *)a)->used) : 0;
+}
+
+void hr__stage_account_stats(const hr_stage_account *a, hr__stage_stats *st) {
+  hr_stage_account *m = (hr_stage_account *)a;
+  memset(st, 0, sizeof *st);
+  if (!a)
+    return;
+  st->used = atomic_load(&m->used);
+  st->idle = atomic_load(&m->idle);
+  st->made = atomic_load(&m->made);
+  st->reused = atomic_load(&m->reused);
+  for (unsigned i = 0; i < POOL_SLOTS; i++)
+    st->idle_regions += atomic_load(&m->slot[i]) != NULL;
 }
 
 /* Takes `n` bytes when they fit under `cap`; 1 taken, 0 not. */
@@ -86,32 +229,32 @@ static int acct_take(hr_stage_account *a, uint64_t n, uint64_t cap) {
   return 1;
 }
 
-static void acct_give(hr_stage_account *a, uint64_t n) {
-  atomic_fetch_sub(&a->used, n);
+/* The size class of a region of `n` bytes: rounded up to an eighth of
+ * the power of two below it (at least 64 KiB), so that tensors of about
+ * the same size share regions at most an eighth larger than they need. */
+static uint64_t size_class(uint64_t n) {
+  uint64_t step = (uint64_t)64 << 10;
+  while (step < UINT64_MAX / 16 && step * 16 <= n)
+    step <<= 1;
+  return n > UINT64_MAX - step ? n : (n + step - 1) / step * step;
 }
 
-/* ---- the region's memory ------------------------------------------------- */
-
-/* What the region tensor's release frees (any thread). */
-typedef struct sreg {
-  hr_mem mem;
-  hr_stage_account *acct;           /* reference */
-  uint64_t bytes;                   /* counted in acct */
-  void *raw;                        /* host allocation, or NULL */
-  hr_gpu_buf *pin;                  /* pinned allocation, or NULL */
-  hr_gpu_buf *wrap[HR_MAX_BUFFERS]; /* raw's buffers as copy targets */
-} sreg;
-
+/* The region tensor's release: the memory goes back to the idle slots
+ * when its owner keeps some, else it is freed (any thread). */
 static void sreg_free(void *ctx) {
   sreg *r = ctx;
-  for (unsigned k = 0; k < HR_MAX_BUFFERS; k++)
+  hr_stage_account *a = r->acct;
+  for (unsigned k = 0; k < HR_MAX_BUFFERS; k++) {
     hr_gpu_buf_del(r->wrap[k]);
-  hr_gpu_buf_del(r->pin);
-  hr__mem_free(&r->mem, r->raw);
-  acct_give(r->acct, r->bytes);
-  hr__stage_account_unref(r->acct);
-  hr_mem mem = r->mem;
-  hr__mem_free(&mem, r);
+    r->wrap[k] = NULL;
+  }
+  r->acct = NULL;
+  if (!pool_put(a, r)) {
+    uint64_t n = r->bytes;
+    sreg_release_memory(r);
+    acct_give(a, n);
+  }
+  hr__stage_account_unref(a);
 }
 
 /* ---- the stage ----------------------------------------------------------- */
@@ -436,18 +579,29 @@ static void alloc_run(hr_work *w) {
     x->rc = hr_gpu_stream_new(x->g, &x->gs);
   if (x->rc)
     return;
-  if (x->pinned) {
+  /* A region taken from an idle slot has its memory already. */
+  if (x->pinned && !r->pin)
     x->rc = hr_gpu_buf_alloc(x->g, HR_GPU_MEM_PINNED, x->size, &r->pin);
-    return;
+  if (!x->pinned && !r->raw) {
+    r->raw = hr__mem_malloc(&r->mem, (size_t)x->size);
+    if (!r->raw)
+      x->rc = HR_ERR_NOMEM;
+    else if (x->size >= HR_HUGE_THRESHOLD)
+      hr__huge_advise(r->raw, (size_t)x->size);
   }
-  r->raw = hr__mem_malloc(&r->mem, (size_t)x->size);
-  if (!r->raw) {
-    x->rc = HR_ERR_NOMEM;
+  uint8_t *base = x->rc == 0 ? reg_base(r, x->align) : NULL;
+  if (!base)
     return;
+  /* The padding between buffers goes on the wire with them (the region
+   * is sent whole, § 13): zeroes, never what an earlier tensor or the
+   * allocator left there. */
+  for (unsigned k = 1; k < x->nbuf; k++) {
+    uint64_t end = x->off[k - 1] + x->len[k - 1];
+    if (x->off[k] > end)
+      memset(base + end, 0, (size_t)(x->off[k] - end));
   }
-  if (x->size >= HR_HUGE_THRESHOLD)
-    hr__huge_advise(r->raw, (size_t)x->size);
-  uint8_t *base = reg_base(r, x->align);
+  if (x->pinned)
+    return;
   for (unsigned k = 0; k < x->nbuf && x->wraps && x->rc == 0; k++)
     if (x->len[k])
       x->rc =
@@ -547,24 +701,48 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
     snprintf(why, why_cap, "its output is not one buffer");
     return 0;
   }
-  if (kind != RS_WHOLE) {
-    if (!acct_take(acct, size, cap)) {
-      snprintf(why, why_cap,
-               "the RDMA staging budget is spent (%llu of %llu bytes)",
-               (unsigned long long)hr__stage_account_used(acct),
-               (unsigned long long)cap);
-      return 0;
-    }
+  hr_gpu *pg = NULL;
+  int pinned = 0;
+  if (kind == RS_DEVICE) {
+    hr_gpu_caps caps;
+    pg = hr_gpu_buf_device(p->dsrc[0]);
+    pinned = hr_gpu_query(pg, &caps) == 0 && (caps.flags & HR_GPU_CAP_PINNED);
   }
+  sreg *r = NULL;
+  if (kind != RS_WHOLE) {
+    uint64_t want = size_class(size);
+    r = pool_take(acct, pinned ? pg : NULL, want);
+    if (!r && !acct_take(acct, want, cap)) {
+      /* Idle regions of other classes give their budget back; where the
+       * class does not fit, exactly what the tensor needs may. */
+      pool_drain(acct);
+      if (!acct_take(acct, want, cap) && !acct_take(acct, want = size, cap)) {
+        snprintf(why, why_cap,
+                 "the RDMA staging budget is spent (%llu of %llu bytes)",
+                 (unsigned long long)hr__stage_account_used(acct),
+                 (unsigned long long)cap);
+        return 0;
+      }
+    }
+    size = want;
+  }
+  int fresh = kind != RS_WHOLE && !r;
   hr_rstage *rs = hr__mem_calloc(&s->mem, 1, sizeof *rs);
   sjob *x = kind != RS_WHOLE ? hr__mem_calloc(&s->mem, 1, sizeof *x) : NULL;
-  sreg *r = kind != RS_WHOLE ? hr__mem_calloc(&s->mem, 1, sizeof *r) : NULL;
+  if (fresh)
+    r = hr__mem_calloc(&s->mem, 1, sizeof *r);
   if (!rs || (kind != RS_WHOLE && (!x || !r))) {
     hr__mem_free(&s->mem, rs);
     hr__mem_free(&s->mem, x);
-    hr__mem_free(&s->mem, r);
-    if (kind != RS_WHOLE)
+    if (fresh) {
+      hr__mem_free(&s->mem, r);
       acct_give(acct, size);
+    } else if (r) {
+      /* Back to a slot, or freed (its bytes are counted). */
+      r->keep = s->set.rdma_stage_keep;
+      r->acct = hr__stage_account_ref(acct);
+      sreg_free(r);
+    }
     return HR_ERR_NOMEM;
   }
   rs->s = s;
@@ -578,9 +756,14 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
   p->rstage = rs;
   if (kind == RS_WHOLE)
     return 1; /* the transcode's own job fills its whole tensor */
-  r->mem = s->mem;
+  if (fresh) {
+    r->mem = s->mem;
+    r->bytes = size;
+    r->g = pinned ? pg : NULL;
+    atomic_fetch_add(&acct->made, 1);
+  }
   r->acct = hr__stage_account_ref(acct);
-  r->bytes = size;
+  r->keep = s->set.rdma_stage_keep;
   x->w.run = alloc_run;
   x->w.done = alloc_done;
   x->kind = JOB_ALLOC;
@@ -594,16 +777,32 @@ int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
     x->len[k] = local.buffers[k].size_bytes;
   }
   if (kind == RS_DEVICE) {
-    hr_gpu_caps caps;
-    rs->g = hr_gpu_buf_device(p->dsrc[0]);
-    x->g = rs->g;
-    x->pinned =
-        hr_gpu_query(rs->g, &caps) == 0 && (caps.flags & HR_GPU_CAP_PINNED);
-    x->wraps = !x->pinned;
+    rs->g = pg;
+    x->g = pg;
+    x->pinned = pinned;
+    x->wraps = !pinned;
     x->want_stream = hr__chunk_stream_get(s, rs->g, &rs->gs) != 0;
   }
   submit(s, rs, x);
   return 1;
+}
+
+int hr__rstage_watch(hr_tensor *t, const hr_fabric_ops *ops, void *trk) {
+  sreg *r = hr__tensor_release_ctx(t, sreg_free);
+  if (!r)
+    return HR_ERR_UNSUPPORTED;
+  /* The region is this stage's alone until its tensor goes: no other
+   * thread reads these fields before sreg_free. */
+  for (unsigned k = 0; k < 2; k++)
+    if (r->wops[k] == ops && r->wtrk[k] == trk)
+      return 1;
+  for (unsigned k = 0; k < 2; k++)
+    if (!r->wops[k]) {
+      r->wops[k] = ops;
+      r->wtrk[k] = trk;
+      return 0;
+    }
+  return HR_ERR_UNSUPPORTED;
 }
 
 int hr__rstage_local(const hr_part *p, hr_descriptor *local, void **bufs) {

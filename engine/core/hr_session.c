@@ -199,6 +199,7 @@ void hr_settings_default(hr_settings *st) {
   st->shard_bytes = (uint64_t)16 << 20;
   st->shards_per_lane = 4;
   st->rdma_stage_budget = (uint64_t)4 << 30;
+  st->rdma_stage_keep = (uint64_t)1 << 30;
 }
 
 /* ---- id history and the discard set -------------------------------------- */

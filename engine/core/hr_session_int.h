@@ -1011,6 +1011,13 @@ typedef struct hr_rstage hr_rstage;
 int hr__rstage_begin(hr_session *s, hr_stream *st, hr_part *p,
                      hr_stage_account *acct, uint64_t cap, char *why,
                      size_t why_cap);
+/* Keeps a fabric tracker's reference `trk` (ops: its fabric) with the
+ * memory of staged region tensor `t`, to be told when that memory is
+ * freed rather than when `t` is: 0 kept, 1 kept already (`trk` is the
+ * caller's to drop), HR_ERR_UNSUPPORTED when `t` is no staged region or
+ * has no room for another fabric (watch the tensor instead). */
+int hr__rstage_watch(hr_tensor *t, const struct hr_fabric_ops *ops,
+                     void *trk);
 /* 1 while the part's stage is not complete. */
 int hr__rstage_waiting(const hr_part *p);
 /* A staged part's host region: its descriptor (host memory) and buffer

@@ -62,6 +62,10 @@ int hr__tensor_watch(hr_tensor *t, hr__tensor_freed_fn fn, void *a, void *b) {
   return 0;
 }
 
+void *hr__tensor_release_ctx(const hr_tensor *t, hr_release_fn fn) {
+  return t && fn && t->release == fn ? t->release_ctx : NULL;
+}
+
 /* Copies `d` into t->desc, deep-copying the bytes its pointers reference
  * into one block owned by the tensor. */
 static int copy_descriptor(hr_tensor *t, const hr_descriptor *d) {

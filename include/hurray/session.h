@@ -169,7 +169,8 @@ typedef struct hr_settings {
    * (device memory without GPUDirect, dense transcoded output) goes over
    * RDMA from a host copy of the whole tensor (pinned memory of its
    * device for a device tensor), made off the loop thread before its
-   * descriptor goes and freed when the fabric is done with it.  Such
+   * descriptor goes and freed (or kept for reuse: rdma_stage_keep) when
+   * the fabric is done with it.  Such
    * copies in flight take at most `rdma_stage_budget` bytes in all (4 GiB
    * by hr_settings_default(); 0: no copies, those tensors go as frames);
    * a tensor that does not fit goes as frames, and its record's
@@ -179,6 +180,16 @@ typedef struct hr_settings {
   /* Internal: the account those bytes are counted in (the engine sets
    * its own; NULL: each session counts its own).  Not copied. */
   struct hr_stage_account *rdma_stage_account;
+  /* ---- appended: reuse of staged RDMA sources (decision 79) ----
+   * Of those copies' memory, up to this many bytes (counted in
+   * rdma_stage_budget all the same) are kept when their transfer ends,
+   * in at most 4 regions, for the next staged tensor of about the same
+   * size (within an eighth) and the same device: it skips the
+   * allocation, the page faults and the fabric registration.  Kept
+   * memory is freed when a staged tensor needs its budget, and with the
+   * engine (or, without one, the session).  1 GiB by hr_settings_default();
+   * 0: every copy is freed when its transfer ends. */
+  uint64_t rdma_stage_keep;
 } hr_settings;
 
 /* Fills `s` with the defaults documented above. */

@@ -673,7 +673,7 @@ static void test_fabric(void **state) {
   pid_t npid = ch_serve(&H,
                         (const char *const[]){"--fabric", "tcp;ofi_rxm",
                                               "--rdma-stage-budget", "0",
-                                              dir, NULL},
+                                              "--allow-put", dir, NULL},
                         &nport, NULL);
   snprintf(nurl, sizeof nurl, "127.0.0.1:%d", nport);
   const char *servers[2] = {furl, nurl}, *planes[2] = {"rdma", "frames"};
@@ -693,6 +693,28 @@ static void test_fabric(void **state) {
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "transcoded")));
     cJSON_Delete(j);
   }
+  /* A PUT from (simulated) device memory is staged for RDMA too; with
+   * --rdma-stage-budget 0 it is staged and framed, and says why. */
+  const char *budgets[2] = {"64M", "0"};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(RUN("put", "--replace", "--device", "sim", "--fabric",
+                         "tcp;ofi_rxm", "--rdma-stage-budget", budgets[k],
+                         "--stats", nurl, "up", file, NULL),
+                     0);
+    j = stats_of(err);
+    assert_string_equal(cJSON_GetObjectItem(j, "data_plane")->valuestring,
+                        planes[k]);
+    assert_non_null(strstr(cJSON_GetObjectItem(j, "fallback")->valuestring,
+                           k ? "staged and framed" : "staged for RDMA"));
+    cJSON_Delete(j);
+    assert_int_equal(RUN("get", "-o", tpath("fu.npy"), nurl, "up", NULL), 0);
+    got = load(tpath("fu.npy"));
+    assert_true(tl_same_elements(ref, NULL, got));
+    hr_tensor_unref(got);
+  }
+  assert_int_equal(RUN("put", "--rdma-stage-budget", "lots", nurl, "up",
+                       file, NULL),
+                   2);
   assert_int_equal(ch_stop(npid), 0);
   /* An unknown provider is one line and exit 1. */
   assert_int_equal(

@@ -32,6 +32,12 @@
  *    GPUDirect from the device after the event, the skipped event caught,
  *    no FI_HMEM (staged, RDMA, the client's record says why), the
  *    event failing (that PUT only).
+ *  - Decision 79: staged regions are reused (the sessions share one
+ *    account, as an engine's do): a second GET and a PUT take the idle
+ *    region and deliver their own bytes, its registrations stay until the
+ *    memory goes; rdma_stage_keep 0 frees every region; idle regions give
+ *    their budget to a stage of another size; a failed copy into a reused
+ *    region puts it back, and the next GET reuses it.
  *  - Decision 78: a PUT whose first staging chunk fails inside
  *    hr_session_put() calls back at the next hr_session_handle_expiry()
  *    (or hr_session_terminate()), never inside the call; a GPUDirect PUT
@@ -70,6 +76,7 @@
 
 #include "../gpu/gpu_testutil.h"
 #include "common/test_util.h"
+#include "engine/core/hr_rdma_stage.h"
 #include "fabric/hr_fab_fake.h"
 #include "rdma_pair.h"
 
@@ -186,6 +193,10 @@ typedef struct world {
   /* The client's fabric at a retried PUT's callback: registrations
    * open, operations not yet ended (on_put_retry). */
   int cb_live_regs, cb_pending;
+  hr_stage_account *acct; /* the sessions' shared account, or NULL */
+  /* A second served tensor (serve_second), its pattern, its memory. */
+  hr_tensor *t2;
+  hr_gpu_buf *hb2, *db2;
 } world;
 
 static int submit_work(hr_session *s, hr_work *w, void *ud) {
@@ -228,12 +239,14 @@ static void pump(world *w);
  * on the device (with its event when `with_event`) that the server
  * serves.  `hmem`: both fake endpoints reach the simulated device's
  * memory (only the simulated device's: the fake copies with memcpy). */
-static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
-                           uint64_t budget) {
+static world *world_open_x(uint32_t caps, int dest, int hmem, int with_event,
+                           uint64_t budget, uint64_t keep,
+                           hr_stage_account *acct) {
   world *w = calloc(1, sizeof *w);
   assert_non_null(w);
   dev_open(&w->d);
   rp_works_init(&w->works);
+  w->acct = acct;
   rp_fabric_open(&w->fw, &w->ec, &w->es);
   if (hmem && is_sim()) {
     hr__fake_set_hmem(w->ec, HR_GPU_DEV_SIM);
@@ -245,6 +258,10 @@ static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
   ss.shard_bytes = SIZE / 4;
   sc.rdma_stage_budget = budget;
   ss.rdma_stage_budget = budget;
+  sc.rdma_stage_keep = keep;
+  ss.rdma_stage_keep = keep;
+  sc.rdma_stage_account = acct;
+  ss.rdma_stage_account = acct;
   hr_provider prov;
   rp_provider(&prov, &w->st);
   hr_session_callbacks cbs;
@@ -266,6 +283,14 @@ static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
   return w;
 }
 
+static world *world_open_b(uint32_t caps, int dest, int hmem, int with_event,
+                           uint64_t budget) {
+  hr_settings def;
+  hr_settings_default(&def);
+  return world_open_x(caps, dest, hmem, with_event, budget, def.rdma_stage_keep,
+                      NULL);
+}
+
 static world *world_open(uint32_t caps, int dest, int hmem, int with_event) {
   hr_settings def;
   hr_settings_default(&def);
@@ -279,12 +304,20 @@ static void world_close(world *w) {
   assert_int_equal(works_drain(w), 0);
   hr_session_del(w->c);
   hr_session_del(w->s);
+  /* The account's idle regions are the device's pinned memory: they go
+   * with its last reference, before the device (as an engine's go with
+   * the engine), and their registrations with them. */
+  hr__stage_account_unref(w->acct);
   rp_fabric_close(w->fw, w->ec, w->es);
   rp_store_free(&w->st);
   hr_tensor_unref(w->r.got);
   tu_pipe_free(&w->c2s);
   tu_pipe_free(&w->s2c);
   rp_works_fini(&w->works);
+  hr_tensor_unref(w->t2);
+  hr_gpu_buf_del(w->db2);
+  if (w->hb2)
+    tu_host_buf_del(w->hb2);
   produced_free(&w->d, &w->pr);
   dev_close(&w->d);
   free(w);
@@ -1195,6 +1228,180 @@ static void test_staged_peer_refuses(void **state) {
   world_close(w);
 }
 
+/* ---- reused staged regions (decision 79) --------------------------------- */
+
+/* Serves a complete device tensor of `n` bytes holding gt_fill()
+ * pattern `seed` (no event) from now on; w->hb2 holds the pattern.  The
+ * world frees it (once per world). */
+static void serve_second(world *w, uint64_t n, unsigned seed) {
+  assert_null(w->t2);
+  w->hb2 = tu_host_buf(w->d.g, n);
+  gt_fill(hr_gpu_buf_host_ptr(w->hb2), n, seed);
+  assert_int_equal(hr_gpu_buf_alloc(w->d.g, HR_GPU_MEM_DEVICE, n, &w->db2), 0);
+  assert_int_equal(hr_gpu_copy_async(w->d.P, w->db2, 0, w->hb2, 0, n), 0);
+  assert_int_equal(hr_gpu_stream_sync(w->d.P), 0);
+  hr_descriptor desc = tu_bytes_desc(n, 0, w->d.caps.device_tag);
+  desc.buffers[0].device_index = w->d.caps.device_index;
+  assert_int_equal(
+      hr_tensor_wrap_device(&w->t2, &desc, &w->db2, NULL, NULL, NULL, NULL), 0);
+  hr_tensor_unref(w->st.served);
+  w->st.served = hr_tensor_ref(w->t2);
+}
+
+static int got_is(hr_tensor *t, hr_gpu_buf *want, uint64_t n) {
+  return t && hr_tensor_bytes(t) == n &&
+         memcmp(hr_tensor_buffer(t, 0), hr_gpu_buf_host_ptr(want), n) == 0;
+}
+
+static hr__stage_stats acct_stats(hr_stage_account *a) {
+  hr__stage_stats st;
+  hr__stage_account_stats(a, &st);
+  return st;
+}
+
+/* Two GETs of different tensors of one size and a PUT: one region,
+ * allocated once, each transfer's own bytes; while it is idle its
+ * registration is not revoked, and nothing is counted but the region. */
+static void test_staged_reuse(void **state) {
+  (void)state;
+  hr_settings def;
+  hr_settings_default(&def);
+  hr_stage_account *a = hr__stage_account_new(NULL);
+  assert_non_null(a);
+  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget,
+                          def.rdma_stage_keep, a);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  hr__stage_stats st = acct_stats(a);
+  assert_int_equal(st.made, 1);
+  assert_int_equal(st.reused, 0);
+  assert_int_equal(st.idle_regions, 1);
+  assert_true(st.idle >= SIZE && st.idle <= SIZE + SIZE / 8 + (64 << 10));
+  assert_int_equal(st.used, st.idle);
+  hr__fake_stats fs;
+  hr__fake_get_stats(w->es, &fs);
+  assert_int_equal(fs.invalidations, 0);
+  /* Another tensor of the same size: the idle region, refilled. */
+  serve_second(w, SIZE, 7);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(got_is(w->r.got, w->hb2, SIZE));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  want_fallback(&w->srv_rec, "device tensor staged for RDMA");
+  st = acct_stats(a);
+  assert_int_equal(st.made, 1);
+  assert_int_equal(st.reused, 1);
+  assert_int_equal(st.idle_regions, 1);
+  /* The client's PUT stages through the same account: the same region. */
+  put(w, w->pr.t);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
+  assert_true(bytes_are(w->st.committed, w->pr.p.newb));
+  st = acct_stats(a);
+  assert_int_equal(st.made, 1);
+  assert_int_equal(st.reused, 2);
+  assert_int_equal(st.used, st.idle);
+  hr__fake_get_stats(w->es, &fs);
+  assert_int_equal(fs.invalidations, 0);
+  world_close(w);
+}
+
+/* rdma_stage_keep 0: every region is freed when its transfer ends (its
+ * registration revoked then), nothing stays counted. */
+static void test_staged_keep_none(void **state) {
+  (void)state;
+  hr_settings def;
+  hr_settings_default(&def);
+  hr_stage_account *a = hr__stage_account_new(NULL);
+  assert_non_null(a);
+  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget, 0, a);
+  for (int i = 0; i < 2; i++) {
+    get(w, NULL);
+    assert_int_equal(w->r.status, 0);
+    assert_true(bytes_are(w->r.got, w->pr.p.newb));
+    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  }
+  hr__stage_stats st = acct_stats(a);
+  assert_int_equal(st.made, 2);
+  assert_int_equal(st.reused, 0);
+  assert_int_equal(st.idle_regions, 0);
+  assert_int_equal(st.used, 0);
+  for (int i = 0; i < 10; i++)
+    hr__fake_progress(w->es);
+  hr__fake_stats fs;
+  hr__fake_get_stats(w->es, &fs);
+  assert_true(fs.invalidations >= 2);
+  world_close(w);
+}
+
+/* The budget holds one region of SIZE and not one of SIZE / 2 beside
+ * it: the idle region gives its budget back, and the smaller tensor goes
+ * over RDMA, not as frames. */
+static void test_staged_idle_gives_budget(void **state) {
+  (void)state;
+  hr_settings def;
+  hr_settings_default(&def);
+  hr_stage_account *a = hr__stage_account_new(NULL);
+  assert_non_null(a);
+  world *w =
+      world_open_x(STAGED, 0, 0, 1, SIZE + SIZE / 4, def.rdma_stage_keep, a);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  assert_int_equal(acct_stats(a).idle_regions, 1);
+  serve_second(w, SIZE / 2, 9);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(got_is(w->r.got, w->hb2, SIZE / 2));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  hr__stage_stats st = acct_stats(a);
+  assert_int_equal(st.made, 2);
+  assert_int_equal(st.reused, 0);
+  assert_int_equal(st.idle_regions, 1); /* the smaller one */
+  assert_true(st.idle < SIZE);
+  assert_int_equal(st.used, st.idle);
+  world_close(w);
+}
+
+/* The copy into a reused region fails (the wait for the producer's
+ * event): that GET fails with INTERNAL, the region goes back idle with
+ * its bytes still counted once, and the next GET reuses it. */
+static void test_staged_reuse_copy_fails(void **state) {
+  (void)state;
+  hr_settings def;
+  hr_settings_default(&def);
+  hr_stage_account *a = hr__stage_account_new(NULL);
+  assert_non_null(a);
+  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget,
+                          def.rdma_stage_keep, a);
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  uint64_t idle = acct_stats(a).idle;
+  atomic_store(&wait_fails, 1);
+  get(w, NULL);
+  assert_true(w->r.done);
+  assert_null(w->r.got);
+  assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
+  atomic_store(&wait_fails, 0);
+  hr__stage_stats st = acct_stats(a);
+  assert_int_equal(st.reused, 1);
+  assert_int_equal(st.idle_regions, 1);
+  assert_int_equal(st.idle, idle);
+  assert_int_equal(st.used, idle);
+  /* An allocation failure does not matter to a reused region. */
+  atomic_store(&pinned_fails, 1);
+  get(w, NULL);
+  atomic_store(&pinned_fails, 0);
+  assert_int_equal(w->r.status, 0);
+  assert_true(bytes_are(w->r.got, w->pr.p.newb));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  st = acct_stats(a);
+  assert_int_equal(st.made, 1);
+  assert_int_equal(st.reused, 2);
+  world_close(w);
+}
 
 /* ---- a GPUDirect PUT retried (decisions 44, 45b, 70, 78) ---------------- */
 
@@ -1358,6 +1565,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_put_retry_receive_failed),
       cmocka_unit_test(test_put_retry_gpudirect_unavailable),
       cmocka_unit_test(test_put_retry_peer_gone),
+      cmocka_unit_test(test_staged_reuse),
+      cmocka_unit_test(test_staged_keep_none),
+      cmocka_unit_test(test_staged_idle_gives_budget),
+      cmocka_unit_test(test_staged_reuse_copy_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
