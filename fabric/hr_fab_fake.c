@@ -546,7 +546,7 @@ static int fake_recv(void *ctx, void *peer, uint64_t tag,
     hr__fab_why(why, why_cap, "out of memory");
     return HR_ERR_NOMEM;
   }
-  uint64_t piece = hr_fabric_tag_piece(dst->length);
+  uint64_t piece = hr_fabric_tag_piece(NULL, dst->length);
   o->npieces = hr__fab_count_pieces(dst, piece);
   hr__fab_cursor c = {0, 0, 0};
   void *ptr;
@@ -666,7 +666,7 @@ static void run(hr__fake_ep *e, fake_op *o) {
     return;
   }
   uint64_t piece =
-      f->send_piece ? f->send_piece : hr_fabric_tag_piece(o->r.length);
+      f->send_piece ? f->send_piece : hr_fabric_tag_piece(NULL, o->r.length);
   o->npieces = hr__fab_count_pieces(&o->r, piece);
   if (o->npieces == 0) {
     complete(o, 0, NULL);

@@ -23,17 +23,26 @@ void hr__fab_ascii(char *s) {
       *s = '?';
 }
 
-/* 64 MiB, or total / 128 rounded up to 4 KiB: at most 128 full pieces,
+/* The cut (decision 43), measured on loopback (fabric/README.md, "Tagged
+ * piece size"): over ofi_rxm each piece is one rendezvous, which the
+ * receiver reads, and 4 MiB pieces keep 16 of them in flight where 64 MiB
+ * pieces left a 256 MiB tensor four (1 GiB: 3.8 against 3.2 GB/s); shm
+ * copies each message in one pass of the receiver's progress, and larger
+ * pieces take fewer passes.  Either way at most MAX_COUNT full pieces,
  * plus one short piece per buffer. */
-#define TAG_PIECE_MIN (64ull << 20)
-#define TAG_PIECE_MAX_COUNT 128ull
+#define TAG_PIECE_MIN (4ull << 20)
+#define TAG_PIECE_MAX_COUNT 256ull
+#define TAG_PIECE_MIN_SHM (64ull << 20)
+#define TAG_PIECE_MAX_COUNT_SHM 128ull
 #define TAG_PIECE_ROUND 4096ull
 
-uint64_t hr_fabric_tag_piece(uint64_t total) {
-  uint64_t p =
-      total / TAG_PIECE_MAX_COUNT + (total % TAG_PIECE_MAX_COUNT ? 1 : 0);
+uint64_t hr_fabric_tag_piece(const char *provider, uint64_t total) {
+  int shm = provider && strcmp(provider, "shm") == 0;
+  uint64_t count = shm ? TAG_PIECE_MAX_COUNT_SHM : TAG_PIECE_MAX_COUNT;
+  uint64_t min = shm ? TAG_PIECE_MIN_SHM : TAG_PIECE_MIN;
+  uint64_t p = total / count + (total % count ? 1 : 0);
   p = (p + TAG_PIECE_ROUND - 1) / TAG_PIECE_ROUND * TAG_PIECE_ROUND;
-  return p > TAG_PIECE_MIN ? p : TAG_PIECE_MIN;
+  return p > min ? p : min;
 }
 
 int64_t hr_fabric_address_encode(const char *provider, const void *name,

@@ -727,7 +727,7 @@ static int bench(const char *prov) {
   /* What the engine's GET posts: host memory and no RDMA_GPUDIRECT on
    * these providers, so no DESTINATION: tagged sends into posted
    * receives, cut by hr_fabric_tag_piece(), all signalled. */
-  uint64_t tp = hr_fabric_tag_piece(opt_size);
+  uint64_t tp = hr_fabric_tag_piece(prov, opt_size);
   uint64_t tn = (opt_size + tp - 1) / tp;
   printf("engine GET: tagged sends of %.0f MiB (%llu), %llu in flight "
          "(%s), every piece FI_COMPLETION\n",
@@ -909,7 +909,8 @@ static void layer_bench(const char *prov, uint8_t *src, double raw_best) {
   printf("hurray RMA write (handshake+reg):  %6.2f GB/s, %.2f of best raw", w,
          w / raw_best);
   print_runs(runs[0], opt_iters);
-  printf("\nhurray tagged sends (64 MiB):      %6.2f GB/s, %.2f of best raw", t,
+  printf("\nhurray tagged sends (%3llu MiB):     %6.2f GB/s, %.2f of best raw",
+         (unsigned long long)(hr_fabric_tag_piece(prov, opt_size) >> 20), t,
          t / raw_best);
   print_runs(runs[1], opt_iters);
   printf("\n  sender: registration cache %llu hit(s), %llu miss(es); %llu "

@@ -157,15 +157,20 @@ typedef struct hr_fabric_ops {
 } hr_fabric_ops;
 
 /*
- * The tagged-message cut (libhurray, docs/protocol.md § 25.2): each
- * non-empty buffer of the region is sent as messages of
- * hr_fabric_tag_piece(total) bytes, the last one of a buffer shorter, in
- * region order, all tagged with the stream id.  The piece is 64 MiB, or
- * total / 128 rounded up to 4 KiB when that is larger, so a transfer has at
- * most 136 messages and the receiver can post all its receives before
- * RDMA_READY.
+ * The tagged-message cut (libhurray's decision 43, docs/protocol.md
+ * § 25.1; the specification leaves it open, § 25.2): each non-empty
+ * buffer of the region is sent as messages of
+ * hr_fabric_tag_piece(provider, total) bytes, the last one of a buffer
+ * shorter, in region order, all tagged with the stream id.  Both peers
+ * use the same provider (FABRIC_ADDRESS must name ours), so both cut
+ * alike.  The piece is 4 MiB, or total / 256 rounded up to 4 KiB when
+ * that is larger; on `shm` it is 64 MiB, or total / 128 rounded up to
+ * 4 KiB.  A transfer has at most 264 messages, so the receiver can post
+ * all its receives before RDMA_READY.  `provider` is the resolved name
+ * (hr_fabric_provider()); NULL is any provider but shm.  Pure function,
+ * any thread.
  */
-HR_EXTERN uint64_t hr_fabric_tag_piece(uint64_t total);
+HR_EXTERN uint64_t hr_fabric_tag_piece(const char *provider, uint64_t total);
 
 /*
  * Writes the FABRIC_ADDRESS extension value (`str provider`, `bytes

@@ -82,18 +82,25 @@ static void test_placement(void **state) {
 static void test_tag_piece(void **state) {
   (void)state;
   const uint64_t mib = 1u << 20;
-  assert_int_equal(hr_fabric_tag_piece(0), 64 * mib);
-  assert_int_equal(hr_fabric_tag_piece(1), 64 * mib);
-  assert_int_equal(hr_fabric_tag_piece(8192 * mib), 64 * mib);
-  /* Above 8 GiB the piece grows: at most 128 full pieces. */
-  uint64_t t = 8192 * mib + 1;
-  uint64_t p = hr_fabric_tag_piece(t);
-  assert_true(p > 64 * mib);
+  assert_int_equal(hr_fabric_tag_piece(NULL, 0), 4 * mib);
+  assert_int_equal(hr_fabric_tag_piece(NULL, 1), 4 * mib);
+  assert_int_equal(hr_fabric_tag_piece(NULL, 1024 * mib), 4 * mib);
+  assert_int_equal(hr_fabric_tag_piece(NULL, 16384 * mib), 64 * mib);
+  /* Above 1 GiB the piece grows: at most 256 full pieces. */
+  uint64_t t = 1024 * mib + 1;
+  uint64_t p = hr_fabric_tag_piece(NULL, t);
+  assert_true(p > 4 * mib);
   assert_int_equal(p % 4096, 0);
-  assert_true(t / p <= 128);
+  assert_true(t / p <= 256);
   t = UINT64_MAX;
-  p = hr_fabric_tag_piece(t);
-  assert_true(t / p <= 128);
+  p = hr_fabric_tag_piece(NULL, t);
+  assert_true(t / p <= 256);
+  /* shm: 64 MiB pieces, at most 128 full ones. */
+  assert_int_equal(hr_fabric_tag_piece("shm", 1), 64 * mib);
+  assert_int_equal(hr_fabric_tag_piece("shm", 8192 * mib), 64 * mib);
+  assert_int_equal(hr_fabric_tag_piece("tcp;ofi_rxm", 8192 * mib), 32 * mib);
+  p = hr_fabric_tag_piece("shm", UINT64_MAX);
+  assert_true(UINT64_MAX / p <= 128);
 }
 
 static void test_pieces(void **state) {

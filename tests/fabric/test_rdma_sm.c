@@ -135,10 +135,10 @@ static void test_dest_key_scoped(void **state) {
   h_teardown(&p);
 }
 
-/* The tagged path with more than one piece per buffer (64 MiB pieces). */
+/* The tagged path with more than one piece per buffer (4 MiB pieces). */
 static void test_tagged_pieces(void **state) {
   (void)state;
-  const uint64_t big[] = {(64u << 20) + 1, 3};
+  const uint64_t big[] = {(12u << 20) + 1, 3};
   h_pair p;
   h_setup(&p, NULL, HR_RDMA_GET, CAPS_RDMA, CAPS_RDMA, 1, 0, 2, big);
   h_start(&p, 0);
