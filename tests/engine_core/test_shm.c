@@ -173,27 +173,68 @@ static hr_tensor *seg_tensor(seg *g, uint64_t n) {
   return t;
 }
 
+/* Stores a fresh segment tensor of `n` int32 (in `g`) under `key`. */
+static void put_seg(shm_pair *sp, const char *key, seg *g, uint64_t n) {
+  hr_tensor *t = seg_tensor(g, n);
+  store_put(&sp->p.st, key, t);
+  hr_tensor_unref(t);
+}
+
 /* Opens the pair with a segment tensor of `n` int32 (in `g`) stored under
  * "a", and a fresh result `r`. */
 static void sp_open_seg(shm_pair *sp, int client_shm, seg *g, uint64_t n,
                         result *r) {
   sp_open(sp, client_shm);
   memset(r, 0, sizeof *r);
-  hr_tensor *t = seg_tensor(g, n);
-  store_put(&sp->p.st, "a", t);
-  hr_tensor_unref(t);
+  put_seg(sp, "a", g, n);
 }
 
-static int get(shm_pair *sp, const char *key, result *r) {
+/* Closes the pair and checks that no descriptor leaked since `fds0`. */
+static void sp_close_check(shm_pair *sp, int fds0) {
+  sp_close(sp);
+  assert_int_equal(tu_fd_count(), fds0);
+}
+
+/* Asks for `key` (one shard) into `r`; the pair does not run. */
+static void start_get(shm_pair *sp, const char *key, result *r) {
   hr_get_opts o;
   memset(&o, 0, sizeof o);
   o.key = (const uint8_t *)key;
   o.key_len = (uint16_t)strlen(key);
   o.max_shards = 1;
   assert_int_equal(hr_session_get(sp->p.c, &o, on_get_done, r, NULL), 0);
+}
+
+static int get(shm_pair *sp, const char *key, result *r) {
+  start_get(sp, key, r);
   frun(sp);
   assert_int_equal(r->calls, 1);
   return r->status;
+}
+
+/* GETs `key` and checks that it came over SHM; returns the tensor, which
+ * holds the lease (the caller's reference: dropping it owes the server
+ * a BUFFER_RELEASE). */
+static hr_tensor *get_lease(shm_pair *sp, const char *key) {
+  result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(get(sp, key, &r), 0);
+  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  return r.t;
+}
+
+/* Drops a lease's tensor and runs the pair: its BUFFER_RELEASE reaches
+ * the server. */
+static void release(shm_pair *sp, hr_tensor *t) {
+  hr_tensor_unref(t);
+  frun(sp);
+}
+
+/* Drops the store's tensors and runs the pair: from now on only leases
+ * hold segments. */
+static void store_drop(shm_pair *sp) {
+  store_clear(&sp->p.st);
+  frun(sp);
 }
 
 static void test_roundtrip_release(void **state) {
@@ -209,8 +250,7 @@ static void test_roundtrip_release(void **state) {
   assert_int_equal(sp.maps, 1);
   assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[4999], 4999 * 3);
   /* Only the lease holds the tensor now. */
-  store_clear(&sp.p.st);
-  frun(&sp);
+  store_drop(&sp);
   assert_false(atomic_load(&g.released));
   assert_false(hr_session_want_write(sp.p.c));
   result_clear(&r);
@@ -220,18 +260,15 @@ static void test_roundtrip_release(void **state) {
   frun(&sp);
   assert_true(atomic_load(&g.released));
   /* The session is still fine for more. */
-  hr_tensor *t = seg_tensor(&g, 10);
-  store_put(&sp.p.st, "b", t);
-  hr_tensor_unref(t);
-  assert_int_equal(get(&sp, "b", &r), 0);
-  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
+  put_seg(&sp, "b", &g, 10);
+  hr_tensor *t = get_lease(&sp, "b");
   /* The connection ends with the segment held: the server lets go. */
   store_clear(&sp.p.st);
   hr_session_terminate(sp.p.s, 0);
   assert_true(atomic_load(&g.released));
-  assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[9], 27);
+  assert_int_equal(((const int32_t *)hr_tensor_buffer(t, 0))[9], 27);
   sp_close(&sp);
-  result_clear(&r);
+  hr_tensor_unref(t);
   assert_int_equal(tu_fd_count(), fds0);
 }
 
@@ -255,9 +292,8 @@ static void test_fallback_after_failed_map(void **state) {
   assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[99], 297);
   assert_int_equal(sp.p.errors_c, 0);
   result_clear(&r);
-  sp_close(&sp);
+  sp_close_check(&sp, fds0);
   assert_true(atomic_load(&g.released));
-  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_no_fd(void **state) {
@@ -276,8 +312,7 @@ static void test_no_fd(void **state) {
   store_clear(&sp.p.st);
   assert_true(atomic_load(&g.released));
   result_clear(&r);
-  sp_close(&sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  sp_close_check(&sp, fds0);
 }
 
 static void test_two_fds(void **state) {
@@ -296,9 +331,8 @@ static void test_two_fds(void **state) {
   assert_int_equal(sp.maps, 0);
   assert_int_equal(sp.closes, 2);
   result_clear(&r);
-  sp_close(&sp);
+  sp_close_check(&sp, fds0);
   assert_true(atomic_load(&g.released));
-  assert_int_equal(tu_fd_count(), fds0);
 }
 
 static void test_stray_fd(void **state) {
@@ -329,8 +363,7 @@ static void test_fd_to_server(void **state) {
   assert_int_equal(sp.p.errors_s, 1);
   assert_int_equal(sp.p.last_err_s, HR_WIRE_PROTOCOL_VIOLATION);
   assert_int_equal(sp.closes, 1);
-  sp_close(&sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  sp_close_check(&sp, fds0);
 }
 
 /* A server without SHM_DATA_PLANE from the client never sends an fd. */
@@ -362,12 +395,8 @@ static void test_lease_bound(void **state) {
   enum { N = HR_SHM_LEASES_MAX };
   hr_tensor **held = calloc(N, sizeof *held);
   assert_non_null(held);
-  for (int i = 0; i < N; i++) {
-    assert_int_equal(get(&sp, "a", &r), 0);
-    assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
-    held[i] = r.t;
-    memset(&r, 0, sizeof r);
-  }
+  for (int i = 0; i < N; i++)
+    held[i] = get_lease(&sp, "a");
   /* One more: frames, with the reason on the server's record. */
   assert_int_equal(get(&sp, "a", &r), 0);
   assert_int_equal(r.rec.data_plane, HR_PLANE_FRAMES);
@@ -376,24 +405,18 @@ static void test_lease_bound(void **state) {
   assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[15], 45);
   result_clear(&r);
   /* The client drops one: its BUFFER_RELEASE frees a lease. */
-  hr_tensor_unref(held[N / 2]);
+  release(&sp, held[N / 2]);
   held[N / 2] = NULL;
-  frun(&sp);
-  assert_int_equal(get(&sp, "a", &r), 0);
-  assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
-  result_clear(&r);
-  frun(&sp);
+  release(&sp, get_lease(&sp, "a"));
   for (int i = 0; i < N; i++)
     hr_tensor_unref(held[i]);
   free(held);
   frun(&sp);
   assert_int_equal(sp.unmaps, sp.maps);
-  store_clear(&sp.p.st);
-  frun(&sp);
+  store_drop(&sp);
   /* Every lease ended with its release: the segment is free. */
   assert_true(atomic_load(&g.released));
-  sp_close(&sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  sp_close_check(&sp, fds0);
 }
 
 /* Leases taken out of stream order (GETs answered late, the last first)
@@ -407,22 +430,13 @@ static void test_leases_out_of_order(void **state) {
   result r[3];
   const char *keys[3] = {"a", "b", "c"};
   sp_open(&sp, 1);
-  for (int i = 0; i < 3; i++) {
-    hr_tensor *t = seg_tensor(&g[i], 32 + (uint64_t)i);
-    store_put(&sp.p.st, keys[i], t);
-    hr_tensor_unref(t);
-  }
+  for (int i = 0; i < 3; i++)
+    put_seg(&sp, keys[i], &g[i], 32 + (uint64_t)i);
   frun(&sp);
   memset(r, 0, sizeof r);
   sp.p.st.defer = 1;
-  for (int i = 0; i < 3; i++) {
-    hr_get_opts o;
-    memset(&o, 0, sizeof o);
-    o.key = (const uint8_t *)keys[i];
-    o.key_len = 1;
-    o.max_shards = 1;
-    assert_int_equal(hr_session_get(sp.p.c, &o, on_get_done, &r[i], NULL), 0);
-  }
+  for (int i = 0; i < 3; i++)
+    start_get(&sp, keys[i], &r[i]);
   frun(&sp);
   assert_int_equal(sp.p.st.npending, 3);
   hr_srv_get *first = sp.p.st.pending[0];
@@ -436,8 +450,7 @@ static void test_leases_out_of_order(void **state) {
     assert_int_equal(r[i].rec.data_plane, HR_PLANE_SHM);
   }
   /* Only the leases hold the segments now. */
-  store_clear(&sp.p.st);
-  frun(&sp);
+  store_drop(&sp);
   int order[3] = {1, 2, 0};
   for (int k = 0; k < 3; k++) {
     result_clear(&r[order[k]]);
@@ -449,8 +462,7 @@ static void test_leases_out_of_order(void **state) {
       assert_int_equal(atomic_load(&g[i].released), gone);
     }
   }
-  sp_close(&sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  sp_close_check(&sp, fds0);
 }
 
 /* Leases released out of order make room that later ones reuse (the
@@ -466,13 +478,10 @@ static void test_leases_reused(void **state) {
   enum { N = 40, ROUNDS = 3 };
   hr_tensor *held[N], *kept[ROUNDS];
   for (int round = 0; round < ROUNDS; round++) {
-    for (int i = 0; i < N; i++) {
-      assert_int_equal(get(&sp, "a", &r), 0);
-      assert_int_equal(r.rec.data_plane, HR_PLANE_SHM);
-      held[i] = r.t;
-      memset(&r, 0, sizeof r);
-    }
-    /* Every other one, then the rest but the last, which stays. */
+    for (int i = 0; i < N; i++)
+      held[i] = get_lease(&sp, "a");
+    /* Every other one, then the rest but the last, which stays; each
+     * batch of BUFFER_RELEASEs goes at once. */
     for (int i = 0; i < N; i += 2)
       hr_tensor_unref(held[i]);
     frun(&sp);
@@ -482,17 +491,14 @@ static void test_leases_reused(void **state) {
     kept[round] = held[N - 1];
   }
   /* Only the kept ones' leases hold the segment now. */
-  store_clear(&sp.p.st);
-  frun(&sp);
+  store_drop(&sp);
   for (int round = 0; round < ROUNDS; round++) {
     assert_false(atomic_load(&g.released));
-    hr_tensor_unref(kept[round]);
-    frun(&sp);
+    release(&sp, kept[round]);
   }
   assert_true(atomic_load(&g.released));
   assert_int_equal(sp.unmaps, sp.maps);
-  sp_close(&sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  sp_close_check(&sp, fds0);
 }
 
 int main(void) {
