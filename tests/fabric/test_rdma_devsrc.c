@@ -1259,52 +1259,74 @@ static hr__stage_stats acct_stats(hr_stage_account *a) {
   return st;
 }
 
+/* The account's stats, after checking how many regions it made, how
+ * many times it reused one, and how many are idle. */
+static hr__stage_stats want_regions(hr_stage_account *a, uint64_t made,
+                                    uint64_t reused, unsigned idle_regions) {
+  hr__stage_stats st = acct_stats(a);
+  assert_int_equal(st.made, made);
+  assert_int_equal(st.reused, reused);
+  assert_int_equal(st.idle_regions, idle_regions);
+  return st;
+}
+
+/* Registrations the server's fabric revoked so far. */
+static uint64_t srv_invalidations(world *w) {
+  hr__fake_stats fs;
+  hr__fake_get_stats(w->es, &fs);
+  return fs.invalidations;
+}
+
+/* staged_world()'s budget or keep: the defaults'. */
+#define STAGE_DEFAULT UINT64_MAX
+
+/* A world whose sessions stage device tensors for RDMA through one
+ * fresh account (*a, which the world holds), with `budget` and `keep`
+ * (STAGE_DEFAULT: the defaults'). */
+static world *staged_world(uint64_t budget, uint64_t keep,
+                           hr_stage_account **a) {
+  hr_settings def;
+  hr_settings_default(&def);
+  *a = hr__stage_account_new(NULL);
+  assert_non_null(*a);
+  return world_open_x(STAGED, 0, 0, 1,
+                      budget == STAGE_DEFAULT ? def.rdma_stage_budget : budget,
+                      keep == STAGE_DEFAULT ? def.rdma_stage_keep : keep, *a);
+}
+
+/* A GET that succeeds over RDMA with the `n` bytes of `want`. */
+static void get_rdma(world *w, hr_gpu_buf *want, uint64_t n) {
+  get(w, NULL);
+  assert_int_equal(w->r.status, 0);
+  assert_true(got_is(w->r.got, want, n));
+  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+}
+
 /* Two GETs of different tensors of one size and a PUT: one region,
  * allocated once, each transfer's own bytes; while it is idle its
  * registration is not revoked, and nothing is counted but the region. */
 static void test_staged_reuse(void **state) {
   (void)state;
-  hr_settings def;
-  hr_settings_default(&def);
-  hr_stage_account *a = hr__stage_account_new(NULL);
-  assert_non_null(a);
-  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget,
-                          def.rdma_stage_keep, a);
-  get(w, NULL);
-  assert_int_equal(w->r.status, 0);
-  assert_true(bytes_are(w->r.got, w->pr.p.newb));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  hr__stage_stats st = acct_stats(a);
-  assert_int_equal(st.made, 1);
-  assert_int_equal(st.reused, 0);
-  assert_int_equal(st.idle_regions, 1);
+  hr_stage_account *a;
+  world *w = staged_world(STAGE_DEFAULT, STAGE_DEFAULT, &a);
+  get_rdma(w, w->pr.p.newb, SIZE);
+  hr__stage_stats st = want_regions(a, 1, 0, 1);
   assert_true(st.idle >= SIZE && st.idle <= SIZE + SIZE / 8 + (64 << 10));
   assert_int_equal(st.used, st.idle);
-  hr__fake_stats fs;
-  hr__fake_get_stats(w->es, &fs);
-  assert_int_equal(fs.invalidations, 0);
+  assert_int_equal(srv_invalidations(w), 0);
   /* Another tensor of the same size: the idle region, refilled. */
   serve_second(w, SIZE, 7);
-  get(w, NULL);
-  assert_int_equal(w->r.status, 0);
-  assert_true(got_is(w->r.got, w->hb2, SIZE));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
+  get_rdma(w, w->hb2, SIZE);
   want_fallback(&w->srv_rec, "device tensor staged for RDMA");
-  st = acct_stats(a);
-  assert_int_equal(st.made, 1);
-  assert_int_equal(st.reused, 1);
-  assert_int_equal(st.idle_regions, 1);
+  want_regions(a, 1, 1, 1);
   /* The client's PUT stages through the same account: the same region. */
   put(w, w->pr.t);
   assert_int_equal(w->r.status, 0);
   assert_int_equal(w->r.rec.data_plane, HR_PLANE_RDMA);
   assert_true(bytes_are(w->st.committed, w->pr.p.newb));
-  st = acct_stats(a);
-  assert_int_equal(st.made, 1);
-  assert_int_equal(st.reused, 2);
+  st = want_regions(a, 1, 2, 1);
   assert_int_equal(st.used, st.idle);
-  hr__fake_get_stats(w->es, &fs);
-  assert_int_equal(fs.invalidations, 0);
+  assert_int_equal(srv_invalidations(w), 0);
   world_close(w);
 }
 
@@ -1312,27 +1334,14 @@ static void test_staged_reuse(void **state) {
  * registration revoked then), nothing stays counted. */
 static void test_staged_keep_none(void **state) {
   (void)state;
-  hr_settings def;
-  hr_settings_default(&def);
-  hr_stage_account *a = hr__stage_account_new(NULL);
-  assert_non_null(a);
-  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget, 0, a);
-  for (int i = 0; i < 2; i++) {
-    get(w, NULL);
-    assert_int_equal(w->r.status, 0);
-    assert_true(bytes_are(w->r.got, w->pr.p.newb));
-    assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  }
-  hr__stage_stats st = acct_stats(a);
-  assert_int_equal(st.made, 2);
-  assert_int_equal(st.reused, 0);
-  assert_int_equal(st.idle_regions, 0);
-  assert_int_equal(st.used, 0);
+  hr_stage_account *a;
+  world *w = staged_world(STAGE_DEFAULT, 0, &a);
+  for (int i = 0; i < 2; i++)
+    get_rdma(w, w->pr.p.newb, SIZE);
+  assert_int_equal(want_regions(a, 2, 0, 0).used, 0);
   for (int i = 0; i < 10; i++)
     hr__fake_progress(w->es);
-  hr__fake_stats fs;
-  hr__fake_get_stats(w->es, &fs);
-  assert_true(fs.invalidations >= 2);
+  assert_true(srv_invalidations(w) >= 2);
   world_close(w);
 }
 
@@ -1341,25 +1350,13 @@ static void test_staged_keep_none(void **state) {
  * over RDMA, not as frames. */
 static void test_staged_idle_gives_budget(void **state) {
   (void)state;
-  hr_settings def;
-  hr_settings_default(&def);
-  hr_stage_account *a = hr__stage_account_new(NULL);
-  assert_non_null(a);
-  world *w =
-      world_open_x(STAGED, 0, 0, 1, SIZE + SIZE / 4, def.rdma_stage_keep, a);
-  get(w, NULL);
-  assert_int_equal(w->r.status, 0);
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  assert_int_equal(acct_stats(a).idle_regions, 1);
+  hr_stage_account *a;
+  world *w = staged_world(SIZE + SIZE / 4, STAGE_DEFAULT, &a);
+  get_rdma(w, w->pr.p.newb, SIZE);
+  want_regions(a, 1, 0, 1);
   serve_second(w, SIZE / 2, 9);
-  get(w, NULL);
-  assert_int_equal(w->r.status, 0);
-  assert_true(got_is(w->r.got, w->hb2, SIZE / 2));
-  assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  hr__stage_stats st = acct_stats(a);
-  assert_int_equal(st.made, 2);
-  assert_int_equal(st.reused, 0);
-  assert_int_equal(st.idle_regions, 1); /* the smaller one */
+  get_rdma(w, w->hb2, SIZE / 2);
+  hr__stage_stats st = want_regions(a, 2, 0, 1); /* idle: the smaller one */
   assert_true(st.idle < SIZE);
   assert_int_equal(st.used, st.idle);
   world_close(w);
@@ -1370,12 +1367,8 @@ static void test_staged_idle_gives_budget(void **state) {
  * its bytes still counted once, and the next GET reuses it. */
 static void test_staged_reuse_copy_fails(void **state) {
   (void)state;
-  hr_settings def;
-  hr_settings_default(&def);
-  hr_stage_account *a = hr__stage_account_new(NULL);
-  assert_non_null(a);
-  world *w = world_open_x(STAGED, 0, 0, 1, def.rdma_stage_budget,
-                          def.rdma_stage_keep, a);
+  hr_stage_account *a;
+  world *w = staged_world(STAGE_DEFAULT, STAGE_DEFAULT, &a);
   get(w, NULL);
   assert_int_equal(w->r.status, 0);
   uint64_t idle = acct_stats(a).idle;
@@ -1385,21 +1378,18 @@ static void test_staged_reuse_copy_fails(void **state) {
   assert_null(w->r.got);
   assert_int_equal(w->r.rec.wire_error, HR_WIRE_INTERNAL);
   atomic_store(&wait_fails, 0);
-  hr__stage_stats st = acct_stats(a);
-  assert_int_equal(st.reused, 1);
-  assert_int_equal(st.idle_regions, 1);
+  hr__stage_stats st = want_regions(a, 1, 1, 1);
   assert_int_equal(st.idle, idle);
   assert_int_equal(st.used, idle);
-  /* An allocation failure does not matter to a reused region. */
+  /* An allocation failure does not matter to a reused region (the
+   * failure is off again before the checks, which may end the test). */
   atomic_store(&pinned_fails, 1);
   get(w, NULL);
   atomic_store(&pinned_fails, 0);
   assert_int_equal(w->r.status, 0);
   assert_true(bytes_are(w->r.got, w->pr.p.newb));
   assert_int_equal(w->srv_rec.data_plane, HR_PLANE_RDMA);
-  st = acct_stats(a);
-  assert_int_equal(st.made, 1);
-  assert_int_equal(st.reused, 2);
+  want_regions(a, 1, 2, 1);
   world_close(w);
 }
 
