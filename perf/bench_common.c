@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,10 +20,48 @@ void bc_die(const char *what) {
   exit(1);
 }
 
+void bc_die_rv(const char *what, int rv) {
+  fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
+          hr_strerror(rv));
+  exit(2);
+}
+
 double bc_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double bc_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+         ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
+}
+
+uint64_t bc_parse_size(const char *s) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  switch (*end) {
+  case 'k':
+  case 'K': v <<= 10; break;
+  case 'm':
+  case 'M': v <<= 20; break;
+  case 'g':
+  case 'G': v <<= 30; break;
+  default: break;
+  }
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bc_median(double *v, int k) {
+  qsort(v, (size_t)k, sizeof *v, cmp_double);
+  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
 int bc_listen_any(int *port) {

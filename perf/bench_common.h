@@ -1,9 +1,11 @@
 /*
  * What the loopback benchmarks share (perf/engine_bench.c, tls_bench.c,
- * shm_bench.c): clocks, a raw TCP listener and connect on 127.0.0.1, a
+ * shm_bench.c, gpu_engine_bench.c, stage_bench.c): clocks, sizes on the
+ * command line, medians, a raw TCP listener and connect on 127.0.0.1, a
  * patterned tensor, and a hurray server on its own thread (a libevent
  * loop serving a store).  A failure prints "PROGRAM: what: reason" and
- * exits 1: a benchmark has nothing to recover.
+ * exits 1 (bc_die) or 2 (bc_die_rv, BC_CHECK: the benchmarks whose exit
+ * status 1 means a missed target): a benchmark has nothing to recover.
  */
 #ifndef HR_PERF_BENCH_COMMON_H
 #define HR_PERF_BENCH_COMMON_H
@@ -19,8 +21,32 @@
 /* Prints "PROGRAM: what: strerror(errno)" and exits 1. */
 _Noreturn void bc_die(const char *what);
 
+/* Prints "PROGRAM: what: hr_strerror(rv)" and exits 2. */
+_Noreturn void bc_die_rv(const char *what, int rv);
+
+/* Runs `call` (an HR_ERR_* result) and dies with bc_die_rv() unless it
+ * returns 0. */
+#define BC_CHECK(what, call)                                                   \
+  do {                                                                         \
+    int bc_rv_ = (call);                                                       \
+    if (bc_rv_ != 0)                                                           \
+      bc_die_rv(what, bc_rv_);                                                 \
+  } while (0)
+
 /* CLOCK_MONOTONIC in seconds. */
 double bc_now_s(void);
+
+/* CPU seconds (user and system) of the whole process so far, every
+ * thread: a shared machine stretches wall time, not this. */
+double bc_cpu_s(void);
+
+/* A byte count from the command line: decimal, with an optional suffix
+ * K, M or G (either case) for 2^10, 2^20, 2^30; anything else after the
+ * digits is ignored. */
+uint64_t bc_parse_size(const char *s);
+
+/* The median of v[0..k) (k > 0), which it sorts. */
+double bc_median(double *v, int k);
 
 /* A TCP socket listening on 127.0.0.1, port 0 (SO_REUSEADDR, backlog
  * 64); *port receives the port. */

@@ -48,33 +48,6 @@
 #include "bench_common.h"
 #include "hr_ploop.h" /* engine/io: the library's private poll() loop */
 
-static void die(const char *what, int rv) {
-  fprintf(stderr, "gpu_engine_bench: %s: %s\n", what, hr_strerror(rv));
-  exit(2);
-}
-
-#define CHECK(what, call)                                                      \
-  do {                                                                         \
-    int rv_ = (call);                                                          \
-    if (rv_ != 0)                                                              \
-      die(what, rv_);                                                          \
-  } while (0)
-
-static uint64_t parse_size(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  switch (*end) {
-  case 'k':
-  case 'K': v <<= 10; break;
-  case 'm':
-  case 'M': v <<= 20; break;
-  case 'g':
-  case 'G': v <<= 30; break;
-  default: break;
-  }
-  return v;
-}
-
 /* ---- a server on its own thread ---------------------------------------- */
 
 /* The server runs on the library's private poll() loop (the one the
@@ -96,13 +69,13 @@ static void *srv_main(void *arg) {
   hr_provider prov;
   hr_listener *l;
 
-  CHECK("loop", hr__ploop_new(&s->loop, NULL));
+  BC_CHECK("loop", hr__ploop_new(&s->loop, NULL));
   hr_engine_config_default(&cfg);
   hr__ploop_ops(&ops);
-  CHECK("hr_engine_new", hr_engine_new(&s->e, &ops, s->loop, &cfg, NULL));
+  BC_CHECK("hr_engine_new", hr_engine_new(&s->e, &ops, s->loop, &cfg, NULL));
   hr__ploop_set_engine(s->loop, s->e);
   hr_store_provider(s->store, &prov);
-  CHECK("listen", hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l));
+  BC_CHECK("listen", hr_engine_listen(s->e, "127.0.0.1:0", &prov, &l));
   s->port = hr_listener_port(l);
   atomic_store(&s->ready, 1);
   while (!atomic_load(&s->stop))
@@ -142,8 +115,8 @@ static double copy_gbps(hr_gpu_stream *s, hr_gpu_buf *dst, hr_gpu_buf *src,
   double best = 0;
   for (int i = 0; i <= iters; i++) {
     double t0 = bc_now_s();
-    CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
-    CHECK("sync", hr_gpu_stream_sync(s));
+    BC_CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
+    BC_CHECK("sync", hr_gpu_stream_sync(s));
     double g = (double)n / (bc_now_s() - t0) / 1e9;
     if (i > 0 && g > best)
       best = g;
@@ -162,9 +135,9 @@ static double fresh_gbps(hr_gpu *g, hr_gpu_stream *s, hr_gpu_buf *src,
   for (int i = 0; i <= iters; i++) {
     hr_gpu_buf *dst;
     double t0 = bc_now_s();
-    CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dst));
-    CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
-    CHECK("sync", hr_gpu_stream_sync(s));
+    BC_CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dst));
+    BC_CHECK("copy", hr_gpu_copy_async(s, dst, 0, src, 0, n));
+    BC_CHECK("sync", hr_gpu_stream_sync(s));
     double gb = (double)n / (bc_now_s() - t0) / 1e9;
     hr_gpu_buf_del(dst);
     if (i > 0 && gb > best)
@@ -192,7 +165,7 @@ static double get_gbps(int port, const char *key, uint64_t n, int iters,
   hr_client_options_default(&co);
   co.settings.device_piece = ring_piece;
   co.settings.device_pieces = ring_pieces;
-  CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
+  BC_CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
   for (int i = 0; i <= iters; i++) {
     hr_get_opts o;
     hr_get_dest dest;
@@ -240,22 +213,15 @@ static hr_client *connect_ring(int port, uint64_t piece, uint32_t pieces) {
   hr_client_options_default(&co);
   co.settings.device_piece = piece;
   co.settings.device_pieces = pieces;
-  CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
+  BC_CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
   return c;
-}
-
-/* One GET on `c` (into `dst`, or into device g when dst is NULL): GB/s,
- * its record in *rec. */
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
-         ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
 }
 
 /* CPU seconds (all threads: client, server, device) of the last one_get. */
 static double last_cpu;
 
+/* One GET on `c` (into `dst`, or into device g when dst is NULL): GB/s,
+ * its record in *rec. */
 static double one_get(hr_client *c, uint64_t n, uint8_t *dst, hr_gpu *g,
                       hr_transfer_record *rec) {
   hr_get_opts o;
@@ -274,24 +240,14 @@ static double one_get(hr_client *c, uint64_t n, uint8_t *dst, hr_gpu *g,
     dest.capacity = n;
     o.dest = &dest;
   }
-  double c0 = cpu_s();
+  double c0 = bc_cpu_s();
   if (hr_client_get(c, &o, &t, rec)) {
     fprintf(stderr, "GET: %s\n", hr_client_last_error(c)->message);
     exit(2);
   }
   hr_tensor_unref(t);
-  last_cpu = cpu_s() - c0;
+  last_cpu = bc_cpu_s() - c0;
   return (double)n / ((double)(rec->finished - rec->started) / 1e9) / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int k) {
-  qsort(v, (size_t)k, sizeof *v, cmp_double);
-  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
 #define AB_MAX 4
@@ -309,7 +265,7 @@ static void run_ab(int port, uint64_t n, int rounds, uint8_t *dst, hr_gpu *g,
   for (char *tok = strtok(buf, ","); tok && nring < AB_MAX;
        tok = strtok(NULL, ",")) {
     char *x = strchr(tok, 'x');
-    piece[nring] = parse_size(tok);
+    piece[nring] = bc_parse_size(tok);
     pieces[nring] = x ? (uint32_t)atoi(x + 1) : 0;
     nring++;
   }
@@ -342,15 +298,15 @@ static void run_ab(int port, uint64_t n, int rounds, uint8_t *dst, hr_gpu *g,
   }
   printf("%d interleaved rounds, medians:\n", rounds);
   printf("  GET host->host:                 %6.2f GB/s, %.3f CPU s/GB\n",
-         median(gb[0], rounds), median(cpu[0], rounds));
+         bc_median(gb[0], rounds), bc_median(cpu[0], rounds));
   for (int k = 0; k < nring; k++) {
     printf("  GET into device, ring %4llu KiB x %2u: %6.2f GB/s, %.2f of the "
            "host GET of its round; paused %.0f times, %.0f%% of the time; "
            "copies in flight %.0f%%; %.3f CPU s/GB\n",
            (unsigned long long)(piece[k] >> 10), pieces[k],
-           median(gb[k + 1], rounds), median(ratio[k], rounds),
-           median(npause[k], rounds), median(paused[k], rounds),
-           median(busy[k], rounds), median(cpu[k + 1], rounds));
+           bc_median(gb[k + 1], rounds), bc_median(ratio[k], rounds),
+           bc_median(npause[k], rounds), bc_median(paused[k], rounds),
+           bc_median(busy[k], rounds), bc_median(cpu[k + 1], rounds));
     hr_client_close(dev[k]);
   }
   hr_client_close(host);
@@ -366,13 +322,13 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc)
       backend = argv[++i];
     else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-      n = parse_size(argv[++i]);
+      n = bc_parse_size(argv[++i]);
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--target") && i + 1 < argc)
       target = atof(argv[++i]);
     else if (!strcmp(argv[i], "--piece") && i + 1 < argc)
-      ring_piece = parse_size(argv[++i]);
+      ring_piece = bc_parse_size(argv[++i]);
     else if (!strcmp(argv[i], "--pieces") && i + 1 < argc)
       ring_pieces = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(argv[i], "--ab") && i + 1 < argc)
@@ -399,8 +355,8 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (rv)
-    die("hr_gpu_open", rv);
-  CHECK("query", hr_gpu_query(g, &caps));
+    bc_die_rv("hr_gpu_open", rv);
+  BC_CHECK("query", hr_gpu_query(g, &caps));
   if (!(caps.flags & HR_GPU_CAP_PINNED)) {
     printf("SKIP: %s has no pinned memory\n", backend);
     hr_gpu_del(g);
@@ -411,9 +367,9 @@ int main(int argc, char **argv) {
 
   hr_gpu_stream *s;
   hr_gpu_buf *dev, *pin;
-  CHECK("stream", hr_gpu_stream_new(g, &s));
-  CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev));
-  CHECK("pinned memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_PINNED, n, &pin));
+  BC_CHECK("stream", hr_gpu_stream_new(g, &s));
+  BC_CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev));
+  BC_CHECK("pinned memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_PINNED, n, &pin));
   uint8_t *hp = hr_gpu_buf_host_ptr(pin);
   for (uint64_t i = 0; i < n; i++)
     hp[i] = (uint8_t)(i * 131 + (i >> 12));
@@ -428,21 +384,21 @@ int main(int argc, char **argv) {
   hr_store_config sc;
   hr_store_config_default(&sc);
   sc.max_bytes = 0;
-  CHECK("store", hr_store_new(&store, &sc, NULL));
+  BC_CHECK("store", hr_store_new(&store, &sc, NULL));
   uint8_t *host = malloc(n), *dst = malloc(n);
   if (!host || !dst)
-    die("malloc", HR_ERR_NOMEM);
+    bc_die_rv("malloc", HR_ERR_NOMEM);
   memcpy(host, hp, n);
   memset(dst, 0, n);
   hr_descriptor hd = bytes_desc(n, HR_DEV_CPU);
   hr_descriptor dd = bytes_desc(n, caps.device_tag);
   hr_tensor *ht, *dt;
   void *hb = host;
-  CHECK("wrap", hr_tensor_wrap(&ht, &hd, &hb, NULL, NULL, NULL));
-  CHECK("wrap_device",
+  BC_CHECK("wrap", hr_tensor_wrap(&ht, &hd, &hb, NULL, NULL, NULL));
+  BC_CHECK("wrap_device",
         hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL, NULL));
-  CHECK("put", hr_store_put(store, "host", 4, ht, HR_PUT_REPLACE));
-  CHECK("put", hr_store_put(store, "dev", 3, dt, HR_PUT_REPLACE));
+  BC_CHECK("put", hr_store_put(store, "host", 4, ht, HR_PUT_REPLACE));
+  BC_CHECK("put", hr_store_put(store, "dev", 3, dt, HR_PUT_REPLACE));
   hr_tensor_unref(ht);
   hr_tensor_unref(dt);
   server srv;
@@ -471,9 +427,9 @@ int main(int argc, char **argv) {
   hr_transfer_record h2d_rec = best_rec;
   /* Verify the device result by copying it back. */
   memset(hp, 0, n);
-  CHECK("copy back",
+  BC_CHECK("copy back",
         hr_gpu_copy_async(s, pin, 0, hr_tensor_gpu_buf(landed, 0), 0, n));
-  CHECK("sync", hr_gpu_stream_sync(s));
+  BC_CHECK("sync", hr_gpu_stream_sync(s));
   int ok_h2d = memcmp(hp, host, n) == 0;
   hr_tensor_unref(landed);
 

@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include <hurray/client.h>
 #include <hurray/engine.h>
@@ -45,43 +44,6 @@
 #include <hurray/store.h>
 
 #include "bench_common.h"
-
-static void die(const char *what, int rv) {
-  fprintf(stderr, "stage_bench: %s: %s\n", what, hr_strerror(rv));
-  exit(2);
-}
-
-#define CHECK(what, call)                                                      \
-  do {                                                                         \
-    int rv_ = (call);                                                          \
-    if (rv_ != 0)                                                              \
-      die(what, rv_);                                                          \
-  } while (0)
-
-static uint64_t parse_size(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  switch (*end) {
-  case 'k':
-  case 'K': v <<= 10; break;
-  case 'm':
-  case 'M': v <<= 20; break;
-  case 'g':
-  case 'G': v <<= 30; break;
-  default: break;
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int k) {
-  qsort(v, (size_t)k, sizeof *v, cmp_double);
-  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-}
 
 enum { GET_STAGED, GET_FRAMES, GET_HOST, PUT_STAGED, PUT_FRAMES, PUT_HOST, NM };
 
@@ -115,15 +77,6 @@ static void check_record(int m, const hr_transfer_record *rec) {
     fprintf(stderr, "stage_bench: %s went over RDMA\n", mode_name[m]);
     exit(2);
   }
-}
-
-/* CPU seconds of the process so far (every thread: clients, servers,
- * the device's streams): a shared machine stretches wall time, not this. */
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
-         ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
 }
 
 /* One transfer of mode m: seconds (from the record), bytes checked when
@@ -168,7 +121,7 @@ static double one(bench *b, int m, int verify) {
       /* The store is server A's, read here while its loop may run:
        * hr_store_get is thread-safe (the store swaps one pointer). */
       hr_tensor *got = NULL;
-      CHECK("store get", hr_store_get(b->sa, "put", 3, &got));
+      BC_CHECK("store get", hr_store_get(b->sa, "put", 3, &got));
       if (memcmp(hr_tensor_buffer(got, 0), b->want, b->n)) {
         fprintf(stderr, "stage_bench: %s: stored bytes differ\n", mode_name[m]);
         exit(2);
@@ -190,7 +143,7 @@ static hr_client *connect_to(int port, const char *prov, uint64_t budget) {
   co.fabric_node = "127.0.0.1";
   co.settings.rdma_stage_budget = budget;
   co.timeout_ms = 120000;
-  CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
+  BC_CHECK("hr_client_connect", hr_client_connect(&c, url, &co, NULL, NULL));
   return c;
 }
 
@@ -204,11 +157,11 @@ static int run_provider(const char *prov, uint64_t n, int iters,
   sc.allow_put = 1;
   sc.allow_replace = 1;
   sc.max_bytes = 0;
-  CHECK("store", hr_store_new(&sa, &sc, NULL));
-  CHECK("store", hr_store_new(&sb, &sc, NULL));
-  CHECK("put", hr_store_put(sa, "host", 4, ht, HR_PUT_REPLACE));
-  CHECK("put", hr_store_put(sa, "dev", 3, dt, HR_PUT_REPLACE));
-  CHECK("put", hr_store_put(sb, "dev", 3, dt, HR_PUT_REPLACE));
+  BC_CHECK("store", hr_store_new(&sa, &sc, NULL));
+  BC_CHECK("store", hr_store_new(&sb, &sc, NULL));
+  BC_CHECK("put", hr_store_put(sa, "host", 4, ht, HR_PUT_REPLACE));
+  BC_CHECK("put", hr_store_put(sa, "dev", 3, dt, HR_PUT_REPLACE));
+  BC_CHECK("put", hr_store_put(sb, "dev", 3, dt, HR_PUT_REPLACE));
 
   /* Whether this libfabric has the provider: open and close one. */
   {
@@ -268,9 +221,9 @@ static int run_provider(const char *prov, uint64_t n, int iters,
     for (int j = 0; j < nm; j++) {
       int m = modes[(j + r) % nm];
       b.cb = m == GET_FRAMES ? cb_get : cb_put;
-      double c0 = cpu_s();
+      double c0 = bc_cpu_s();
       t[m][r] = one(&b, m, 0);
-      cpu[m][r] = cpu_s() - c0;
+      cpu[m][r] = bc_cpu_s() - c0;
     }
   /* The bytes of each mode once more, after the timed rounds. */
   for (int j = 0; j < nm; j++) {
@@ -283,9 +236,9 @@ static int run_provider(const char *prov, uint64_t n, int iters,
   double med[NM] = {0};
   for (int j = 0; j < nm; j++) {
     int m = modes[j];
-    med[m] = median(t[m], iters);
+    med[m] = bc_median(t[m], iters);
     printf("  %-26s %7.3f s  %6.2f GB/s  %6.3f CPU s\n", mode_name[m], med[m],
-           (double)n / med[m] / 1e9, median(cpu[m], iters));
+           (double)n / med[m] / 1e9, bc_median(cpu[m], iters));
   }
   if (want[GET_STAGED] && want[GET_FRAMES] && want[GET_HOST])
     printf("  GET staged RDMA: %.2fx the time of staged frames, %.2fx that "
@@ -317,7 +270,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc)
       backend = argv[++i];
     else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-      n = parse_size(argv[++i]);
+      n = bc_parse_size(argv[++i]);
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "-p") && i + 1 < argc && nprov < 4)
@@ -351,8 +304,8 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (rv)
-    die("hr_gpu_open", rv);
-  CHECK("query", hr_gpu_query(g, &caps));
+    bc_die_rv("hr_gpu_open", rv);
+  BC_CHECK("query", hr_gpu_query(g, &caps));
 
   /* The bytes: a host tensor, and a device tensor holding the same. */
   hr_tensor *ht = bc_big_tensor(n);
@@ -363,15 +316,15 @@ int main(int argc, char **argv) {
   hr_gpu_buf *dev, *pin;
   hr_gpu_stream *s;
   hr_tensor *dt;
-  CHECK("stream", hr_gpu_stream_new(g, &s));
-  CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev));
-  CHECK("wrap", hr_gpu_buf_wrap_host(g, (void *)pattern, n, &pin));
-  CHECK("copy", hr_gpu_copy_async(s, dev, 0, pin, 0, n));
-  CHECK("sync", hr_gpu_stream_sync(s));
+  BC_CHECK("stream", hr_gpu_stream_new(g, &s));
+  BC_CHECK("device memory", hr_gpu_buf_alloc(g, HR_GPU_MEM_DEVICE, n, &dev));
+  BC_CHECK("wrap", hr_gpu_buf_wrap_host(g, (void *)pattern, n, &pin));
+  BC_CHECK("copy", hr_gpu_copy_async(s, dev, 0, pin, 0, n));
+  BC_CHECK("sync", hr_gpu_stream_sync(s));
   hr_gpu_buf_del(pin);
   hr_gpu_stream_del(s);
-  CHECK("wrap_device",
-        hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL, NULL));
+  BC_CHECK("wrap_device",
+           hr_tensor_wrap_device(&dt, &dd, &dev, NULL, NULL, NULL, NULL));
   printf("device: %s (%s)\n", caps.name, backend);
   int ran = 0;
   for (int k = 0; k < nprov; k++)

@@ -82,16 +82,6 @@ typedef struct sample {
   double side[2];
 } sample;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void die(const char *what) {
   fprintf(stderr, "tls_bench: %s: %s\n", what, strerror(errno));
   ERR_print_errors_fp(stderr);
@@ -408,7 +398,7 @@ int main(int argc, char **argv) {
   if (only >= 0) {
     for (i = 0; i < runs; i++)
       v[i] = sm[only][i].gbs;
-    printf("  %s only: median %.2f GB/s\n", names[only], median(v, runs));
+    printf("  %s only: median %.2f GB/s\n", names[only], bc_median(v, runs));
     goto out;
   }
   printf("  cipher: openssl %s (kTLS tx %d rx %d), hurray %s %s (kTLS tx %d "
@@ -424,19 +414,19 @@ int main(int argc, char **argv) {
       if (v[i] > best[m])
         best[m] = v[i];
     }
-    med[m] = median(v, runs);
+    med[m] = bc_median(v, runs);
     for (i = 0; i < runs; i++)
       v[i] = sm[m][i].cpu[0];
-    cu = median(v, runs) / gib;
+    cu = bc_median(v, runs) / gib;
     for (i = 0; i < runs; i++)
       v[i] = sm[m][i].cpu[1];
-    cs = median(v, runs) / gib;
+    cs = bc_median(v, runs) / gib;
     for (i = 0; i < runs; i++)
       v[i] = sm[m][i].side[0];
-    ss = median(v, runs) / gib;
+    ss = bc_median(v, runs) / gib;
     for (i = 0; i < runs; i++)
       v[i] = sm[m][i].side[1];
-    rs = median(v, runs) / gib;
+    rs = bc_median(v, runs) / gib;
     /* CPU time per GiB, both ends together: the steadier figure on a
      * loaded machine.  With two cores GB/s cannot beat 2 / (user + sys),
      * nor 1 / the busier side. */
@@ -448,12 +438,12 @@ int main(int argc, char **argv) {
     v[i] = sm[1][i].gbs / sm[0][i].gbs;
   printf("  TLS GET / openssl: median of runs %.2f, of bests %.2f (target "
          ">= 0.85)\n",
-         median(v, runs), best[1] / best[0]);
+         bc_median(v, runs), best[1] / best[0]);
   for (i = 0; i < runs; i++)
     v[i] = sm[1][i].gbs / sm[2][i].gbs;
   printf("  TLS GET / TCP GET: median of runs %.2f, of bests %.2f (target "
          ">= 0.50)\n",
-         median(v, runs), best[1] / best[2]);
+         bc_median(v, runs), best[1] / best[2]);
 out:
   bc_server_stop(&tls_srv);
   bc_server_stop(&tcp_srv);
