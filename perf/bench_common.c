@@ -64,6 +64,23 @@ double bc_median(double *v, int k) {
   return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
+hr_gpu *bc_gpu_open(const char *backend, hr_gpu_caps *caps) {
+  hr_gpu_config cfg;
+  hr_gpu_probe_info why;
+  hr_gpu *g;
+  hr_gpu_config_default(&cfg);
+  cfg.backend = backend;
+  int rv = hr_gpu_open(&g, &cfg, NULL, &why);
+  if (rv == HR_ERR_UNSUPPORTED) {
+    printf("SKIP: backend %s unavailable: %s\n", backend, why.reason);
+    return NULL;
+  }
+  if (rv)
+    bc_die_rv("hr_gpu_open", rv);
+  BC_CHECK("query", hr_gpu_query(g, caps));
+  return g;
+}
+
 int bc_listen_any(int *port) {
   struct sockaddr_in sa;
   socklen_t len = sizeof sa;

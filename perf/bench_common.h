@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include <hurray/engine.h>
+#include <hurray/gpu.h>
 #include <hurray/store.h>
 #include <hurray/tensor.h>
 
@@ -47,6 +48,12 @@ uint64_t bc_parse_size(const char *s);
 
 /* The median of v[0..k) (k > 0), which it sorts. */
 double bc_median(double *v, int k);
+
+/* Opens the device backend named `backend` and queries its caps into
+ * *caps.  Returns the device (the caller deletes it), or NULL after
+ * printing "SKIP: ..." when the backend is unavailable here (the
+ * caller exits 77); any other failure dies with bc_die_rv(). */
+hr_gpu *bc_gpu_open(const char *backend, hr_gpu_caps *caps);
 
 /* A TCP socket listening on 127.0.0.1, port 0 (SO_REUSEADDR, backlog
  * 64); *port receives the port. */

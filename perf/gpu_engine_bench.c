@@ -343,20 +343,10 @@ int main(int argc, char **argv) {
   if (n < 4096 || iters < 1)
     return 2;
 
-  hr_gpu_config cfg;
-  hr_gpu_probe_info why;
-  hr_gpu *g;
   hr_gpu_caps caps;
-  hr_gpu_config_default(&cfg);
-  cfg.backend = backend;
-  int rv = hr_gpu_open(&g, &cfg, NULL, &why);
-  if (rv == HR_ERR_UNSUPPORTED) {
-    printf("SKIP: backend %s unavailable: %s\n", backend, why.reason);
+  hr_gpu *g = bc_gpu_open(backend, &caps);
+  if (!g)
     return 77;
-  }
-  if (rv)
-    bc_die_rv("hr_gpu_open", rv);
-  BC_CHECK("query", hr_gpu_query(g, &caps));
   if (!(caps.flags & HR_GPU_CAP_PINNED)) {
     printf("SKIP: %s has no pinned memory\n", backend);
     hr_gpu_del(g);
