@@ -25,6 +25,7 @@ typedef struct shm_pair {
   int fail_map;
   int heap_map; /* map into a zeroed heap block (no mmap: no map limit) */
   int maps, unmaps, closes;
+  int fds0; /* descriptors open before the pair (sp_close_check) */
 } shm_pair;
 
 typedef struct tmap {
@@ -81,6 +82,7 @@ static void t_close(hr_session *s, int fd, void *ud) {
 
 static void sp_open(shm_pair *sp, int client_shm) {
   memset(sp, 0, sizeof *sp);
+  sp->fds0 = tu_fd_count();
   hr_session_callbacks cb = pair_callbacks(&sp->p);
   hr_provider prov = store_provider(&sp->p.st);
   hr_settings cs;
@@ -189,10 +191,11 @@ static void sp_open_seg(shm_pair *sp, int client_shm, seg *g, uint64_t n,
   put_seg(sp, "a", g, n);
 }
 
-/* Closes the pair and checks that no descriptor leaked since `fds0`. */
-static void sp_close_check(shm_pair *sp, int fds0) {
+/* Closes the pair and checks that no descriptor leaked since it
+ * opened. */
+static void sp_close_check(shm_pair *sp) {
   sp_close(sp);
-  assert_int_equal(tu_fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), sp->fds0);
 }
 
 /* Asks for `key` (one shard) into `r`; the pair does not run. */
@@ -239,7 +242,6 @@ static void store_drop(shm_pair *sp) {
 
 static void test_roundtrip_release(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -267,14 +269,14 @@ static void test_roundtrip_release(void **state) {
   hr_session_terminate(sp.p.s, 0);
   assert_true(atomic_load(&g.released));
   assert_int_equal(((const int32_t *)hr_tensor_buffer(t, 0))[9], 27);
+  /* The tensor outlives the session that brought it. */
   sp_close(&sp);
   hr_tensor_unref(t);
-  assert_int_equal(tu_fd_count(), fds0);
+  assert_int_equal(tu_fd_count(), sp.fds0);
 }
 
 static void test_fallback_after_failed_map(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -292,13 +294,12 @@ static void test_fallback_after_failed_map(void **state) {
   assert_int_equal(((const int32_t *)hr_tensor_buffer(r.t, 0))[99], 297);
   assert_int_equal(sp.p.errors_c, 0);
   result_clear(&r);
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
   assert_true(atomic_load(&g.released));
 }
 
 static void test_no_fd(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -312,12 +313,11 @@ static void test_no_fd(void **state) {
   store_clear(&sp.p.st);
   assert_true(atomic_load(&g.released));
   result_clear(&r);
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
 }
 
 static void test_two_fds(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -331,7 +331,7 @@ static void test_two_fds(void **state) {
   assert_int_equal(sp.maps, 0);
   assert_int_equal(sp.closes, 2);
   result_clear(&r);
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
   assert_true(atomic_load(&g.released));
 }
 
@@ -354,7 +354,6 @@ static void test_stray_fd(void **state) {
 
 static void test_fd_to_server(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   sp_open(&sp, 1);
   frun(&sp);
@@ -363,7 +362,7 @@ static void test_fd_to_server(void **state) {
   assert_int_equal(sp.p.errors_s, 1);
   assert_int_equal(sp.p.last_err_s, HR_WIRE_PROTOCOL_VIOLATION);
   assert_int_equal(sp.closes, 1);
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
 }
 
 /* A server without SHM_DATA_PLANE from the client never sends an fd. */
@@ -386,7 +385,6 @@ static void test_not_negotiated(void **state) {
  * as frames, and say why; once the client lets go of some, SHM again. */
 static void test_lease_bound(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -416,7 +414,7 @@ static void test_lease_bound(void **state) {
   store_drop(&sp);
   /* Every lease ended with its release: the segment is free. */
   assert_true(atomic_load(&g.released));
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
 }
 
 /* Leases taken out of stream order (GETs answered late, the last first)
@@ -424,7 +422,6 @@ static void test_lease_bound(void **state) {
  * segment and no other. */
 static void test_leases_out_of_order(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g[3];
   result r[3];
@@ -462,7 +459,7 @@ static void test_leases_out_of_order(void **state) {
       assert_int_equal(atomic_load(&g[i].released), gone);
     }
   }
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
 }
 
 /* Leases released out of order make room that later ones reuse (the
@@ -470,7 +467,6 @@ static void test_leases_out_of_order(void **state) {
  * exactly with the last release. */
 static void test_leases_reused(void **state) {
   (void)state;
-  int fds0 = tu_fd_count();
   shm_pair sp;
   seg g;
   result r;
@@ -498,7 +494,7 @@ static void test_leases_reused(void **state) {
   }
   assert_true(atomic_load(&g.released));
   assert_int_equal(sp.unmaps, sp.maps);
-  sp_close_check(&sp, fds0);
+  sp_close_check(&sp);
 }
 
 int main(void) {
