@@ -168,7 +168,8 @@ build_direct() {
     -o "$b/gpu_contract" "${libs[@]}" || return 1
   "$cc" "${flags[@]}" "$root/perf/gpu_bench.c" "${objs[@]}" \
     -o "$b/gpu_bench" "${libs[@]}" || return 1
-  "$cc" "${flags[@]}" "$root/perf/gpu_engine_bench.c" "${objs[@]}" \
+  "$cc" "${flags[@]}" "$root/perf/gpu_engine_bench.c" \
+    "$root/perf/bench_common.c" "${objs[@]}" \
     -o "$b/gpu_engine_bench" "${libs[@]}" || return 1
   bin_engine_bench=$b/gpu_engine_bench
   bin_api=$b/gpu_api
