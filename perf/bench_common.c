@@ -65,6 +65,22 @@ double bc_median(double *v, int k) {
   return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
+int bc_device_arg(int argc, char **argv, int *i, const char **backend,
+                  uint64_t *size, int *iters) {
+  if (*i + 1 >= argc)
+    return 0;
+  if (!strcmp(argv[*i], "--backend"))
+    *backend = argv[*i + 1];
+  else if (!strcmp(argv[*i], "--size"))
+    *size = bc_parse_size(argv[*i + 1]);
+  else if (!strcmp(argv[*i], "--iters"))
+    *iters = atoi(argv[*i + 1]);
+  else
+    return 0;
+  ++*i;
+  return 1;
+}
+
 hr_gpu *bc_gpu_open(const char *backend, hr_gpu_caps *caps) {
   hr_gpu_config cfg;
   hr_gpu_probe_info why;

@@ -49,6 +49,13 @@ uint64_t bc_parse_size(const char *s);
 /* The median of v[0..k) (k > 0), which it sorts. */
 double bc_median(double *v, int k);
 
+/* The options the device benchmarks share: when argv[*i] is
+ * --backend NAME, --size BYTES[K|M|G] or --iters N (with its value
+ * present), stores the value, advances *i past it and returns 1; else
+ * returns 0 and leaves everything as it was. */
+int bc_device_arg(int argc, char **argv, int *i, const char **backend,
+                  uint64_t *size, int *iters);
+
 /* Opens the device backend named `backend` and queries its caps into
  * *caps.  Returns the device (the caller deletes it), or NULL after
  * printing "SKIP: ..." when the backend is unavailable here (the

@@ -319,13 +319,9 @@ int main(int argc, char **argv) {
   double target = 0.85;
   const char *ab = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
-      backend = argv[++i];
-    else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-      n = bc_parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-      iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--target") && i + 1 < argc)
+    if (bc_device_arg(argc, argv, &i, &backend, &n, &iters))
+      continue;
+    if (!strcmp(argv[i], "--target") && i + 1 < argc)
       target = atof(argv[++i]);
     else if (!strcmp(argv[i], "--piece") && i + 1 < argc)
       ring_piece = bc_parse_size(argv[++i]);

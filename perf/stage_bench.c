@@ -267,13 +267,9 @@ int main(int argc, char **argv) {
   uint64_t n = 256ull << 20;
   int iters = 5;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
-      backend = argv[++i];
-    else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-      n = bc_parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-      iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-p") && i + 1 < argc && nprov < 4)
+    if (bc_device_arg(argc, argv, &i, &backend, &n, &iters))
+      continue;
+    if (!strcmp(argv[i], "-p") && i + 1 < argc && nprov < 4)
       provs[nprov++] = argv[++i];
     else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
       i++;
