@@ -939,8 +939,8 @@ static int xop_new(hr_fabric *f, int kind, void *peer,
   x->peer = p->addr;
   x->peer_obj = p;
   p->refs++; /* the peer stays while the op runs */
-  x->piece =
-      kind == K_WRITE ? f->cfg.rma_chunk : hr_fabric_tag_piece(f->provider, r->length);
+  x->piece = kind == K_WRITE ? f->cfg.rma_chunk
+                              : hr_fabric_tag_piece(f->provider, r->length);
   x->total = hr__fab_count_pieces(r, x->piece);
   if (kind == K_RECV)
     x->window = x->total > UINT32_MAX ? UINT32_MAX : (uint32_t)x->total;
